@@ -1,0 +1,7 @@
+//! The sans-IO protocol core: no file descriptors, no syscalls, no clocks.
+//!
+//! Time is passed in; bytes come in through [`recv_cache::RxBuf`] and go out through
+//! [`tx::TxBatch`].
+
+pub mod recv_cache;
+pub mod tx;

@@ -1,0 +1,1 @@
+//! Backend conformance tests (to be written).

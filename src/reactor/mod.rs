@@ -1,0 +1,159 @@
+//! The reactor: the only layer that owns file descriptors and makes socket syscalls.
+//!
+//! Everything above it sees a *completion* interface, whichever backend runs: operations
+//! are submitted ([`Backend::connect`], [`Backend::send`], [`Backend::recv`],
+//! [`Backend::close`]) and their results come back as [`Event`]s from
+//! [`Backend::poll`]. The io_uring backend maps each operation to an SQE; the epoll
+//! backend performs the same operation with non-blocking calls when the socket is ready.
+//!
+//! Buffer ownership ("rent"): [`Backend::send`] takes a [`TxBatch`] and
+//! [`Backend::recv`] an [`RxBuf`] *by value*; the backend keeps them in the connection's
+//! slot while the kernel may touch them and hands them back in [`Event::Sent`] /
+//! [`Event::Recv`]. Nothing is freed while an operation is in flight.
+//!
+//! Contract every backend keeps:
+//! - at most one send and one receive in flight per connection (the caller guarantees it;
+//!   the backend may `debug_assert!` it);
+//! - a send completes only when every byte of the batch is written, or with an error:
+//!   short writes are resumed inside the backend;
+//! - sends never raise `SIGPIPE` (`MSG_NOSIGNAL`);
+//! - after [`Backend::close`], every pending operation of that connection still
+//!   completes (usually with `ECANCELED` or the socket's error) and returns its buffer;
+//!   then exactly one [`Event::Closed`] follows, after which the id may be reused;
+//! - events of one connection are delivered in completion order.
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub(crate) use crate::proto::recv_cache::RxBuf;
+pub(crate) use crate::proto::tx::TxBatch;
+
+#[cfg(feature = "epoll")]
+pub(crate) mod epoll;
+pub(crate) mod sys;
+#[cfg(test)]
+mod conformance;
+#[cfg(feature = "uring")]
+pub(crate) mod uring;
+
+/// A connection slot in the reactor. Dense and reused after [`Event::Closed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ConnId(pub(crate) u32);
+
+/// Socket options applied to every connected or accepted socket.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SockOpts {
+    /// TCP_NODELAY.
+    pub(crate) nodelay: bool,
+    /// SO_SNDBUF when set (else kernel autotuning).
+    pub(crate) sndbuf: Option<usize>,
+    /// SO_RCVBUF when set (else kernel autotuning).
+    pub(crate) rcvbuf: Option<usize>,
+}
+
+/// A completed operation.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// The listener accepted a connection; the reactor owns the new socket.
+    Accepted { conn: ConnId, peer: SocketAddr },
+    /// An accept failed (the backend keeps accepting unless the listener is gone).
+    AcceptError(io::Error),
+    /// A connect finished.
+    Connected { conn: ConnId, result: io::Result<()> },
+    /// A send finished: all bytes written (`Ok`) or an error. The batch comes back.
+    Sent {
+        conn: ConnId,
+        batch: TxBatch,
+        result: io::Result<()>,
+    },
+    /// A receive finished: `Ok(n)` bytes were committed into `rx` (0 = end of stream).
+    Recv {
+        conn: ConnId,
+        rx: RxBuf,
+        result: io::Result<usize>,
+    },
+    /// The socket is closed and no operation of it remains; the id may be reused.
+    Closed { conn: ConnId },
+}
+
+/// What every backend offers. Enum-dispatched through [`AnyBackend`].
+pub(crate) trait Backend {
+    /// Short name printed by tools ("uring", "epoll").
+    fn name(&self) -> &'static str;
+    /// Binds and listens (backlog SOMAXCONN) on `addr`; accepted connections arrive as
+    /// [`Event::Accepted`]. Returns the bound address. May be called more than once.
+    fn listen(&mut self, addr: SocketAddr) -> io::Result<SocketAddr>;
+    /// Creates a non-blocking socket (bound to `bind` if given) and starts connecting.
+    fn connect(&mut self, addr: SocketAddr, bind: Option<SocketAddr>) -> io::Result<ConnId>;
+    /// Starts writing the whole batch (one gathered `sendmsg`, resumed on short writes).
+    fn send(&mut self, conn: ConnId, batch: TxBatch);
+    /// Starts one read into `rx.spare_mut()` (whole, with `MSG_WAITALL`, when
+    /// `rx.wants_all()`).
+    fn recv(&mut self, conn: ConnId, rx: RxBuf);
+    /// Closes the connection once its pending operations have completed (they are
+    /// cancelled). Idempotent.
+    fn close(&mut self, conn: ConnId);
+    /// Submits what is queued and collects completions into `out`. `None` never blocks;
+    /// `Some(t)` waits up to `t` when no event is ready.
+    fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()>;
+}
+
+/// The backend kinds that can be asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// Probe io_uring, fall back to epoll.
+    Auto,
+    /// io_uring completion ring.
+    Uring,
+    /// epoll readiness.
+    Epoll,
+}
+
+/// Enum dispatch over the compiled-in backends.
+pub(crate) enum AnyBackend {
+    #[cfg(feature = "uring")]
+    Uring(uring::Uring),
+    #[cfg(feature = "epoll")]
+    Epoll(epoll::Epoll),
+}
+
+macro_rules! forward {
+    ($self:ident, $b:ident => $e:expr) => {
+        match $self {
+            #[cfg(feature = "uring")]
+            AnyBackend::Uring($b) => $e,
+            #[cfg(feature = "epoll")]
+            AnyBackend::Epoll($b) => $e,
+        }
+    };
+}
+
+impl Backend for AnyBackend {
+    fn name(&self) -> &'static str {
+        forward!(self, b => b.name())
+    }
+    fn listen(&mut self, addr: SocketAddr) -> io::Result<SocketAddr> {
+        forward!(self, b => b.listen(addr))
+    }
+    fn connect(&mut self, addr: SocketAddr, bind: Option<SocketAddr>) -> io::Result<ConnId> {
+        forward!(self, b => b.connect(addr, bind))
+    }
+    #[inline]
+    fn send(&mut self, conn: ConnId, batch: TxBatch) {
+        forward!(self, b => b.send(conn, batch))
+    }
+    #[inline]
+    fn recv(&mut self, conn: ConnId, rx: RxBuf) {
+        forward!(self, b => b.recv(conn, rx))
+    }
+    fn close(&mut self, conn: ConnId) {
+        forward!(self, b => b.close(conn))
+    }
+    #[inline]
+    fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()> {
+        forward!(self, b => b.poll(timeout, out))
+    }
+}
