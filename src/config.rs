@@ -118,7 +118,8 @@ impl Config {
         }
         let kib = 1024u64;
         if let Some(v) = var("RINGBTL_RECV_CACHE") {
-            self.recv_cache = parse_u64("RINGBTL_RECV_CACHE", &v, 4 * kib, 64 * kib * kib)? as usize;
+            self.recv_cache =
+                parse_u64("RINGBTL_RECV_CACHE", &v, 4 * kib, 64 * kib * kib)? as usize;
         }
         if let Some(v) = var("RINGBTL_MAX_FRAME") {
             self.max_frame = parse_u64("RINGBTL_MAX_FRAME", &v, kib, u32::MAX as u64)? as u32;
@@ -152,12 +153,8 @@ impl Config {
                 Duration::from_millis(parse_u64("RINGBTL_RETRY_DELAY_MS", &v, 1, 60_000)?);
         }
         if let Some(v) = var("RINGBTL_HANDSHAKE_TIMEOUT_MS") {
-            self.handshake_timeout = Duration::from_millis(parse_u64(
-                "RINGBTL_HANDSHAKE_TIMEOUT_MS",
-                &v,
-                10,
-                600_000,
-            )?);
+            self.handshake_timeout =
+                Duration::from_millis(parse_u64("RINGBTL_HANDSHAKE_TIMEOUT_MS", &v, 10, 600_000)?);
         }
         if let Some(v) = var("RINGBTL_LISTEN") {
             self.listen = Some(SocketAddr::from_str(v.trim()).map_err(|e| {

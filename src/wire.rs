@@ -82,6 +82,8 @@ pub enum RejectReason {
     ShuttingDown,
     /// The protocol versions differ.
     Version,
+    /// This process declared the dialer failed earlier; it stays unreachable.
+    Unreachable,
 }
 
 impl RejectReason {
@@ -93,6 +95,7 @@ impl RejectReason {
             Self::BadToken => 4,
             Self::ShuttingDown => 5,
             Self::Version => 6,
+            Self::Unreachable => 7,
         }
     }
 
@@ -104,6 +107,7 @@ impl RejectReason {
             4 => Self::BadToken,
             5 => Self::ShuttingDown,
             6 => Self::Version,
+            7 => Self::Unreachable,
             _ => return Err(WireError::BadReason(c)),
         })
     }
@@ -256,6 +260,7 @@ mod tests {
             HelloKind::Reject(RejectReason::BadToken),
             HelloKind::Reject(RejectReason::ShuttingDown),
             HelloKind::Reject(RejectReason::Version),
+            HelloKind::Reject(RejectReason::Unreachable),
         ];
         for kind in kinds {
             let h = Hello {

@@ -3,5 +3,6 @@
 //! Time is passed in; bytes come in through [`recv_cache::RxBuf`] and go out through
 //! [`tx::TxBatch`].
 
+pub mod core;
 pub mod recv_cache;
 pub mod tx;

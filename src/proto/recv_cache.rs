@@ -237,7 +237,10 @@ mod tests {
                 match rx.next_frame(1 << 24).unwrap() {
                     Next::Frame(h, r) => out.push((h.tag.0, rx.bytes(r).to_vec())),
                     Next::Large(h) => {
-                        let l = rx.into_large(h, std::mem::replace(&mut spare_large, RxBuf::empty_large()));
+                        let l = rx.into_large(
+                            h,
+                            std::mem::replace(&mut spare_large, RxBuf::empty_large()),
+                        );
                         if let Some((h, p)) = l.large_complete() {
                             out.push((h.tag.0, p.to_vec()));
                             let mut l = l;

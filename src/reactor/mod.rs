@@ -31,11 +31,11 @@ use std::time::Duration;
 pub(crate) use crate::proto::recv_cache::RxBuf;
 pub(crate) use crate::proto::tx::TxBatch;
 
+#[cfg(test)]
+mod conformance;
 #[cfg(feature = "epoll")]
 pub(crate) mod epoll;
 pub(crate) mod sys;
-#[cfg(test)]
-mod conformance;
 #[cfg(feature = "uring")]
 pub(crate) mod uring;
 
@@ -62,7 +62,10 @@ pub(crate) enum Event {
     /// An accept failed (the backend keeps accepting unless the listener is gone).
     AcceptError(io::Error),
     /// A connect finished.
-    Connected { conn: ConnId, result: io::Result<()> },
+    Connected {
+        conn: ConnId,
+        result: io::Result<()>,
+    },
     /// A send finished: all bytes written (`Ok`) or an error. The batch comes back.
     Sent {
         conn: ConnId,
