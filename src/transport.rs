@@ -1,61 +1,214 @@
-//! The public face: [`Transport`] = reactor + endpoints + active-message table.
-#![allow(missing_docs, unused_variables, dead_code)]
+//! The public face: [`Transport`] = reactor backend + protocol engine + active-message
+//! table, driven by [`Transport::progress`] on one thread.
+//!
+//! One progress pass: (1) frames queued since the last pass are gathered into one send per
+//! connection and submitted together with every other queued operation, (2) completions
+//! are reaped, (3) each received buffer is walked frame by frame and every active message
+//! is handed to its handler in place (no copy), (4) replies queued by handlers are gathered
+//! and pushed, to reach the kernel at the start of the next pass (for the io_uring
+//! backend: in the same `io_uring_enter` as the re-armed receives).
 
+use std::fmt;
+use std::mem;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::config::Config;
 use crate::error::{Error, FailReason, SendError};
+use crate::proto::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, Step};
+use crate::reactor::{AnyBackend, Backend, BackendKind, ConnId, Event, SockOpts};
 use crate::wire::{PeerId, Tag};
 
-/// A received active message, valid during the handler call.
+/// A received active message, valid during the handler call (the payload points into
+/// the connection's receive cache).
 #[derive(Debug)]
 pub struct Am<'a> {
+    /// Sender.
     pub src: PeerId,
+    /// Tag it was sent with.
     pub tag: Tag,
+    /// Payload bytes.
     pub payload: &'a [u8],
 }
 
-/// A finished send.
+/// A finished send, reported once per accepted [`Transport::send`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
+    /// Destination.
     pub peer: PeerId,
+    /// The cookie given to `send`.
     pub cookie: u64,
+    /// `Ok` once every byte was handed to the kernel, or why it never will be.
     pub result: Result<(), FailReason>,
 }
 
-pub struct Transport {}
+/// Counters for things that happened without an error reaching the caller.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// Active messages for a tag with no handler (dropped).
+    pub unknown_tag: u64,
+    /// Incoming connections without ringbtl's magic (closed).
+    pub bad_magic: u64,
+    /// Incoming connections refused (token, process id, version, duplicate).
+    pub refused: u64,
+    /// Simultaneous connects resolved.
+    pub simultaneous: u64,
+    /// Failed connect attempts that were retried.
+    pub connect_retries: u64,
+    /// Accept calls that failed.
+    pub accept_errors: u64,
+}
+
+type Handler = Box<dyn FnMut(&mut Transport, &Am<'_>)>;
+
+/// A TCP transport for one process: it owns every socket, drives the protocol and
+/// dispatches active messages. Single-threaded: the thread that calls
+/// [`progress`](Self::progress) runs every handler and callback.
+pub struct Transport {
+    backend: AnyBackend,
+    core: Core,
+    handlers: Vec<Option<Handler>>,
+    on_complete: Option<Box<dyn FnMut(Completion)>>,
+    on_error: Option<Box<dyn FnMut(PeerId, &FailReason)>>,
+    events: Vec<Event>,
+    local: SocketAddr,
+    cfg: Config,
+    dispatching: u32,
+    unknown_tag: u64,
+    accept_errors: u64,
+    backend_note: Option<String>,
+    last_now: Instant,
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("pid", &self.cfg.pid)
+            .field("backend", &self.backend.name())
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
+}
 
 impl Transport {
+    /// Creates the backend (probing io_uring when `cfg.backend` is `Auto`) and listens.
     pub fn new(cfg: Config) -> Result<Self, Error> {
-        unimplemented!()
+        cfg.validate()?;
+        let opts = SockOpts {
+            nodelay: cfg.nodelay,
+            sndbuf: cfg.sndbuf,
+            rcvbuf: cfg.rcvbuf,
+        };
+        let (mut backend, backend_note) = make_backend(cfg.backend, opts)?;
+        let listen = cfg
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let local = backend.listen(listen).map_err(|e| Error::io("listen", e))?;
+        let core = Core::new(CoreConfig {
+            pid: cfg.pid,
+            token: cfg.token,
+            recv_cache: cfg.recv_cache,
+            max_frame: cfg.max_frame,
+            inline_limit: cfg.inline_limit,
+            coalesce_bytes: cfg.coalesce_bytes,
+            max_iov: cfg.max_iov,
+            connect_retries: cfg.connect_retries,
+            retry_delay: cfg.retry_delay,
+            handshake_timeout: cfg.handshake_timeout,
+        });
+        let mut handlers = Vec::with_capacity(256);
+        handlers.resize_with(256, || None);
+        Ok(Self {
+            backend,
+            core,
+            handlers,
+            on_complete: None,
+            on_error: None,
+            events: Vec::with_capacity(256),
+            local,
+            cfg,
+            dispatching: 0,
+            unknown_tag: 0,
+            accept_errors: 0,
+            backend_note,
+            last_now: Instant::now(),
+        })
     }
+
+    /// The address this transport listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        unimplemented!()
+        self.local
     }
+
+    /// This process's id.
     pub fn local_id(&self) -> PeerId {
-        unimplemented!()
+        self.cfg.pid
     }
+
+    /// The backend in use: `"uring"` or `"epoll"`.
     pub fn backend_name(&self) -> &'static str {
-        unimplemented!()
+        self.backend.name()
     }
+
+    /// Why `Auto` did not pick io_uring, when it fell back to epoll.
+    pub fn backend_note(&self) -> Option<&str> {
+        self.backend_note.as_deref()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Makes `id` reachable at `addrs` (tried in order, round robin on retries). The
+    /// connection is opened on the first send (lazy connect), or accepted when the peer
+    /// dials first.
     pub fn add_peer(&mut self, id: PeerId, addrs: Vec<SocketAddr>) -> Result<(), Error> {
-        unimplemented!()
+        self.core.add_peer(id, addrs).map_err(Error::Send)
     }
+
+    /// State of the endpoint for `peer` (`None` for an unknown peer).
+    pub fn peer_state(&self, peer: PeerId) -> Option<EndpointState> {
+        self.core.state(peer)
+    }
+
+    /// Registers the handler for `tag`. The handler gets the transport (it may `send`,
+    /// for example a reply, but not `progress`) and the message, whose payload is only
+    /// valid during the call.
     pub fn register<F>(&mut self, tag: Tag, f: F) -> Result<(), Error>
     where
         F: FnMut(&mut Transport, &Am<'_>) + 'static,
     {
-        unimplemented!()
+        let slot = &mut self.handlers[tag.0 as usize];
+        if slot.is_some() {
+            return Err(Error::TagInUse(tag));
+        }
+        *slot = Some(Box::new(f));
+        Ok(())
     }
+
+    /// Removes the handler for `tag`; returns whether there was one.
+    pub fn unregister(&mut self, tag: Tag) -> bool {
+        self.handlers[tag.0 as usize].take().is_some()
+    }
+
+    /// Sets the callback that hears every send completion (once per accepted send).
     pub fn on_complete<F: FnMut(Completion) + 'static>(&mut self, f: F) {
-        unimplemented!()
+        self.on_complete = Some(Box::new(f));
     }
+
+    /// Sets the callback that hears when a peer becomes unreachable (once per peer).
     pub fn on_error<F: FnMut(PeerId, &FailReason) + 'static>(&mut self, f: F) {
-        unimplemented!()
+        self.on_error = Some(Box::new(f));
     }
+
+    /// Queues an active message of the concatenated `segs` (at most
+    /// [`MAX_SEGMENTS`](crate::proto::core::MAX_SEGMENTS), not copied unless small) for
+    /// `peer`. Accepted sends complete exactly once through the completion callback with
+    /// `cookie`; frames to one peer arrive in the order they were sent.
+    #[inline]
     pub fn send(
         &mut self,
         peer: PeerId,
@@ -63,15 +216,281 @@ impl Transport {
         segs: &[Bytes],
         cookie: u64,
     ) -> Result<(), SendError> {
-        unimplemented!()
+        // The engine reads `now` only to arm timers, which a send does not do: the time
+        // of the last pass is precise enough and saves a clock read per message.
+        self.core.send(self.last_now, peer, tag, segs, cookie)
     }
+
+    /// One non-blocking pass: submit what is queued, reap what completed, dispatch.
+    /// Returns the number of reactor events handled.
+    #[inline]
     pub fn progress(&mut self) -> Result<usize, Error> {
-        unimplemented!()
+        if self.dispatching > 0 {
+            return Err(Error::Reentrant("progress"));
+        }
+        self.pass(None)
     }
+
+    /// Like [`progress`](Self::progress) but waits in the kernel up to `timeout` when
+    /// nothing is ready.
     pub fn wait(&mut self, timeout: Duration) -> Result<usize, Error> {
-        unimplemented!()
+        if self.dispatching > 0 {
+            return Err(Error::Reentrant("wait"));
+        }
+        let timeout = match self.core.poll_timeout() {
+            Some(t) => timeout.min(t.saturating_duration_since(Instant::now())),
+            None => timeout,
+        };
+        self.pass(Some(timeout))
     }
+
+    /// Sends FIN to every connected peer, waits (up to `timeout`) for their FINs and for
+    /// every socket to close, then abandons whatever is left (pending sends complete with
+    /// [`FailReason::Shutdown`]). Sends are refused from the first call on.
     pub fn shutdown(&mut self, timeout: Duration) -> Result<(), Error> {
-        unimplemented!()
+        if self.dispatching > 0 {
+            return Err(Error::Reentrant("shutdown"));
+        }
+        let deadline = Instant::now() + timeout;
+        self.core.shutdown();
+        while !self.core.is_quiescent() {
+            let now = Instant::now();
+            if now >= deadline {
+                self.core.abort_all();
+                break;
+            }
+            self.pass(Some((deadline - now).min(Duration::from_millis(10))))?;
+        }
+        // Let the closes go through so the sockets are gone when this returns.
+        self.pass(None)?;
+        self.pass(Some(Duration::from_millis(1)))?;
+        Ok(())
     }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        let c = self.core.counters();
+        Stats {
+            unknown_tag: self.unknown_tag,
+            bad_magic: c.bad_magic,
+            refused: c.refused,
+            simultaneous: c.simultaneous,
+            connect_retries: c.connect_retries,
+            accept_errors: self.accept_errors,
+        }
+    }
+
+    /// Number of sends to `peer` accepted and not yet completed.
+    pub fn pending(&self, peer: PeerId) -> usize {
+        self.core.pending(peer)
+    }
+
+    // ----- the progress pass -----------------------------------------------------------
+
+    fn pass(&mut self, timeout: Option<Duration>) -> Result<usize, Error> {
+        self.core.flush();
+        self.run_actions();
+        let mut evs = mem::take(&mut self.events);
+        let r = self.backend.poll(timeout, &mut evs);
+        let n = evs.len();
+        if n > 0 {
+            let now = Instant::now();
+            self.last_now = now;
+            for ev in evs.drain(..) {
+                self.handle_event(now, ev);
+            }
+        }
+        self.events = evs;
+        r.map_err(|e| Error::io("poll", e))?;
+        if let Some(t) = self.core.poll_timeout() {
+            let now = Instant::now();
+            if t <= now {
+                self.core.handle_timeout(now);
+            }
+        }
+        // Replies queued by handlers leave now, gathered per connection.
+        self.core.flush();
+        self.run_actions();
+        self.deliver_core_events();
+        Ok(n)
+    }
+
+    fn handle_event(&mut self, now: Instant, ev: Event) {
+        match ev {
+            Event::Accepted { conn, .. } => self.core.handle_accepted(now, key(conn)),
+            Event::AcceptError(e) => {
+                self.accept_errors += 1;
+                tracing::warn!("accept failed: {e}");
+            }
+            Event::Connected { conn, result } => {
+                self.core
+                    .handle_connected(now, key(conn), result.map_err(|e| e.to_string()));
+            }
+            Event::Sent {
+                conn,
+                batch,
+                result,
+            } => {
+                self.core
+                    .handle_sent(now, key(conn), batch, result.map_err(|e| e.to_string()));
+            }
+            Event::Recv { conn, rx, result } => match result {
+                Ok(0) => self.core.handle_recv_end(now, key(conn), None),
+                Ok(_) => self.on_recv(now, key(conn), rx),
+                Err(e) => self
+                    .core
+                    .handle_recv_end(now, key(conn), Some(e.to_string())),
+            },
+            Event::Closed { conn } => self.core.handle_closed(key(conn)),
+        }
+    }
+
+    fn on_recv(&mut self, now: Instant, k: ConnKey, mut rx: crate::proto::recv_cache::RxBuf) {
+        loop {
+            match self.core.recv_step(now, k, &mut rx) {
+                Step::Deliver { peer, tag, range } => {
+                    self.dispatch(peer, tag, rx.bytes(range));
+                }
+                Step::Rearm => {
+                    self.core.recv_done(k, rx);
+                    return;
+                }
+                Step::Drop => return,
+            }
+        }
+    }
+
+    fn dispatch(&mut self, src: PeerId, tag: Tag, payload: &[u8]) {
+        let slot = tag.0 as usize;
+        // The handler is moved out for the call so it can borrow the transport mutably.
+        let Some(mut h) = self.handlers[slot].take() else {
+            self.unknown_tag += 1;
+            tracing::debug!("dropped a message from {src} for unregistered {tag:?}");
+            return;
+        };
+        self.dispatching += 1;
+        h(self, &Am { src, tag, payload });
+        self.dispatching -= 1;
+        // Keep a handler registered from inside the call; else put this one back.
+        if self.handlers[slot].is_none() {
+            self.handlers[slot] = Some(h);
+        }
+    }
+
+    fn run_actions(&mut self) {
+        while let Some(a) = self.core.poll_action() {
+            match a {
+                Action::Transmit(k) => {
+                    if let Some(b) = self.core.take_tx(k) {
+                        self.backend.send(conn_id(k), b);
+                    }
+                }
+                Action::Receive(k) => {
+                    if let Some(rx) = self.core.take_rx(k) {
+                        self.backend.recv(conn_id(k), rx);
+                    }
+                }
+                Action::Close(k) => self.backend.close(conn_id(k)),
+                Action::Dial { peer, addr } => match self.backend.connect(addr, None) {
+                    Ok(c) => self.core.dial_started(peer, key(c)),
+                    Err(e) => self.core.dial_failed(Instant::now(), peer, e.to_string()),
+                },
+            }
+        }
+    }
+
+    fn deliver_core_events(&mut self) {
+        while let Some(e) = self.core.poll_event() {
+            match e {
+                CoreEvent::Completed {
+                    peer,
+                    cookie,
+                    result,
+                } => {
+                    if let Some(cb) = self.on_complete.as_mut() {
+                        cb(Completion {
+                            peer,
+                            cookie,
+                            result,
+                        });
+                    }
+                }
+                CoreEvent::PeerFailed(peer, reason) => {
+                    tracing::warn!("{peer} failed: {reason}");
+                    if let Some(cb) = self.on_error.as_mut() {
+                        cb(peer, &reason);
+                    }
+                }
+                CoreEvent::Connected(peer) => tracing::debug!("{peer} connected"),
+                CoreEvent::PeerClosed(peer) => tracing::debug!("{peer} closed cleanly"),
+                CoreEvent::Refused { why } => {
+                    tracing::warn!("incoming connection refused: {why}");
+                }
+            }
+        }
+    }
+}
+
+fn key(c: ConnId) -> ConnKey {
+    ConnKey(c.0)
+}
+
+fn conn_id(k: ConnKey) -> ConnId {
+    ConnId(k.0)
+}
+
+/// Chooses the backend: the requested one, or for `Auto` io_uring when it works here and
+/// epoll otherwise. Returns the note explaining a fallback.
+fn make_backend(kind: BackendKind, opts: SockOpts) -> Result<(AnyBackend, Option<String>), Error> {
+    match kind {
+        BackendKind::Uring => uring(opts).map(|b| (b, None)),
+        BackendKind::Epoll => epoll(opts).map(|b| (b, None)),
+        BackendKind::Auto => match uring(opts.clone()) {
+            Ok(b) => Ok((b, None)),
+            Err(why) => {
+                let b = epoll(opts)
+                    .map_err(|e| Error::NoBackend(format!("{why}; and the epoll backend: {e}")))?;
+                let note = format!("io_uring unavailable ({why}): using the epoll backend");
+                eprintln!("ringbtl: {note}");
+                Ok((b, Some(note)))
+            }
+        },
+    }
+}
+
+/// Name of the environment variable that makes the io_uring probe fail, to exercise the
+/// fallback path as on a kernel where io_uring is disabled.
+pub const FORCE_URING_FAILURE_VAR: &str = "RINGBTL_TEST_URING_UNAVAILABLE";
+
+#[cfg(feature = "uring")]
+fn uring(opts: SockOpts) -> Result<AnyBackend, Error> {
+    if std::env::var_os(FORCE_URING_FAILURE_VAR).is_some_and(|v| v == "1") {
+        return Err(Error::NoBackend(format!(
+            "io_uring: disabled by {FORCE_URING_FAILURE_VAR}=1"
+        )));
+    }
+    crate::reactor::uring::Uring::new(opts)
+        .map(AnyBackend::Uring)
+        .map_err(|e| Error::NoBackend(format!("io_uring: {e}")))
+}
+
+#[cfg(not(feature = "uring"))]
+fn uring(_: SockOpts) -> Result<AnyBackend, Error> {
+    Err(Error::NoBackend(
+        "io_uring: backend not compiled in (cargo feature `uring`)".into(),
+    ))
+}
+
+#[cfg(feature = "epoll")]
+fn epoll(opts: SockOpts) -> Result<AnyBackend, Error> {
+    crate::reactor::epoll::Epoll::new(opts)
+        .map(AnyBackend::Epoll)
+        .map_err(|e| Error::NoBackend(format!("epoll: {e}")))
+}
+
+#[cfg(not(feature = "epoll"))]
+fn epoll(_: SockOpts) -> Result<AnyBackend, Error> {
+    Err(Error::NoBackend(
+        "epoll: backend not compiled in (cargo feature `epoll`)".into(),
+    ))
 }

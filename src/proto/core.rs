@@ -183,6 +183,19 @@ struct Frag {
 }
 
 impl Frag {
+    fn fin() -> Self {
+        Self {
+            hdr: Header {
+                kind: FrameKind::Fin,
+                tag: Tag(0),
+                len: 0,
+            },
+            segs: Default::default(),
+            nsegs: 0,
+            cookie: None,
+        }
+    }
+
     fn wire_len(&self) -> usize {
         Header::LEN + self.hdr.len as usize
     }
@@ -739,8 +752,9 @@ impl Core {
         !self.events.is_empty()
     }
 
-    /// Starts a clean shutdown: a FIN is queued to every connected peer, queued sends to
-    /// peers still connecting fail, and new sends are refused.
+    /// Starts a clean shutdown: new sends are refused; every endpoint that is connected
+    /// or connecting gets a FIN queued behind its pending frames, so what was accepted
+    /// before still leaves, then the connection closes once both FINs are exchanged.
     pub fn shutdown(&mut self) {
         self.shutting_down = true;
         for i in 0..self.endpoints.len() {
@@ -748,27 +762,13 @@ impl Core {
             let Some(ep) = self.endpoints[i].as_mut() else {
                 continue;
             };
-            match ep.state {
-                EpState::Connected { .. } => {
-                    if !ep.fin_sent {
-                        ep.fin_sent = true;
-                        ep.queue.push_back(Frag {
-                            hdr: Header {
-                                kind: FrameKind::Fin,
-                                tag: Tag(0),
-                                len: 0,
-                            },
-                            segs: Default::default(),
-                            nsegs: 0,
-                            cookie: None,
-                        });
-                        self.mark_dirty(peer);
-                    }
-                }
-                EpState::Closed | EpState::Failed => {}
-                _ => {
-                    self.fail_endpoint_quietly(peer, FailReason::Shutdown);
-                }
+            if matches!(ep.state, EpState::Closed | EpState::Failed) || ep.fin_sent {
+                continue;
+            }
+            ep.fin_sent = true;
+            ep.queue.push_back(Frag::fin());
+            if matches!(ep.state, EpState::Connected { .. }) {
+                self.mark_dirty(peer);
             }
         }
     }
@@ -1163,34 +1163,14 @@ impl Core {
     fn on_fin(&mut self, peer: PeerId, conn: ConnKey) {
         let ep = self.ep_mut(peer).expect("open conn has an endpoint");
         ep.fin_rcvd = true;
-        // Queued sends can no longer be delivered: the peer is leaving.
-        let queued: Vec<Frag> = ep.queue.drain(..).collect();
-        let need_fin = !ep.fin_sent;
-        for f in queued {
-            if let Some(cookie) = f.cookie {
-                self.events.push_back(CoreEvent::Completed {
-                    peer,
-                    cookie,
-                    result: Err(FailReason::PeerClosed(peer)),
-                });
-            }
-        }
         self.events.push_back(CoreEvent::PeerClosed(peer));
         let ep = self.ep_mut(peer).expect("exists");
-        if need_fin {
+        if !ep.fin_sent {
+            // The peer reads until our FIN: what we queued still leaves, then our FIN.
             ep.fin_sent = true;
-            ep.queue.push_back(Frag {
-                hdr: Header {
-                    kind: FrameKind::Fin,
-                    tag: Tag(0),
-                    len: 0,
-                },
-                segs: Default::default(),
-                nsegs: 0,
-                cookie: None,
-            });
+            ep.queue.push_back(Frag::fin());
             self.mark_dirty(peer);
-        } else if ep.inflight.is_empty() {
+        } else if ep.inflight.is_empty() && ep.queue.is_empty() {
             // Our FIN is out and theirs is in: done.
             self.close_clean(peer, conn);
         }

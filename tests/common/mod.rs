@@ -1,0 +1,209 @@
+//! Shared helpers for the loopback tests: one test body runs once per compiled backend.
+#![allow(dead_code)]
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ringbtl::{BackendKind, Completion, Config, FailReason, PeerId, Transport};
+
+/// Generates one `#[test]` per compiled backend for each listed function
+/// `fn name(kind: BackendKind)`; the test names carry the backend (`uring::name`).
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        #[cfg(feature = "uring")]
+        mod uring {
+            $( #[test] fn $name() {
+                if $crate::common::usable(ringbtl::BackendKind::Uring) {
+                    super::$name(ringbtl::BackendKind::Uring)
+                }
+            } )*
+        }
+        #[cfg(feature = "epoll")]
+        mod epoll {
+            $( #[test] fn $name() { super::$name(ringbtl::BackendKind::Epoll) } )*
+        }
+    };
+}
+
+/// Whether `kind` can run here; prints why not (io_uring may be disabled by the kernel).
+pub fn usable(kind: BackendKind) -> bool {
+    match Transport::new(cfg(0, kind)) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skipped: backend {kind:?} unavailable here: {e}");
+            false
+        }
+    }
+}
+
+/// A loopback config for process `pid`.
+pub fn cfg(pid: u32, kind: BackendKind) -> Config {
+    let mut c = Config::new(PeerId(pid));
+    c.backend = kind;
+    c.connect_retries = 3;
+    c.retry_delay = Duration::from_millis(5);
+    c
+}
+
+/// Two transports that know each other.
+pub fn pair(kind: BackendKind) -> (Transport, Transport) {
+    pair_with(kind, |_| {})
+}
+
+/// Two transports that know each other, configs adjusted by `f`.
+pub fn pair_with(kind: BackendKind, f: impl Fn(&mut Config)) -> (Transport, Transport) {
+    let mut c0 = cfg(0, kind);
+    let mut c1 = cfg(1, kind);
+    f(&mut c0);
+    f(&mut c1);
+    let mut a = Transport::new(c0).expect("transport 0");
+    let mut b = Transport::new(c1).expect("transport 1");
+    a.add_peer(PeerId(1), vec![b.local_addr()]).unwrap();
+    b.add_peer(PeerId(0), vec![a.local_addr()]).unwrap();
+    (a, b)
+}
+
+/// Progresses every transport until `done()` or the deadline (then panics with `what`).
+pub fn drive(
+    ts: &mut [&mut Transport],
+    limit: Duration,
+    what: &str,
+    mut done: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        for t in ts.iter_mut() {
+            t.progress().expect("progress");
+        }
+    }
+}
+
+/// Records every completion.
+pub fn completions(t: &mut Transport) -> Rc<RefCell<Vec<Completion>>> {
+    let v = Rc::new(RefCell::new(Vec::new()));
+    let v2 = v.clone();
+    t.on_complete(move |c| v2.borrow_mut().push(c));
+    v
+}
+
+/// Records every peer failure.
+pub fn failures(t: &mut Transport) -> Rc<RefCell<Vec<(PeerId, FailReason)>>> {
+    let v = Rc::new(RefCell::new(Vec::new()));
+    let v2 = v.clone();
+    t.on_error(move |p, r| v2.borrow_mut().push((p, r.clone())));
+    v
+}
+
+/// Deterministic xorshift generator.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// A message stream both sides can regenerate from a seed: sizes, tags, segment cuts
+/// and contents, so the receiver checks every byte, the order and the count.
+pub struct Stream {
+    rng: Rng,
+    pattern: Bytes,
+    pub seq: u64,
+}
+
+/// One generated message.
+pub struct Msg {
+    pub seq: u64,
+    pub tag: u8,
+    pub segs: Vec<Bytes>,
+    pub len: usize,
+}
+
+pub const PATTERN_LEN: usize = 5 << 20;
+
+/// The shared pattern every payload is cut from (zero copy for the sender).
+pub fn pattern() -> Bytes {
+    let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+    let v: Vec<u8> = (0..PATTERN_LEN).map(|_| r.next() as u8).collect();
+    Bytes::from(v)
+}
+
+impl Stream {
+    pub fn new(seed: u64, pattern: Bytes) -> Self {
+        Self {
+            rng: Rng(seed | 1),
+            pattern,
+            seq: 0,
+        }
+    }
+
+    /// Next message: mostly 0..=4 KiB, one in `large_every` between 64 KiB and 4 MiB.
+    pub fn next(&mut self, large_every: u64) -> Msg {
+        let seq = self.seq;
+        self.seq += 1;
+        let len = if large_every > 0 && self.rng.below(large_every) == 0 {
+            64 * 1024 + self.rng.below(4 * 1024 * 1024 - 64 * 1024 + 1) as usize
+        } else {
+            self.rng.below(4097) as usize
+        };
+        let tag = 1 + self.rng.below(4) as u8;
+        let nsegs = 1 + self.rng.below(8) as usize;
+        // Contents: the sequence number (little endian, truncated to len) then a slice
+        // of the pattern at a seq-dependent offset.
+        let off = (seq as usize * 4099) % (PATTERN_LEN - len.max(1));
+        let head_len = len.min(8);
+        let head = Bytes::copy_from_slice(&seq.to_le_bytes()[..head_len]);
+        let body = self.pattern.slice(off..off + (len - head_len));
+        let mut segs = vec![head];
+        // Cut the body into nsegs-1 pieces.
+        let mut rest = body;
+        for i in 1..nsegs {
+            if i == nsegs - 1 {
+                segs.push(rest.clone());
+                break;
+            }
+            let cut = self.rng.below(rest.len() as u64 + 1) as usize;
+            segs.push(rest.split_to(cut));
+        }
+        Msg {
+            seq,
+            tag,
+            segs,
+            len,
+        }
+    }
+
+    /// Checks a received payload against the next expected message.
+    pub fn check(&mut self, large_every: u64, tag: u8, payload: &[u8]) -> Result<(), String> {
+        let m = self.next(large_every);
+        if tag != m.tag {
+            return Err(format!("seq {}: tag {} != {}", m.seq, tag, m.tag));
+        }
+        if payload.len() != m.len {
+            return Err(format!("seq {}: len {} != {}", m.seq, payload.len(), m.len));
+        }
+        let mut off = 0;
+        for s in &m.segs {
+            if payload[off..off + s.len()] != s[..] {
+                return Err(format!(
+                    "seq {}: bytes differ at segment offset {off}",
+                    m.seq
+                ));
+            }
+            off += s.len();
+        }
+        Ok(())
+    }
+}

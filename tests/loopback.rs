@@ -1,0 +1,400 @@
+//! Loopback tests through the public API, two transports in one process, once per
+//! compiled backend.
+
+mod common;
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{completions, drive, failures, pair, pair_with, pattern, Stream};
+use ringbtl::proto::core::EndpointState;
+use ringbtl::{BackendKind, Config, Error, FailReason, PeerId, SendError, Tag, Transport};
+
+backend_tests!(
+    stream_100k_checked_both_directions,
+    reply_from_handler,
+    connect_refused_fails_after_retries,
+    unknown_tag_is_counted_not_fatal,
+    clean_shutdown_sends_fin,
+    peer_drop_fails_pending_sends_once,
+    register_twice_is_an_error,
+    simultaneous_connect,
+    bad_token_is_refused,
+    garbage_client_is_dropped,
+);
+
+const WINDOW: usize = 128;
+
+/// 100,000+ messages (0 B..4 KiB, 200+ of 64 KiB..4 MiB, 1..8 segments) each way, every
+/// one checked for content, order and count; every send completes exactly once.
+fn stream_100k_checked_both_directions(kind: BackendKind) {
+    let (mut a, mut b) = pair(kind);
+    let pat = pattern();
+    const N: u64 = 60_000; // per direction: 120,000 messages in all
+    const LARGE_EVERY: u64 = 250; // ~240 large ones per direction
+    let mut recv_checks = Vec::new();
+    for (t, seed) in [(&mut a, 2u64), (&mut b, 1u64)] {
+        // Each side checks what the other sends (seeds swapped).
+        let st = Rc::new(RefCell::new(Stream::new(seed, pat.clone())));
+        let got = Rc::new(Cell::new(0u64));
+        let large = Rc::new(Cell::new(0u64));
+        for tag in 1..=4u8 {
+            let (st, got, large) = (st.clone(), got.clone(), large.clone());
+            t.register(Tag(tag), move |_, am| {
+                if let Err(e) = st.borrow_mut().check(LARGE_EVERY, am.tag.0, am.payload) {
+                    panic!("{e}");
+                }
+                if am.payload.len() >= 64 * 1024 {
+                    large.set(large.get() + 1);
+                }
+                got.set(got.get() + 1);
+            })
+            .unwrap();
+        }
+        recv_checks.push((got, large));
+    }
+    let ca = completions(&mut a);
+    let cb = completions(&mut b);
+    let mut sa = Stream::new(1, pat.clone());
+    let mut sb = Stream::new(2, pat.clone());
+    let (mut sent_a, mut sent_b) = (0u64, 0u64);
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let done_a = ca.borrow().len() as u64;
+        let done_b = cb.borrow().len() as u64;
+        while sent_a < N && (sent_a - done_a) < WINDOW as u64 {
+            let m = sa.next(LARGE_EVERY);
+            a.send(PeerId(1), Tag(m.tag), &m.segs, m.seq).unwrap();
+            sent_a += 1;
+        }
+        while sent_b < N && (sent_b - done_b) < WINDOW as u64 {
+            let m = sb.next(LARGE_EVERY);
+            b.send(PeerId(0), Tag(m.tag), &m.segs, m.seq).unwrap();
+            sent_b += 1;
+        }
+        a.progress().unwrap();
+        b.progress().unwrap();
+        let received = recv_checks[0].0.get() + recv_checks[1].0.get();
+        if received == 2 * N && done_a == N && done_b == N {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stream timed out at {received}"
+        );
+    }
+    for c in [&ca, &cb] {
+        let c = c.borrow();
+        // Exactly once each, in order, all Ok.
+        for (i, x) in c.iter().enumerate() {
+            assert_eq!(x.cookie, i as u64);
+            assert_eq!(x.result, Ok(()));
+        }
+    }
+    assert!(
+        recv_checks[0].1.get() >= 200,
+        "large: {}",
+        recv_checks[0].1.get()
+    );
+    assert!(
+        recv_checks[1].1.get() >= 200,
+        "large: {}",
+        recv_checks[1].1.get()
+    );
+    println!("backend {}: {} messages checked", a.backend_name(), 2 * N);
+}
+
+fn reply_from_handler(kind: BackendKind) {
+    let (mut a, mut b) = pair(kind);
+    b.register(Tag(7), |t, am| {
+        let reply = Bytes::copy_from_slice(am.payload);
+        t.send(am.src, Tag(8), &[reply], 0).unwrap();
+    })
+    .unwrap();
+    let got = Rc::new(RefCell::new(Vec::new()));
+    let g = got.clone();
+    a.register(Tag(8), move |_, am| {
+        g.borrow_mut().push(am.payload.to_vec())
+    })
+    .unwrap();
+    for i in 0..100u32 {
+        a.send(
+            PeerId(1),
+            Tag(7),
+            &[Bytes::copy_from_slice(&i.to_le_bytes())],
+            0,
+        )
+        .unwrap();
+    }
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(20),
+        "replies",
+        || got.borrow().len() == 100,
+    );
+    for (i, p) in got.borrow().iter().enumerate() {
+        assert_eq!(p, &(i as u32).to_le_bytes());
+    }
+    // progress() from inside a handler is refused, not a recursion.
+    let seen = Rc::new(Cell::new(None));
+    let s = seen.clone();
+    b.register(Tag(9), move |t, _| {
+        s.set(Some(matches!(t.progress(), Err(Error::Reentrant(_)))))
+    })
+    .unwrap();
+    a.send(PeerId(1), Tag(9), &[], 0).unwrap();
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(10),
+        "reentrancy",
+        || seen.get().is_some(),
+    );
+    assert_eq!(seen.get(), Some(true));
+}
+
+fn connect_refused_fails_after_retries(kind: BackendKind) {
+    // A port where nobody listens: bind one, note it, close it.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    let mut c = common::cfg(0, kind);
+    c.connect_retries = 3;
+    let mut a = Transport::new(c).unwrap();
+    a.add_peer(PeerId(5), vec![addr]).unwrap();
+    let comp = completions(&mut a);
+    let fails = failures(&mut a);
+    for i in 0..10 {
+        a.send(PeerId(5), Tag(1), &[Bytes::from_static(b"x")], i)
+            .unwrap();
+    }
+    drive(
+        &mut [&mut a],
+        Duration::from_secs(20),
+        "connect failure",
+        || comp.borrow().len() == 10,
+    );
+    for (i, c) in comp.borrow().iter().enumerate() {
+        assert_eq!(c.cookie, i as u64);
+        assert!(
+            matches!(c.result, Err(FailReason::ConnectFailed { attempts: 3, .. })),
+            "{:?}",
+            c.result
+        );
+    }
+    assert_eq!(fails.borrow().len(), 1);
+    assert_eq!(
+        a.send(PeerId(5), Tag(1), &[], 99),
+        Err(SendError::Unreachable(PeerId(5)))
+    );
+    assert_eq!(a.stats().connect_retries, 2);
+}
+
+fn unknown_tag_is_counted_not_fatal(kind: BackendKind) {
+    let (mut a, mut b) = pair(kind);
+    let n = Rc::new(Cell::new(0));
+    let n2 = n.clone();
+    b.register(Tag(2), move |_, _| n2.set(n2.get() + 1))
+        .unwrap();
+    a.send(PeerId(1), Tag(200), &[Bytes::from_static(b"nobody")], 0)
+        .unwrap();
+    a.send(PeerId(1), Tag(2), &[Bytes::from_static(b"somebody")], 1)
+        .unwrap();
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(10),
+        "tag",
+        || n.get() == 1,
+    );
+    assert_eq!(b.stats().unknown_tag, 1);
+}
+
+fn clean_shutdown_sends_fin(kind: BackendKind) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc};
+    // b runs in its own thread so that a's blocking shutdown() has a live peer.
+    let got = Arc::new(AtomicUsize::new(0));
+    let (addr_tx, addr_rx) = mpsc::channel();
+    let (a_addr_tx, a_addr_rx) = mpsc::channel();
+    let g = got.clone();
+    let peer = std::thread::spawn(move || {
+        let mut b = Transport::new(common::cfg(1, kind)).unwrap();
+        addr_tx.send(b.local_addr()).unwrap();
+        let a_addr = a_addr_rx.recv().unwrap();
+        b.add_peer(PeerId(0), vec![a_addr]).unwrap();
+        b.register(Tag(1), move |_, _| {
+            g.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        let fb = failures(&mut b);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        // Until a's FIN arrives and the connection is closed cleanly.
+        loop {
+            b.progress().unwrap();
+            if b.peer_state(PeerId(0)) == Some(EndpointState::Closed) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no FIN seen");
+        }
+        let failed = fb.borrow().len();
+        failed
+    });
+    let mut a = Transport::new(common::cfg(0, kind)).unwrap();
+    a.add_peer(PeerId(1), vec![addr_rx.recv().unwrap()])
+        .unwrap();
+    a_addr_tx.send(a.local_addr()).unwrap();
+    let fa = failures(&mut a);
+    let ca = completions(&mut a);
+    for i in 0..1000 {
+        a.send(PeerId(1), Tag(1), &[Bytes::from_static(&[0u8; 100])], i)
+            .unwrap();
+    }
+    a.shutdown(Duration::from_secs(10)).unwrap();
+    assert_eq!(a.peer_state(PeerId(1)), Some(EndpointState::Closed));
+    let b_failures = peer.join().unwrap();
+    assert_eq!(b_failures, 0, "a clean close is not a failure");
+    assert!(fa.borrow().is_empty(), "{:?}", fa.borrow());
+    assert_eq!(ca.borrow().len(), 1000);
+    assert!(ca.borrow().iter().all(|c| c.result.is_ok()));
+    assert_eq!(got.load(Ordering::Relaxed), 1000);
+    assert_eq!(
+        a.send(PeerId(1), Tag(1), &[], 0),
+        Err(SendError::ShuttingDown)
+    );
+}
+
+fn peer_drop_fails_pending_sends_once(kind: BackendKind) {
+    let (mut a, b) = pair_with(kind, |c: &mut Config| c.sndbuf = Some(64 * 1024));
+    let mut b = b;
+    let ca = completions(&mut a);
+    let fa = failures(&mut a);
+    b.register(Tag(1), |_, _| {}).unwrap();
+    a.send(PeerId(1), Tag(1), &[Bytes::from_static(b"hi")], 0)
+        .unwrap();
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(10),
+        "connect",
+        || ca.borrow().len() == 1,
+    );
+    // Queue far more than the socket buffers hold, then the peer vanishes (no FIN).
+    let big = Bytes::from(vec![7u8; 1 << 20]);
+    for i in 1..=64 {
+        a.send(PeerId(1), Tag(1), &[big.clone()], i).unwrap();
+    }
+    a.progress().unwrap();
+    drop(b);
+    drive(&mut [&mut a], Duration::from_secs(20), "failure", || {
+        ca.borrow().len() == 65
+    });
+    let c = ca.borrow();
+    let mut cookies: Vec<u64> = c.iter().map(|c| c.cookie).collect();
+    cookies.sort_unstable();
+    cookies.dedup();
+    assert_eq!(cookies.len(), 65, "every send completes exactly once");
+    assert!(c.iter().skip(1).any(|c| c.result.is_err()));
+    assert_eq!(fa.borrow().len(), 1);
+    assert_eq!(
+        a.send(PeerId(1), Tag(1), &[], 0),
+        Err(SendError::Unreachable(PeerId(1)))
+    );
+}
+
+fn register_twice_is_an_error(kind: BackendKind) {
+    let (mut a, _b) = pair(kind);
+    a.register(Tag(3), |_, _| {}).unwrap();
+    assert!(matches!(
+        a.register(Tag(3), |_, _| {}),
+        Err(Error::TagInUse(Tag(3)))
+    ));
+    assert!(a.unregister(Tag(3)));
+    a.register(Tag(3), |_, _| {}).unwrap();
+}
+
+/// Both sides send before either has progressed: both dial; one connection survives and
+/// every message arrives once, in order.
+fn simultaneous_connect(kind: BackendKind) {
+    for round in 0..5 {
+        let (mut a, mut b) = pair(kind);
+        let ga = Rc::new(RefCell::new(Vec::new()));
+        let gb = Rc::new(RefCell::new(Vec::new()));
+        let (g1, g2) = (ga.clone(), gb.clone());
+        a.register(Tag(1), move |_, am| g1.borrow_mut().push(am.payload[0]))
+            .unwrap();
+        b.register(Tag(1), move |_, am| g2.borrow_mut().push(am.payload[0]))
+            .unwrap();
+        for i in 0..50u8 {
+            a.send(PeerId(1), Tag(1), &[Bytes::copy_from_slice(&[i])], 0)
+                .unwrap();
+            b.send(PeerId(0), Tag(1), &[Bytes::copy_from_slice(&[i])], 0)
+                .unwrap();
+        }
+        // Alternate who progresses first.
+        let mut ts: [&mut Transport; 2] = if round % 2 == 0 {
+            [&mut a, &mut b]
+        } else {
+            [&mut b, &mut a]
+        };
+        drive(&mut ts, Duration::from_secs(20), "simultaneous", || {
+            ga.borrow().len() == 50 && gb.borrow().len() == 50
+        });
+        let want: Vec<u8> = (0..50).collect();
+        assert_eq!(*ga.borrow(), want);
+        assert_eq!(*gb.borrow(), want);
+        let sims = a.stats().simultaneous + b.stats().simultaneous;
+        assert!(sims >= 1, "both dialed, so a tie-break happened");
+    }
+}
+
+fn bad_token_is_refused(kind: BackendKind) {
+    let mut c0 = common::cfg(0, kind);
+    c0.token = 1;
+    let mut c1 = common::cfg(1, kind);
+    c1.token = 2;
+    let mut a = Transport::new(c0).unwrap();
+    let mut b = Transport::new(c1).unwrap();
+    a.add_peer(PeerId(1), vec![b.local_addr()]).unwrap();
+    b.add_peer(PeerId(0), vec![a.local_addr()]).unwrap();
+    let fa = failures(&mut a);
+    let ca = completions(&mut a);
+    a.send(PeerId(1), Tag(1), &[], 0).unwrap();
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(10),
+        "refusal",
+        || ca.borrow().len() == 1,
+    );
+    assert!(ca.borrow()[0].result.is_err());
+    assert_eq!(fa.borrow().len(), 1);
+    assert_eq!(b.stats().refused, 1);
+}
+
+fn garbage_client_is_dropped(kind: BackendKind) {
+    use std::io::{Read, Write};
+    let (mut a, mut b) = pair(kind);
+    let mut s = std::net::TcpStream::connect(b.local_addr()).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.set_nonblocking(true).unwrap();
+    let mut closed = false;
+    let got = Rc::new(Cell::new(0));
+    let g = got.clone();
+    b.register(Tag(1), move |_, _| g.set(g.get() + 1)).unwrap();
+    a.send(PeerId(1), Tag(1), &[], 0).unwrap();
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(10),
+        "garbage dropped",
+        || {
+            let mut buf = [0u8; 64];
+            match s.read(&mut buf) {
+                Ok(0) => closed = true,
+                Ok(_) => panic!("no answer is expected for a bad magic"),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => closed = true,
+            }
+            closed && got.get() == 1
+        },
+    );
+    assert_eq!(b.stats().bad_magic, 1);
+}
