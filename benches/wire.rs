@@ -1,1 +1,108 @@
-fn main() {}
+//! Micro-benchmarks of the sans-IO hot paths: header codec, receive-cache parsing of a
+//! 64 KiB read full of small frames, and coalescing 64 queued frames into one batch.
+
+use std::hint::black_box;
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ringbtl::proto::recv_cache::{Next, RxBuf};
+use ringbtl::proto::tx::TxBatch;
+use ringbtl::wire::{FrameKind, Header, Tag};
+
+fn header(c: &mut Criterion) {
+    let h = Header {
+        kind: FrameKind::Send,
+        tag: Tag(9),
+        len: 4096,
+    };
+    let b = h.to_bytes();
+    c.bench_function("header/encode", |x| {
+        x.iter(|| black_box(black_box(h).to_bytes()))
+    });
+    c.bench_function("header/parse", |x| {
+        x.iter(|| Header::parse(black_box(&b), 1 << 20).unwrap())
+    });
+}
+
+fn recv_cache(c: &mut Criterion) {
+    // 64 KiB of 8-byte-payload frames, as one read would bring them.
+    let mut stream = Vec::new();
+    let mut frames = 0u64;
+    while stream.len() + 16 <= 64 * 1024 {
+        stream.extend_from_slice(
+            &Header {
+                kind: FrameKind::Send,
+                tag: Tag(1),
+                len: 8,
+            }
+            .to_bytes(),
+        );
+        stream.extend_from_slice(&frames.to_le_bytes());
+        frames += 1;
+    }
+    let mut g = c.benchmark_group("recv_cache");
+    g.throughput(Throughput::Elements(frames));
+    let mut rx = RxBuf::cache(64 * 1024);
+    g.bench_function("parse_64KiB_of_8B_frames", |x| {
+        x.iter(|| {
+            let spare = rx.spare_mut();
+            spare[..stream.len()].copy_from_slice(&stream);
+            rx.commit(stream.len());
+            let mut sum = 0u64;
+            while let Next::Frame(_, r) = rx.next_frame(1 << 20).unwrap() {
+                sum += rx.bytes(r)[0] as u64;
+            }
+            rx.compact();
+            black_box(sum)
+        })
+    });
+    g.finish();
+}
+
+fn coalesce(c: &mut Criterion) {
+    let small = Bytes::from_static(&[7u8; 8]);
+    let big = Bytes::from(vec![1u8; 16 * 1024]);
+    let mut b = TxBatch::with_capacity(64 * 1024, 256);
+    let hdr = Header {
+        kind: FrameKind::Send,
+        tag: Tag(1),
+        len: 8,
+    }
+    .to_bytes();
+    let mut g = c.benchmark_group("coalesce");
+    g.throughput(Throughput::Elements(64));
+    g.bench_function("64_small_frames_into_one_batch", |x| {
+        x.iter(|| {
+            b.clear();
+            for _ in 0..64 {
+                b.push_copy(&hdr);
+                b.push_copy(&small);
+            }
+            let mut iov = 0;
+            b.for_each_unsent(|_| iov += 1);
+            black_box(iov)
+        })
+    });
+    g.bench_function("64_16KiB_frames_by_reference", |x| {
+        x.iter(|| {
+            b.clear();
+            for _ in 0..64 {
+                b.push_copy(&hdr);
+                b.push_ext(big.clone());
+            }
+            let mut iov = 0;
+            b.for_each_unsent(|_| iov += 1);
+            black_box(iov)
+        })
+    });
+    g.finish();
+}
+
+// criterion_group! generates an undocumented function.
+#[allow(missing_docs)]
+mod group {
+    use super::*;
+    criterion_group!(benches, header, recv_cache, coalesce);
+}
+use group::benches;
+criterion_main!(benches);

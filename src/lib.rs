@@ -1,5 +1,72 @@
-//! ringbtl: a TCP byte-transfer layer for HPC message passing, built on io_uring.
+//! # ringbtl
+//!
+//! A TCP byte-transfer layer for message passing between the processes of an HPC job on
+//! Linux: it does the job of Open MPI's TCP BTL, built around an io_uring completion
+//! ring, with an epoll backend for kernels or containers where io_uring is disabled.
+//!
+//! ## Architecture
+//!
+//! ```text
+//!   application ──send(peer, tag, [Bytes])──▶ Transport ──handlers[tag](src, payload)──▶ application
+//!                                                │  progress(): flush ▸ poll ▸ dispatch ▸ flush
+//!                      ┌─────────────────────────┴──────────────────────────┐
+//!                      │ proto::core::Core (sans-IO: no fds, no clock)       │
+//!                      │  Endpoint per peer: Closed→Connecting→ConnectAck→   │
+//!                      │  Connected / Failed; send queue; FIN; retries       │
+//!                      │  Conn per socket: handshake, RxBuf cache, TxBatch   │
+//!                      └─────────────▲───────────────────────┬──────────────┘
+//!                        Event::{Recv,Sent,..}          Action::{Dial,Transmit,..}
+//!                      ┌─────────────┴───────────────────────▼──────────────┐
+//!                      │ reactor::AnyBackend: Uring (SQE/CQE) | Epoll         │
+//!                      │ owns every fd and every buffer the kernel may touch  │
+//!                      └──────────────────────────────────────────────────────┘
+//! ```
+//!
+//! - **Reactor** (`reactor`): the only code with file descriptors and syscalls. It
+//!   submits connect / accept / gathered `sendmsg` / `recv` / close and reports their
+//!   completions. Buffers are *rented*: a [`TxBatch`](proto::tx::TxBatch) or
+//!   [`RxBuf`](proto::recv_cache::RxBuf) is moved into the operation and handed back
+//!   with its completion, so nothing the kernel may touch can be freed or moved early.
+//! - **Protocol engine** ([`proto::core::Core`]): the endpoint state machine of the BTL
+//!   (handshake with magic, version, process id and job token; simultaneous-connect
+//!   resolution; FIN on clean close; failure reported to every pending send), the send
+//!   queue and the receive cache. Pure data in, actions out: unit-tested without sockets.
+//! - **Wire format** ([`wire`]): a 24-byte handshake record and an 8-byte frame header,
+//!   big-endian, documented there.
+//! - **Transport** ([`Transport`]): the public API. One thread drives it; handlers run
+//!   on that thread, get the payload in place in the receive cache, and may send.
+//!
+//! ## Guarantees
+//!
+//! 1. Every send that [`Transport::send`] accepted completes exactly once (`Ok` or an
+//!    error with the reason), through the [`Transport::on_complete`] callback.
+//! 2. Per peer, messages arrive in the order they were sent, none twice, none lost:
+//!    at most one gathered send is in flight per socket; frames queued meanwhile leave
+//!    together in the next one.
+//! 3. Nothing a peer sends can panic the process or make it allocate more than the
+//!    configured maximum frame size per connection; a violation fails that peer only.
+//! 4. Steady state does not allocate per message (see `tests/alloc.rs`).
+//!
+//! ## Backends
+//!
+//! | cargo feature | backend | notes |
+//! |---|---|---|
+//! | `uring` (default) | io_uring ring with `SINGLE_ISSUER`, `DEFER_TASKRUN`, `TASKRUN_FLAG` when the kernel has them | one ring per transport |
+//! | `epoll` (default) | non-blocking sockets + epoll | same protocol, same tests |
+//!
+//! With both compiled in, [`BackendKind::Auto`] probes io_uring (ring creation and the
+//! opcodes used: `SENDMSG`, `RECV`, `CONNECT`, `ACCEPT`, `ASYNC_CANCEL`, `CLOSE`) and falls
+//! back to epoll with one line on stderr saying why (`kernel.io_uring_disabled`, a
+//! seccomp profile, `RLIMIT_MEMLOCK`...). `RINGBTL_BACKEND=uring|epoll|auto` or
+//! [`Config::backend`] force a choice; a forced backend that cannot run is an error.
+//!
+//! ## Kernel requirements
+//!
+//! io_uring backend: Linux 5.19 or newer for multishot accept (older kernels use
+//! single-shot accept), 6.1 for `DEFER_TASKRUN`; the ring's memory counts against
+//! `RLIMIT_MEMLOCK` on kernels before 5.12. epoll backend: any Linux.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod config;
 pub mod error;
@@ -7,11 +74,12 @@ pub mod proto;
 pub(crate) mod reactor;
 pub mod transport;
 pub mod wire;
+pub mod wireup;
 
 pub use config::{Config, ProgressMode};
 pub use error::{Error, FailReason, ProtoError, SendError, WireError};
 pub use reactor::BackendKind;
-pub use transport::{Am, Completion, Transport};
+pub use transport::{Am, Completion, Stats, Transport};
 pub use wire::{PeerId, Tag};
 
 #[cfg(not(any(feature = "uring", feature = "epoll")))]

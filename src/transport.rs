@@ -62,6 +62,8 @@ pub struct Stats {
 }
 
 type Handler = Box<dyn FnMut(&mut Transport, &Am<'_>)>;
+type CompletionFn = Box<dyn FnMut(Completion)>;
+type ErrorFn = Box<dyn FnMut(PeerId, &FailReason)>;
 
 /// A TCP transport for one process: it owns every socket, drives the protocol and
 /// dispatches active messages. Single-threaded: the thread that calls
@@ -70,8 +72,8 @@ pub struct Transport {
     backend: AnyBackend,
     core: Core,
     handlers: Vec<Option<Handler>>,
-    on_complete: Option<Box<dyn FnMut(Completion)>>,
-    on_error: Option<Box<dyn FnMut(PeerId, &FailReason)>>,
+    on_complete: Option<CompletionFn>,
+    on_error: Option<ErrorFn>,
     events: Vec<Event>,
     local: SocketAddr,
     cfg: Config,
@@ -317,7 +319,10 @@ impl Transport {
 
     fn handle_event(&mut self, now: Instant, ev: Event) {
         match ev {
-            Event::Accepted { conn, .. } => self.core.handle_accepted(now, key(conn)),
+            Event::Accepted { conn, peer } => {
+                tracing::debug!("accepted a connection from {peer}");
+                self.core.handle_accepted(now, key(conn));
+            }
             Event::AcceptError(e) => {
                 self.accept_errors += 1;
                 tracing::warn!("accept failed: {e}");

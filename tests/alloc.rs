@@ -54,7 +54,8 @@ fn no_allocation_per_message(kind: BackendKind) {
         let payload = Bytes::from(vec![5u8; size]);
         let reply = payload.clone();
         b.register(Tag(1), move |t, am| {
-            t.send(am.src, Tag(2), &[reply.clone()], 0).unwrap();
+            t.send(am.src, Tag(2), std::slice::from_ref(&reply), 0)
+                .unwrap();
         })
         .unwrap();
         let got = Rc::new(Cell::new(0u64));
@@ -69,7 +70,8 @@ fn no_allocation_per_message(kind: BackendKind) {
         let mut round = |n: u64| {
             for _ in 0..n {
                 let want = got.get() + 1;
-                a.send(PeerId(1), Tag(1), &[payload.clone()], 0).unwrap();
+                a.send(PeerId(1), Tag(1), std::slice::from_ref(&payload), 0)
+                    .unwrap();
                 let deadline = std::time::Instant::now() + Duration::from_secs(10);
                 while got.get() < want {
                     a.progress().unwrap();

@@ -1,1 +1,527 @@
-//! Backend conformance tests (to be written).
+//! Backend conformance tests: the contract of [`Backend`] (module doc of `reactor`),
+//! checked over real loopback sockets for any backend.
+//!
+//! Each backend's test module calls [`run_all`] with a constructor. Everything binds to
+//! 127.0.0.1, every wait is bounded (a case fails after [`DEADLINE`] rather than hangs),
+//! and no duration is asserted beyond "it returned".
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::{Backend, ConnId, Event, RxBuf, SockOpts, TxBatch};
+
+/// Upper bound for any single wait in a case.
+const DEADLINE: Duration = Duration::from_secs(5);
+/// Poll granularity while waiting.
+const TICK: Duration = Duration::from_millis(10);
+
+/// Runs every case against backends built by `make` (called once or more per case, with
+/// the socket options the case needs).
+pub(super) fn run_all<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let cases: [(&str, Case<B>); 11] = [
+        ("connect_accept", case_connect_accept),
+        ("multipart_batch", case_multipart_batch),
+        ("more_parts_than_iov_max", case_more_parts_than_iov_max),
+        ("large_batch_slow_reader", case_large_batch_slow_reader),
+        ("eof_after_peer_close", case_eof_after_peer_close),
+        ("connect_refused", case_connect_refused),
+        ("close_with_recv_pending", case_close_with_recv_pending),
+        ("close_with_send_pending", case_close_with_send_pending),
+        ("poll_timeout_idle", case_poll_timeout_idle),
+        ("many_connections", case_many_connections),
+        ("misuse_returns_buffers", case_misuse_returns_buffers),
+    ];
+    let backend = make(SockOpts::default()).name();
+    for (name, case) in cases {
+        let t = Instant::now();
+        case(make);
+        eprintln!("conformance[{backend}] {name}: ok ({:?})", t.elapsed());
+    }
+}
+
+/// One conformance case: builds the backends it needs with the given constructor.
+type Case<B> = fn(&dyn Fn(SockOpts) -> B);
+
+fn loopback() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)
+}
+
+/// A backend plus the events polled but not yet looked at.
+struct Harness<B> {
+    b: B,
+    q: VecDeque<Event>,
+    out: Vec<Event>,
+}
+
+impl<B: Backend> Harness<B> {
+    fn new(b: B) -> Self {
+        Self {
+            b,
+            q: VecDeque::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// One bounded poll; new events join the queue.
+    fn pump(&mut self, t: Duration) {
+        self.b.poll(Some(t), &mut self.out).expect("poll failed");
+        for ev in self.out.drain(..) {
+            // Every case accepts only connections it made itself.
+            if let Event::AcceptError(e) = &ev {
+                panic!("unexpected accept error: {e}");
+            }
+            self.q.push_back(ev);
+        }
+    }
+
+    /// Polls for up to `t`, keeping every event.
+    fn pump_for(&mut self, t: Duration) {
+        let end = Instant::now() + t;
+        while Instant::now() < end {
+            self.pump(TICK);
+        }
+    }
+
+    /// Removes and returns the first event matching `f`, polling until [`DEADLINE`].
+    fn wait(&mut self, what: &str, f: impl Fn(&Event) -> bool) -> Event {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            if let Some(i) = self.q.iter().position(&f) {
+                return self.q.remove(i).expect("index from position");
+            }
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for {what}; queued: {:?}",
+                self.q
+            );
+            self.pump(TICK);
+        }
+    }
+
+    fn wait_closed(&mut self, conn: ConnId) {
+        self.wait(
+            "Closed",
+            |e| matches!(e, Event::Closed { conn: c } if *c == conn),
+        );
+    }
+
+    fn wait_sent(&mut self, conn: ConnId) -> (TxBatch, io::Result<()>) {
+        match self.wait(
+            "Sent",
+            |e| matches!(e, Event::Sent { conn: c, .. } if *c == conn),
+        ) {
+            Event::Sent { batch, result, .. } => (batch, result),
+            _ => unreachable!(),
+        }
+    }
+
+    fn wait_recv(&mut self, conn: ConnId) -> (RxBuf, io::Result<usize>) {
+        match self.wait(
+            "Recv",
+            |e| matches!(e, Event::Recv { conn: c, .. } if *c == conn),
+        ) {
+            Event::Recv { rx, result, .. } => (rx, result),
+            _ => unreachable!(),
+        }
+    }
+
+    /// No event of `conn` shows up within `t`.
+    fn assert_quiet(&mut self, conn: ConnId, t: Duration) {
+        self.pump_for(t);
+        let stray: Vec<_> = self.q.iter().filter(|e| conn_of(e) == Some(conn)).collect();
+        assert!(
+            stray.is_empty(),
+            "unexpected events for {conn:?}: {stray:?}"
+        );
+    }
+
+    /// Listens, connects, and waits for both ends. Returns (client, server).
+    fn pair(&mut self) -> (ConnId, ConnId) {
+        let addr = self.b.listen(loopback()).expect("listen");
+        self.connect_to(addr)
+    }
+
+    fn connect_to(&mut self, addr: SocketAddr) -> (ConnId, ConnId) {
+        let client = self.b.connect(addr, None).expect("connect");
+        let server = match self.wait("Accepted", |e| matches!(e, Event::Accepted { .. })) {
+            Event::Accepted { conn, peer } => {
+                assert!(peer.ip().is_loopback(), "peer {peer}");
+                conn
+            }
+            _ => unreachable!(),
+        };
+        match self.wait(
+            "Connected",
+            |e| matches!(e, Event::Connected { conn, .. } if *conn == client),
+        ) {
+            Event::Connected { result, .. } => result.expect("connect result"),
+            _ => unreachable!(),
+        }
+        assert_ne!(client, server);
+        (client, server)
+    }
+
+    /// Receives exactly `n` bytes on `conn` through repeated `recv`, `cap` bytes at most
+    /// per read; with `slow`, pauses now and then without polling.
+    fn recv_exact(&mut self, conn: ConnId, n: usize, cap: usize, slow: bool) -> Vec<u8> {
+        let mut got = Vec::with_capacity(n);
+        let mut rx = RxBuf::cache(cap);
+        let mut filled = 0;
+        let mut reads = 0u32;
+        let end = Instant::now() + DEADLINE * 2;
+        while got.len() < n {
+            assert!(Instant::now() < end, "recv_exact: {} of {n}", got.len());
+            self.b.recv(conn, rx);
+            let (r, result) = self.wait_recv(conn);
+            let k = result.expect("recv result");
+            assert!(k > 0, "unexpected EOF after {} of {n} bytes", got.len());
+            got.extend_from_slice(r.bytes(filled..filled + k));
+            filled += k;
+            rx = r;
+            if filled == rx.capacity() {
+                rx = RxBuf::cache(cap);
+                filled = 0;
+            }
+            reads += 1;
+            if slow && reads.is_multiple_of(32) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        assert_eq!(got.len(), n, "received more than sent");
+        got
+    }
+
+    fn close_and_wait(&mut self, conns: &[ConnId]) {
+        for &c in conns {
+            self.b.close(c);
+        }
+        for &c in conns {
+            self.wait_closed(c);
+        }
+    }
+}
+
+fn conn_of(e: &Event) -> Option<ConnId> {
+    match e {
+        Event::Accepted { conn, .. }
+        | Event::Connected { conn, .. }
+        | Event::Sent { conn, .. }
+        | Event::Recv { conn, .. }
+        | Event::Closed { conn } => Some(*conn),
+        Event::AcceptError(_) => None,
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
+}
+
+/// A batch alternating copied pieces and external `Bytes` segments; returns it with the
+/// byte stream it must produce.
+fn mixed_batch(ext_parts: usize, ext_len: usize) -> (TxBatch, Vec<u8>) {
+    let mut b = TxBatch::with_capacity(64 * ext_parts, 2 * ext_parts);
+    let mut want = Vec::new();
+    for i in 0..ext_parts {
+        let hdr = pattern(16 + i % 7, i as u8);
+        b.push_copy(&hdr);
+        want.extend_from_slice(&hdr);
+        let seg = pattern(ext_len, 100 + i as u8);
+        want.extend_from_slice(&seg);
+        b.push_ext(Bytes::from(seg));
+        b.add_frame();
+    }
+    b.push_copy(b"trailer");
+    want.extend_from_slice(b"trailer");
+    (b, want)
+}
+
+fn small_bufs() -> SockOpts {
+    SockOpts {
+        nodelay: true,
+        sndbuf: Some(16 * 1024),
+        rcvbuf: Some(16 * 1024),
+    }
+}
+
+/// Listen, connect, accept; both ends are usable in both directions and close cleanly.
+fn case_connect_accept<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(SockOpts::default()));
+    let (client, server) = h.pair();
+    let mut b = TxBatch::default();
+    b.push_copy(b"ping");
+    h.b.send(client, b);
+    assert_eq!(h.recv_exact(server, 4, 64, false), b"ping");
+    h.wait_sent(client).1.expect("send");
+    let mut b = TxBatch::default();
+    b.push_copy(b"pong");
+    h.b.send(server, b);
+    assert_eq!(h.recv_exact(client, 4, 64, false), b"pong");
+    h.wait_sent(server).1.expect("send");
+    h.close_and_wait(&[client, server]);
+}
+
+/// A batch of copied and external parts arrives byte for byte, over several reads.
+fn case_multipart_batch<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(SockOpts {
+        nodelay: true,
+        ..SockOpts::default()
+    }));
+    let (client, server) = h.pair();
+    let (batch, want) = mixed_batch(12, 9_000);
+    let total = batch.len();
+    h.b.send(client, batch);
+    let got = h.recv_exact(server, want.len(), 4096, false);
+    assert!(got == want, "multipart stream differs");
+    let (batch, result) = h.wait_sent(client);
+    result.expect("send");
+    assert_eq!(batch.remaining(), 0);
+    assert_eq!(batch.len(), total);
+    // A reused batch (cleared, refilled) goes out again.
+    let mut batch = batch;
+    batch.clear();
+    batch.push_copy(b"again");
+    h.b.send(client, batch);
+    assert_eq!(h.recv_exact(server, 5, 4096, false), b"again");
+    h.wait_sent(client).1.expect("second send");
+    h.close_and_wait(&[client, server]);
+}
+
+/// A batch of more parts than one `sendmsg` takes (IOV_MAX = 1024): the backend sends
+/// it in several calls, in order, and reports one `Sent`.
+fn case_more_parts_than_iov_max<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(SockOpts::default()));
+    let (client, server) = h.pair();
+    let mut batch = TxBatch::with_capacity(0, 3000);
+    let mut want = Vec::new();
+    for i in 0..3000usize {
+        let seg = pattern(1 + i % 61, i as u8);
+        want.extend_from_slice(&seg);
+        batch.push_ext(Bytes::from(seg));
+    }
+    assert_eq!(batch.parts(), 3000);
+    h.b.send(client, batch);
+    let got = h.recv_exact(server, want.len(), 64 * 1024, false);
+    assert!(got == want, "stream of many parts differs");
+    let (batch, result) = h.wait_sent(client);
+    result.expect("send of many parts");
+    assert_eq!(batch.remaining(), 0);
+    h.close_and_wait(&[client, server]);
+}
+
+/// 8 MiB through small socket buffers to a slow reader: short writes are resumed inside
+/// the backend and `Sent` comes once, when everything is written.
+fn case_large_batch_slow_reader<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(small_bufs()));
+    let (client, server) = h.pair();
+    let (batch, want) = mixed_batch(8, 1 << 20);
+    h.b.send(client, batch);
+    let got = h.recv_exact(server, want.len(), 16 * 1024, true);
+    assert!(got == want, "large stream differs");
+    let (batch, result) = h.wait_sent(client);
+    result.expect("large send");
+    assert_eq!(batch.remaining(), 0);
+    let sent_events =
+        h.q.iter()
+            .filter(|e| matches!(e, Event::Sent { .. }))
+            .count();
+    assert_eq!(sent_events, 0, "more than one Sent for one batch");
+    h.close_and_wait(&[client, server]);
+}
+
+/// The peer closes: a receive completes with `Ok(0)`. `close` is idempotent.
+fn case_eof_after_peer_close<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(SockOpts::default()));
+    let (client, server) = h.pair();
+    h.b.close(server);
+    h.b.close(server);
+    h.wait_closed(server);
+    h.b.recv(client, RxBuf::cache(256));
+    let (rx, result) = h.wait_recv(client);
+    assert_eq!(result.expect("recv at EOF"), 0);
+    assert_eq!(rx.pending(), 0);
+    h.assert_quiet(server, Duration::from_millis(30));
+    h.close_and_wait(&[client]);
+}
+
+/// Nobody listens: `Connected` carries ECONNREFUSED.
+fn case_connect_refused<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(SockOpts::default()));
+    let addr = {
+        let l = std::net::TcpListener::bind(loopback()).expect("bind");
+        l.local_addr().expect("local_addr")
+    };
+    let conn = h.b.connect(addr, None).expect("connect starts");
+    match h.wait(
+        "Connected",
+        |e| matches!(e, Event::Connected { conn: c, .. } if *c == conn),
+    ) {
+        Event::Connected { result, .. } => {
+            let err = result.expect_err("connect to a closed port succeeded");
+            assert_eq!(err.raw_os_error(), Some(libc::ECONNREFUSED), "{err}");
+        }
+        _ => unreachable!(),
+    }
+    h.close_and_wait(&[conn]);
+}
+
+/// Close with a receive pending: the receive comes back with an error and its buffer,
+/// then exactly one `Closed`.
+fn case_close_with_recv_pending<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(SockOpts::default()));
+    let (client, server) = h.pair();
+    h.b.recv(server, RxBuf::cache(1000));
+    h.pump_for(Duration::from_millis(20));
+    assert!(h.q.is_empty(), "{:?}", h.q);
+    h.b.close(server);
+    h.b.close(server);
+    let evs = collect_until_closed(&mut h, server);
+    assert_eq!(evs.len(), 2, "{evs:?}");
+    match &evs[0] {
+        Event::Recv { rx, result, .. } => {
+            assert!(result.is_err(), "recv after close: {result:?}");
+            assert_eq!(rx.capacity(), 1000);
+        }
+        other => panic!("expected Recv first, got {other:?}"),
+    }
+    h.assert_quiet(server, Duration::from_millis(30));
+    h.close_and_wait(&[client]);
+}
+
+/// Close with a send pending (peer not reading, small buffers): `Sent{Err}` with the
+/// batch, then exactly one `Closed`.
+fn case_close_with_send_pending<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(small_bufs()));
+    let (client, server) = h.pair();
+    let (batch, _) = mixed_batch(8, 1 << 20);
+    let total = batch.len();
+    h.b.send(client, batch);
+    h.pump_for(Duration::from_millis(50));
+    assert!(
+        !h.q.iter().any(|e| matches!(e, Event::Sent { .. })),
+        "8 MiB fit in small socket buffers?"
+    );
+    h.b.close(client);
+    let evs = collect_until_closed(&mut h, client);
+    assert_eq!(evs.len(), 2, "{evs:?}");
+    match &evs[0] {
+        Event::Sent { batch, result, .. } => {
+            assert!(result.is_err(), "send after close: {result:?}");
+            assert_eq!(batch.len(), total);
+            assert!(batch.remaining() > 0);
+        }
+        other => panic!("expected Sent first, got {other:?}"),
+    }
+    h.assert_quiet(client, Duration::from_millis(30));
+    h.close_and_wait(&[server]);
+}
+
+/// Gathers every event of `conn` up to and including its `Closed`.
+fn collect_until_closed<B: Backend>(h: &mut Harness<B>, conn: ConnId) -> Vec<Event> {
+    let mut evs = Vec::new();
+    loop {
+        let e = h.wait("an event of the closing connection", |e| {
+            conn_of(e) == Some(conn)
+        });
+        let done = matches!(e, Event::Closed { .. });
+        evs.push(e);
+        if done {
+            return evs;
+        }
+    }
+}
+
+/// `poll(Some(t))` with nothing to do returns, without events.
+fn case_poll_timeout_idle<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut b = make(SockOpts::default());
+    let mut out = Vec::new();
+    let t = Instant::now();
+    b.poll(Some(Duration::from_millis(50)), &mut out)
+        .expect("poll");
+    assert!(out.is_empty(), "{out:?}");
+    assert!(t.elapsed() < DEADLINE);
+    b.poll(None, &mut out).expect("poll(None)");
+    assert!(out.is_empty(), "{out:?}");
+}
+
+/// 50 connections at once, each carrying its own bytes both ways.
+fn case_many_connections<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    const N: usize = 50;
+    let mut h = Harness::new(make(SockOpts {
+        nodelay: true,
+        ..SockOpts::default()
+    }));
+    let addr = h.b.listen(loopback()).expect("listen");
+    // Half of the clients bind their local end explicitly first.
+    let clients: Vec<ConnId> = (0..N)
+        .map(|i| {
+            let bind = (i % 2 == 0).then(loopback);
+            h.b.connect(addr, bind).expect("connect")
+        })
+        .collect();
+    let mut servers = Vec::new();
+    for _ in 0..N {
+        match h.wait("Accepted", |e| matches!(e, Event::Accepted { .. })) {
+            Event::Accepted { conn, .. } => servers.push(conn),
+            _ => unreachable!(),
+        }
+    }
+    for &c in &clients {
+        match h.wait(
+            "Connected",
+            |e| matches!(e, Event::Connected { conn, .. } if *conn == c),
+        ) {
+            Event::Connected { result, .. } => result.expect("connect"),
+            _ => unreachable!(),
+        }
+    }
+    // Each client names itself; the server echoes the name back.
+    for (i, &c) in clients.iter().enumerate() {
+        let mut b = TxBatch::default();
+        b.push_copy(&(i as u64).to_le_bytes());
+        h.b.send(c, b);
+    }
+    let mut seen = [false; N];
+    for &s in &servers {
+        let got = h.recv_exact(s, 8, 64, false);
+        let i = u64::from_le_bytes(got.as_slice().try_into().expect("8 bytes")) as usize;
+        assert!(i < N && !seen[i], "bad or duplicate client id {i}");
+        seen[i] = true;
+        let mut b = TxBatch::default();
+        b.push_copy(&got);
+        h.b.send(s, b);
+    }
+    for (i, &c) in clients.iter().enumerate() {
+        let got = h.recv_exact(c, 8, 64, false);
+        assert_eq!(got, (i as u64).to_le_bytes());
+    }
+    for &c in clients.iter().chain(&servers) {
+        h.wait_sent(c).1.expect("send");
+    }
+    let all: Vec<ConnId> = clients.iter().chain(&servers).copied().collect();
+    h.close_and_wait(&all);
+}
+
+/// Operations on a closed connection fail and still return their buffers.
+fn case_misuse_returns_buffers<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(SockOpts::default()));
+    let (client, server) = h.pair();
+    h.close_and_wait(&[client]);
+    // `client` is free again; nothing of it lives in the backend.
+    let mut b = TxBatch::default();
+    b.push_copy(b"late");
+    h.b.send(client, b);
+    let (b, result) = h.wait_sent(client);
+    assert!(result.is_err());
+    assert_eq!(b.len(), 4);
+    h.b.recv(client, RxBuf::cache(128));
+    let (rx, result) = h.wait_recv(client);
+    assert!(result.is_err());
+    assert_eq!(rx.capacity(), 128);
+    h.close_and_wait(&[server]);
+}

@@ -59,3 +59,33 @@ pub(crate) fn listener(addr: SocketAddr) -> io::Result<(RawFd, SocketAddr)> {
         .ok_or_else(|| io::Error::other("listener has no inet address"))?;
     Ok((sock.into_raw_fd(), local))
 }
+
+/// Applies the configured options to a socket the caller owns as a raw fd, without
+/// taking ownership of it (the fd stays open).
+pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts) -> io::Result<()> {
+    // SAFETY: the caller owns `fd` and keeps it open for the duration of this call; the
+    // borrow ends before we return, and `SockRef` never closes the descriptor.
+    let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    apply_opts(&socket2::SockRef::from(&bfd), opts)
+}
+
+/// The peer address of a connected socket given as a raw fd (`getpeername(2)`).
+pub(crate) fn peer_addr_fd(fd: RawFd) -> io::Result<SocketAddr> {
+    // SAFETY: as in `apply_opts_fd`: the caller keeps `fd` open during the call and the
+    // borrow does not outlive it.
+    let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    socket2::SockRef::from(&bfd)
+        .peer_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("peer has no inet address"))
+}
+
+/// Closes a raw fd the caller owns and will not use again (`close(2)`; errors ignored,
+/// as after `close` the descriptor is gone either way).
+pub(crate) fn close_fd(fd: RawFd) {
+    if fd >= 0 {
+        // SAFETY: the caller transfers its ownership of `fd` here and never uses it again,
+        // so wrapping it in an `OwnedFd` that is dropped at once closes it exactly once.
+        drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    }
+}

@@ -1,5 +1,5 @@
 //! Shared helpers for the loopback tests: one test body runs once per compiled backend.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -167,16 +167,14 @@ impl Stream {
         let head = Bytes::copy_from_slice(&seq.to_le_bytes()[..head_len]);
         let body = self.pattern.slice(off..off + (len - head_len));
         let mut segs = vec![head];
-        // Cut the body into nsegs-1 pieces.
+        // Cut the body into 1..=7 pieces (at most 8 segments in all).
+        let pieces = nsegs.saturating_sub(1).max(1);
         let mut rest = body;
-        for i in 1..nsegs {
-            if i == nsegs - 1 {
-                segs.push(rest.clone());
-                break;
-            }
+        for _ in 1..pieces {
             let cut = self.rng.below(rest.len() as u64 + 1) as usize;
             segs.push(rest.split_to(cut));
         }
+        segs.push(rest);
         Msg {
             seq,
             tag,

@@ -1,0 +1,538 @@
+//! Wire-up: finding this rank's addresses and learning every peer's.
+//!
+//! A job's ranks must agree on who is who and where each one listens before the first
+//! connection. This layer runs once, at start-up, and may block and make system calls;
+//! it knows nothing of the [`Transport`](crate::Transport), which consumes its results:
+//!
+//! 1. [`ifaces`]: list the host's interfaces and select the usable ones
+//!    (`RINGBTL_IF_INCLUDE` / `RINGBTL_IF_EXCLUDE`, by name or subnet);
+//! 2. [`uri`]: publish the listen addresses as a `tcp://…;tcp://[…]:…` list;
+//! 3. [`Modex`]: exchange those lists so every rank holds the table rank → URI list,
+//!    through PMI-1 ([`pmi`]), the env + root rendezvous ([`rendezvous`]) or, for a
+//!    single process, nothing at all; [`env`](mod@env) reads the rank and size a launcher
+//!    exported;
+//! 4. [`route`]: for each peer, the order in which to try its addresses and the local
+//!    address to bind each connecting socket to.
+//!
+//! [`Wireup::from_env`] picks the exchange the way HPC launchers expect:
+//! `RINGBTL_WIREUP=pmix|pmi|env|local` forces one; otherwise PMI-1 when `PMI_FD` is set
+//! (MPICH `mpiexec.hydra`, Flux), else the rendezvous when `RINGBTL_ROOT` is set, else a
+//! single local process. Every exchange gives up after `RINGBTL_WIREUP_TIMEOUT`
+//! milliseconds (default 60 000).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::config::{parse_u64, Config};
+use crate::error::Error;
+use crate::wire::PeerId;
+
+pub mod env;
+pub mod ifaces;
+pub mod pmi;
+pub mod rendezvous;
+pub mod route;
+pub mod uri;
+
+pub use env::RankInfo;
+pub use ifaces::{discover, select_local, Cidr, IfFlags, IfMatch, IfSelection, Interface};
+pub use pmi::{PmiClient, PmiMaxes};
+pub use rendezvous::Rendezvous;
+pub use route::{order_peer_addrs, Route};
+pub use uri::{format_uri, format_uri_list, parse_uri, parse_uri_list};
+
+/// Time allowed for the address exchange unless `RINGBTL_WIREUP_TIMEOUT` says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An address exchange ("modex", as MPI runtimes call it): every rank contributes its URI
+/// list and gets everybody's.
+pub trait Modex {
+    /// Publishes `my_uris` and returns the lists of all ranks, indexed by rank (this
+    /// rank's own included). Collective: every rank of the job must call it.
+    fn exchange(&mut self, my_uris: &str) -> Result<Vec<String>, Error>;
+
+    /// This process's rank.
+    fn rank(&self) -> u32;
+
+    /// Number of ranks in the job.
+    fn size(&self) -> u32;
+
+    /// Tells the launcher this process is done with wire-up. Call before exiting: some
+    /// launchers (Hydra) treat a process that leaves without it as failed.
+    fn finalize(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// The exchange of a single process: rank 0 of 1, nothing to exchange.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalModex;
+
+impl Modex for LocalModex {
+    fn exchange(&mut self, my_uris: &str) -> Result<Vec<String>, Error> {
+        Ok(vec![my_uris.to_owned()])
+    }
+
+    fn rank(&self) -> u32 {
+        0
+    }
+
+    fn size(&self) -> u32 {
+        1
+    }
+}
+
+/// The exchange through a PMI-1 server: put own list, barrier, get everybody's.
+#[derive(Debug)]
+pub struct PmiModex<S> {
+    client: Option<PmiClient<S>>,
+    rank: u32,
+    size: u32,
+    epoch: u32,
+}
+
+impl<S: Read + Write> PmiModex<S> {
+    /// Wraps an initialized client. `rank` and `size` come from the launcher
+    /// (`PMI_RANK` / `PMI_SIZE`).
+    pub fn new(client: PmiClient<S>, rank: u32, size: u32) -> Self {
+        Self {
+            client: Some(client),
+            rank,
+            size,
+            epoch: 0,
+        }
+    }
+
+    fn client(&mut self) -> Result<&mut PmiClient<S>, Error> {
+        self.client
+            .as_mut()
+            .ok_or_else(|| Error::Wireup("PMI connection already finalized".into()))
+    }
+}
+
+impl<S: Read + Write> Modex for PmiModex<S> {
+    fn exchange(&mut self, my_uris: &str) -> Result<Vec<String>, Error> {
+        // A fresh key per exchange: PMI-1 servers may refuse to overwrite a key.
+        let epoch = self.epoch;
+        self.epoch += 1;
+        let (rank, size) = (self.rank, self.size);
+        let key = |r: u32| format!("rbtl{epoch}-{r}");
+        let c = self.client()?;
+        c.put_long(&key(rank), my_uris)?;
+        c.barrier()?;
+        (0..size)
+            .map(|r| {
+                c.get_long(&key(r))
+                    .map_err(|e| Error::Wireup(format!("addresses of rank {r}: {e}")))
+            })
+            .collect()
+    }
+
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.size
+    }
+
+    fn finalize(&mut self) -> Result<(), Error> {
+        match self.client.take() {
+            Some(c) => c.finalize().map(drop),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The ways ranks can exchange addresses (`RINGBTL_WIREUP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireupKind {
+    /// PMIx (Open MPI's `mpirun`, `srun --mpi=pmix`); not compiled in yet.
+    Pmix,
+    /// PMI-1 over `PMI_FD`.
+    Pmi,
+    /// Rank variables from the environment plus the rendezvous at `RINGBTL_ROOT`.
+    Env,
+    /// One process, no exchange.
+    Local,
+}
+
+impl WireupKind {
+    /// The name used in `RINGBTL_WIREUP`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pmix => "pmix",
+            Self::Pmi => "pmi",
+            Self::Env => "env",
+            Self::Local => "local",
+        }
+    }
+}
+
+impl FromStr for WireupKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.trim() {
+            "pmix" => Ok(Self::Pmix),
+            "pmi" | "pmi1" => Ok(Self::Pmi),
+            "env" => Ok(Self::Env),
+            "local" => Ok(Self::Local),
+            other => Err(Error::Config(format!(
+                "RINGBTL_WIREUP={other:?}: accepted values are pmix, pmi, env, local"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for WireupKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The exchange chosen for this process, with its rank information.
+#[derive(Debug)]
+pub struct Wireup {
+    kind: WireupKind,
+    info: RankInfo,
+    timeout: Duration,
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Pmi(PmiModex<UnixStream>),
+    Env(Rendezvous),
+    Local(LocalModex),
+}
+
+impl Wireup {
+    /// Chooses and prepares the exchange from the process environment (see the module
+    /// docs). Under PMI-1 this already talks to the launcher (`init`); under the
+    /// rendezvous, rank 0 already listens.
+    pub fn from_env() -> Result<Self, Error> {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// As [`from_env`](Self::from_env), reading variables through `get`.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
+        let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let timeout = timeout_from_vars(&get)?;
+        let kind = match var("RINGBTL_WIREUP") {
+            Some(v) => WireupKind::from_str(&v)?,
+            None if var("PMI_FD").is_some() => WireupKind::Pmi,
+            None if var("RINGBTL_ROOT").is_some() => WireupKind::Env,
+            None => WireupKind::Local,
+        };
+        let (info, inner) = match kind {
+            WireupKind::Pmix => {
+                return Err(Error::Config(
+                    "RINGBTL_WIREUP=pmix: PMIx support is not compiled in; use pmi, env or local"
+                        .into(),
+                ))
+            }
+            WireupKind::Pmi => {
+                let fd = var("PMI_FD").ok_or_else(|| {
+                    Error::Config("RINGBTL_WIREUP=pmi needs PMI_FD (set by the launcher)".into())
+                })?;
+                let info = RankInfo::from_vars(&get)?.ok_or_else(|| {
+                    Error::Config(
+                        "PMI_FD is set but PMI_RANK / PMI_SIZE are not; launchers that hand out \
+                         the rank only through the PMI_ID handshake are not supported"
+                            .into(),
+                    )
+                })?;
+                let stream = pmi::connect_fd(&fd)?;
+                stream
+                    .set_read_timeout(Some(timeout))
+                    .and_then(|()| stream.set_write_timeout(Some(timeout)))
+                    .map_err(|e| Error::io("PMI socket timeout", e))?;
+                let client = PmiClient::init(stream)?;
+                let m = PmiModex::new(client, info.rank, info.size);
+                (info, Inner::Pmi(m))
+            }
+            WireupKind::Env => {
+                let info = RankInfo::from_vars(&get)?.ok_or_else(|| {
+                    Error::Config(
+                        "RINGBTL_WIREUP=env needs the rank and size: RINGBTL_RANK / RINGBTL_SIZE, \
+                         OMPI_COMM_WORLD_RANK / _SIZE, PMI_RANK / PMI_SIZE or SLURM_PROCID / \
+                         SLURM_NTASKS"
+                            .into(),
+                    )
+                })?;
+                match var("RINGBTL_ROOT") {
+                    Some(root) => {
+                        let token = match var("RINGBTL_JOB_TOKEN") {
+                            Some(v) => parse_u64("RINGBTL_JOB_TOKEN", &v, 0, u64::MAX)?,
+                            None => Config::new(PeerId(0)).token,
+                        };
+                        let r = Rendezvous::from_root(
+                            root.trim(),
+                            info.rank,
+                            info.size,
+                            token,
+                            timeout,
+                        )?;
+                        (info, Inner::Env(r))
+                    }
+                    None if info.size == 1 => (info, Inner::Local(LocalModex)),
+                    None => {
+                        let n = info.size;
+                        return Err(Error::Config(format!(
+                            "RINGBTL_ROOT=host:port is needed to exchange addresses between \
+                             {n} ranks (rank 0 listens there)"
+                        )));
+                    }
+                }
+            }
+            WireupKind::Local => {
+                if let Some(i) = RankInfo::from_vars(&get)?.filter(|i| i.size > 1) {
+                    return Err(Error::Config(format!(
+                        "launched as rank {} of {} ({}) but no address exchange is available: \
+                         set RINGBTL_ROOT=host:port, or run under a PMI-1 launcher",
+                        i.rank, i.size, i.source
+                    )));
+                }
+                (RankInfo::single(), Inner::Local(LocalModex))
+            }
+        };
+        Ok(Self {
+            kind,
+            info,
+            timeout,
+            inner,
+        })
+    }
+
+    /// The exchange in use.
+    pub fn kind(&self) -> WireupKind {
+        self.kind
+    }
+
+    /// Rank, size and node-local placement.
+    pub fn info(&self) -> &RankInfo {
+        &self.info
+    }
+
+    /// The exchange's time limit.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn modex(&mut self) -> &mut dyn Modex {
+        match &mut self.inner {
+            Inner::Pmi(m) => m,
+            Inner::Env(m) => m,
+            Inner::Local(m) => m,
+        }
+    }
+}
+
+impl Modex for Wireup {
+    fn exchange(&mut self, my_uris: &str) -> Result<Vec<String>, Error> {
+        let table = self.modex().exchange(my_uris)?;
+        if table.len() != self.info.size as usize {
+            return Err(Error::Wireup(format!(
+                "exchange returned {} entries for {} ranks",
+                table.len(),
+                self.info.size
+            )));
+        }
+        Ok(table)
+    }
+
+    fn rank(&self) -> u32 {
+        self.info.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.info.size
+    }
+
+    fn finalize(&mut self) -> Result<(), Error> {
+        self.modex().finalize()
+    }
+}
+
+/// Reads `RINGBTL_WIREUP_TIMEOUT` (milliseconds, 10..=3 600 000) through `get`.
+pub fn timeout_from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Duration, Error> {
+    match get("RINGBTL_WIREUP_TIMEOUT").filter(|v| !v.trim().is_empty()) {
+        Some(v) => Ok(Duration::from_millis(parse_u64(
+            "RINGBTL_WIREUP_TIMEOUT",
+            &v,
+            10,
+            3_600_000,
+        )?)),
+        None => Ok(DEFAULT_TIMEOUT),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::os::fd::IntoRawFd;
+    use std::thread;
+
+    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn wireup(pairs: &[(&str, &str)]) -> Result<Wireup, Error> {
+        let m = map(pairs);
+        Wireup::from_vars(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn local_by_default() {
+        let mut w = wireup(&[]).unwrap();
+        assert_eq!(w.kind(), WireupKind::Local);
+        assert_eq!((w.rank(), w.size()), (0, 1));
+        assert_eq!(w.timeout(), DEFAULT_TIMEOUT);
+        assert_eq!(
+            w.exchange("tcp://127.0.0.1:5").unwrap(),
+            ["tcp://127.0.0.1:5"]
+        );
+        w.finalize().unwrap();
+        let w = wireup(&[("RINGBTL_RANK", "0"), ("RINGBTL_SIZE", "1")]).unwrap();
+        assert_eq!(w.kind(), WireupKind::Local);
+    }
+
+    #[test]
+    fn launched_without_exchange_is_an_error() {
+        let e = wireup(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rank 1 of 4 (Open MPI)") && e.contains("RINGBTL_ROOT"),
+            "{e}"
+        );
+        let e = wireup(&[
+            ("RINGBTL_WIREUP", "env"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("RINGBTL_ROOT"), "{e}");
+        let e = wireup(&[("RINGBTL_WIREUP", "env")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("RINGBTL_RANK"), "{e}");
+    }
+
+    #[test]
+    fn bad_settings_name_the_variable() {
+        for (pairs, needle) in [
+            (&[("RINGBTL_WIREUP", "mpi")][..], "RINGBTL_WIREUP=\"mpi\""),
+            (&[("RINGBTL_WIREUP", "pmix")][..], "not compiled in"),
+            (
+                &[("RINGBTL_WIREUP_TIMEOUT", "5")][..],
+                "RINGBTL_WIREUP_TIMEOUT",
+            ),
+            (
+                &[("RINGBTL_WIREUP_TIMEOUT", "soon")][..],
+                "RINGBTL_WIREUP_TIMEOUT",
+            ),
+            (&[("RINGBTL_WIREUP", "pmi")][..], "PMI_FD"),
+            (
+                &[("PMI_FD", "999999"), ("PMI_RANK", "0"), ("PMI_SIZE", "2")][..],
+                "PMI_FD=999999",
+            ),
+            (&[("PMI_FD", "3")][..], "PMI_RANK"),
+            (
+                &[
+                    ("RINGBTL_ROOT", "nowhere"),
+                    ("RINGBTL_RANK", "1"),
+                    ("RINGBTL_SIZE", "2"),
+                ][..],
+                "RINGBTL_ROOT",
+            ),
+            (
+                &[
+                    ("RINGBTL_ROOT", "127.0.0.1:0"),
+                    ("RINGBTL_RANK", "0"),
+                    ("RINGBTL_SIZE", "2"),
+                    ("RINGBTL_JOB_TOKEN", "x"),
+                ][..],
+                "RINGBTL_JOB_TOKEN",
+            ),
+        ] {
+            let e = wireup(pairs).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e:?} should contain {needle:?}");
+        }
+        assert_eq!(
+            timeout_from_vars(|_| Some("1500".into())).unwrap(),
+            Duration::from_millis(1500)
+        );
+    }
+
+    #[test]
+    fn env_root_is_chosen_when_root_is_set() {
+        let mut w = wireup(&[
+            ("RINGBTL_ROOT", "127.0.0.1:0"),
+            ("RINGBTL_RANK", "0"),
+            ("RINGBTL_SIZE", "1"),
+            ("RINGBTL_WIREUP_TIMEOUT", "2000"),
+        ])
+        .unwrap();
+        assert_eq!(w.kind(), WireupKind::Env);
+        assert_eq!(w.timeout(), Duration::from_secs(2));
+        assert_eq!(
+            w.exchange("tcp://127.0.0.1:9").unwrap(),
+            ["tcp://127.0.0.1:9"]
+        );
+    }
+
+    #[test]
+    fn pmi_modex_with_a_fake_server() {
+        // vallen_max=20 forces the 40-odd-byte lists to be split across keys.
+        let n = 3u32;
+        let streams = pmi::tests::fake_server(n as usize, 20);
+        let ranks: Vec<_> = streams
+            .into_iter()
+            .enumerate()
+            .map(|(r, s)| {
+                thread::spawn(move || {
+                    let mut m = PmiModex::new(PmiClient::init(s)?, r as u32, n);
+                    let first =
+                        m.exchange(&format!("tcp://10.1.0.{r}:4000;tcp://[fd00::{r}]:4000"))?;
+                    let second = m.exchange(&format!("tcp://10.2.0.{r}:1"))?;
+                    m.finalize()?;
+                    assert!(m.exchange("x").is_err());
+                    Ok::<_, Error>((first, second))
+                })
+            })
+            .collect();
+        for h in ranks {
+            let (first, second) = h.join().unwrap().unwrap();
+            for r in 0..n as usize {
+                assert_eq!(
+                    first[r],
+                    format!("tcp://10.1.0.{r}:4000;tcp://[fd00::{r}]:4000")
+                );
+                assert_eq!(second[r], format!("tcp://10.2.0.{r}:1"));
+            }
+        }
+    }
+
+    #[test]
+    fn pmi_chosen_from_pmi_fd() {
+        let mut streams = pmi::tests::fake_server(1, 64);
+        let fd = streams.pop().unwrap().into_raw_fd().to_string();
+        let mut w = wireup(&[("PMI_FD", &fd), ("PMI_RANK", "0"), ("PMI_SIZE", "1")]).unwrap();
+        assert_eq!(w.kind(), WireupKind::Pmi);
+        assert_eq!(w.info().source, "PMI");
+        assert_eq!(
+            w.exchange("tcp://10.0.0.1:2").unwrap(),
+            ["tcp://10.0.0.1:2"]
+        );
+        w.finalize().unwrap();
+    }
+}
