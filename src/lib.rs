@@ -84,3 +84,8 @@ pub use wire::{PeerId, Tag};
 
 #[cfg(not(any(feature = "uring", feature = "epoll")))]
 compile_error!("ringbtl needs a backend: enable the `uring` and/or `epoll` cargo feature");
+
+/// The README's example compiles (checked by `cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
