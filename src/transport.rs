@@ -154,6 +154,11 @@ impl Transport {
         self.backend.name()
     }
 
+    /// The backend's set-up in force (ring flags, readiness mode).
+    pub fn backend_detail(&self) -> String {
+        self.backend.describe()
+    }
+
     /// Why `Auto` did not pick io_uring, when it fell back to epoll.
     pub fn backend_note(&self) -> Option<&str> {
         self.backend_note.as_deref()

@@ -1,16 +1,327 @@
-//! Placeholder until the epoll backend lands.
-#![allow(dead_code, unused_variables, missing_docs)]
-use std::io;
-use std::net::SocketAddr;
-use std::time::Duration;
+//! The epoll backend: performs each reactor operation with a non-blocking syscall once the
+//! socket is ready, and reports it as the same completion [`Event`] the io_uring backend
+//! produces. Nothing above the reactor can tell the two apart.
+//!
+//! # Readiness model
+//!
+//! Every socket is registered once, edge-triggered, for `EPOLLIN | EPOLLOUT | EPOLLRDHUP`,
+//! and each connection keeps its own `readable` / `writable` bits. An edge sets a bit; a
+//! syscall that returns `EAGAIN` (or a short transfer, which on a stream socket means the
+//! kernel buffer was drained or filled at that instant) clears it. The steady state therefore
+//! costs exactly the data syscalls (`sendmsg`, `recv`) plus the `epoll_wait` that discovers
+//! new data, and never an `epoll_ctl`. Level-triggered registration with `EPOLLOUT` added
+//! only while a send is blocked would cost two `epoll_ctl` per blocked send, and would keep
+//! reporting a socket whose data waits for the caller to re-arm its receive.
+//!
+//! Peer hang-up (`EPOLLRDHUP`), `EPOLLHUP` and `EPOLLERR` are sticky: no further edge comes
+//! after them, so the socket stays "readable" until a `recv` returns 0 or the error.
+//!
+//! # Operations
+//!
+//! - `send`: written directly from [`Backend::send`] (one gathered `sendmsg`, at most
+//!   `IOV_MAX` iovecs per call, `MSG_NOSIGNAL`); a short write is recorded with
+//!   [`TxBatch::advance`] and resumed on the next `EPOLLOUT` edge. Completion is queued and
+//!   delivered by [`Backend::poll`], like every other event.
+//! - `recv`: one `recv` into [`RxBuf::spare_mut`] per operation; a buffer that
+//!   [`RxBuf::wants_all`] is filled completely before it completes (the `MSG_WAITALL`
+//!   semantics of the io_uring backend), resumed across edges.
+//! - `connect`: `EINPROGRESS`, then `SO_ERROR` on the first `EPOLLOUT`/`EPOLLERR` edge.
+//! - `accept`: `accept4` in bounded batches while the listener is readable.
+//! - `close`: cancels pending operations with `ECANCELED`, closes the socket at once (the
+//!   kernel holds no pointer into our buffers between syscalls), and frees the slot when
+//!   [`Event::Closed`] is delivered.
+//!
+//! # Polling fast path
+//!
+//! `poll(None)` is spun by a latency-mode progress loop. With at most
+//! [`DIRECT_RECV_MAX`] receives armed, it tries each of them with a non-blocking `recv`
+//! (the spun `recv` is the latency floor) and calls `epoll_wait(0)` only every
+//! [`EPOLL_EVERY`] passes, or on every pass while a connect or a blocked send waits for an
+//! edge. With more receives armed, one `epoll_wait(0)` per pass is cheaper than a `recv`
+//! per connection.
+//!
+//! Measured with the `pingpong_latency` test (64-byte frames, loopback, the two sides
+//! pinned to the two cores of a 2-vCPU VM, median of 5 runs of 20 000 round trips each),
+//! as one-way latency relative to a spun non-blocking `recv` on plain sockets (3.3-3.4 us):
+//!
+//! | receives armed | direct `recv` | `epoll_wait(0)` every pass |
+//! |---|---|---|
+//! | 1  | 1.11-1.12x | 1.21-1.23x |
+//! | 4  | 1.12x      | 1.22x      |
+//! | 9  | 1.10-1.12x | 1.20-1.22x |
+//! | 17 | 1.41x      | 1.21x      |
+//! | 33 | 2.0-3.4x   | 1.20-1.22x |
+//!
+//! The direct path saves about 0.35 us per message (one `epoll_wait` per pass) while the
+//! receives it tries cost less than that; the threshold sits below the measured crossover.
+//!
+//! # Ownership
+//!
+//! The kernel reads or writes our memory only during a syscall, so a connection's slot
+//! owns its [`TxBatch`] and [`RxBuf`] until the operation completes and returns them in its
+//! event; dropping the backend closes every socket and drops every pending buffer.
 
+use std::mem;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+use std::{io, ptr};
+
+use slab::Slab;
+use socket2::SockRef;
+
+use super::sys::{self, syscall};
 use super::{Backend, ConnId, Event, RxBuf, SockOpts, TxBatch};
 
-pub(crate) struct Epoll;
+/// The epoll readiness backend. See the module documentation.
+///
+/// Every socket is an [`OwnedFd`], so dropping the backend closes them all (and the epoll
+/// instance); buffers of operations still pending are dropped with their slots.
+pub(crate) struct Epoll {
+    epfd: OwnedFd,
+    opts: SockOpts,
+    conns: Slab<Conn>,
+    listeners: Vec<Listener>,
+    /// `epoll_wait` output, allocated once.
+    events: Vec<libc::epoll_event>,
+    /// Connections to try this pass (deduplicated by `Conn::queued`).
+    run: Vec<usize>,
+    /// Completions produced outside `poll`, delivered by the next `poll`.
+    ready: Vec<Event>,
+    iov: IovScratch,
+    next_gen: u32,
+    /// Slots with a receive armed and not yet completed (`Conn::armed_at` indexes it), so
+    /// the fast path visits exactly those.
+    armed: Vec<usize>,
+    /// Sends stored and not yet completed (blocked on `EPOLLOUT` or on a connect).
+    tx_waiting: usize,
+    /// Connects in progress.
+    connecting: usize,
+    /// At most this many armed receives are tried directly in `poll(None)`.
+    direct_max: usize,
+    passes: u32,
+}
 
 impl Epoll {
+    /// Creates the epoll instance (`epoll_create1(EPOLL_CLOEXEC)`).
     pub(crate) fn new(opts: SockOpts) -> io::Result<Self> {
-        Err(io::Error::from(io::ErrorKind::Unsupported))
+        // SAFETY: no pointer arguments; the flag is a valid epoll_create1 flag.
+        let raw = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+        // SAFETY: epoll_create1 succeeded, so `raw` is a new descriptor nothing else owns.
+        let epfd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(Self {
+            epfd,
+            opts,
+            conns: Slab::new(),
+            listeners: Vec::new(),
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX],
+            run: Vec::new(),
+            ready: Vec::new(),
+            iov: IovScratch(Vec::new()),
+            next_gen: 0,
+            armed: Vec::new(),
+            tx_waiting: 0,
+            connecting: 0,
+            direct_max: DIRECT_RECV_MAX,
+            passes: 0,
+        })
+    }
+
+    /// Registers `fd` edge-triggered for input, output and peer hang-up.
+    fn register(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: token,
+        };
+        // SAFETY: `ev` is a valid epoll_event on our stack; the kernel copies it.
+        syscall!(epoll_ctl(
+            self.epfd.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            fd,
+            &mut ev
+        ))?;
+        Ok(())
+    }
+
+    /// Puts a new socket in a slot and registers it. On failure the socket is closed.
+    fn insert(&mut self, fd: OwnedFd, connecting: bool) -> io::Result<ConnId> {
+        let gen = self.next_gen;
+        self.next_gen = (self.next_gen + 1) & GEN_MASK;
+        let raw = fd.as_raw_fd();
+        let idx = self.conns.insert(Conn::new(fd, gen, connecting));
+        if let Err(e) = self.register(raw, conn_token(idx, gen)) {
+            self.conns.remove(idx);
+            return Err(e);
+        }
+        if connecting {
+            self.connecting += 1;
+        }
+        Ok(ConnId(idx as u32))
+    }
+
+    /// Adds `idx` to this pass's run list once.
+    fn enqueue(&mut self, idx: usize) {
+        if let Some(c) = self.conns.get_mut(idx) {
+            if !c.queued {
+                c.queued = true;
+                self.run.push(idx);
+            }
+        }
+    }
+
+    /// Records the readiness reported by one `epoll_wait` entry.
+    fn on_readiness(&mut self, token: u64, flags: u32) {
+        if token & LISTENER_BIT != 0 {
+            if let Some(l) = self.listeners.get_mut((token & IDX_MASK) as usize) {
+                l.readable = true;
+            }
+            return;
+        }
+        let idx = (token & IDX_MASK) as usize;
+        let gen = (token >> 32) as u32;
+        let Some(c) = self.conns.get_mut(idx) else {
+            return;
+        };
+        if c.gen != gen || c.closing {
+            // Readiness for an earlier socket of a reused slot.
+            return;
+        }
+        c.readable |= flags & READ_EVENTS != 0;
+        c.writable |= flags & WRITE_EVENTS != 0;
+        c.hup |= flags & HANGUP_EVENTS != 0;
+        if c.has_work() {
+            self.enqueue(idx);
+        }
+    }
+
+    /// Performs whatever the queued connections are ready for.
+    fn run_queued(&mut self, out: &mut Vec<Event>) {
+        let mut run = mem::take(&mut self.run);
+        for idx in run.drain(..) {
+            let Some(c) = self.conns.get_mut(idx) else {
+                continue;
+            };
+            c.queued = false;
+            if c.closing {
+                continue;
+            }
+            let conn = ConnId(idx as u32);
+            if c.connecting {
+                if !c.writable {
+                    continue;
+                }
+                c.connecting = false;
+                self.connecting -= 1;
+                let result = c.take_connect_result();
+                if result.is_err() {
+                    c.fail();
+                }
+                out.push(Event::Connected { conn, result });
+            }
+            if c.tx.is_some() && c.writable && c.try_send(conn, &mut self.iov, out) {
+                self.tx_waiting -= 1;
+            }
+            if c.rx.is_some() && c.readable && c.try_recv(conn, out) {
+                self.disarm(idx);
+            }
+        }
+        self.run = run;
+    }
+
+    /// Accepts up to [`ACCEPT_BATCH`] connections from each readable listener.
+    fn accept_ready(&mut self, out: &mut Vec<Event>) {
+        for li in 0..self.listeners.len() {
+            if !self.listeners[li].readable {
+                continue;
+            }
+            for _ in 0..ACCEPT_BATCH {
+                match sys::accept(self.listeners[li].fd.as_fd()) {
+                    Ok((fd, peer)) => {
+                        let made = sys::apply_opts(&SockRef::from(&fd), &self.opts)
+                            .and_then(|()| self.insert(fd, false));
+                        out.push(match made {
+                            Ok(conn) => Event::Accepted { conn, peer },
+                            Err(e) => Event::AcceptError(e),
+                        });
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.listeners[li].readable = false;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    // The connection died in the backlog; the next one may be fine.
+                    Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
+                        out.push(Event::AcceptError(e));
+                    }
+                    // Out of descriptors or memory: report once per pass, retry next pass.
+                    Err(e) => {
+                        out.push(Event::AcceptError(e));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves completions produced outside `poll` into `out`, freeing closed slots.
+    fn deliver_ready(&mut self, out: &mut Vec<Event>) {
+        for ev in self.ready.drain(..) {
+            if let Event::Closed { conn } = ev {
+                self.conns.try_remove(conn.0 as usize);
+            }
+            out.push(ev);
+        }
+    }
+
+    /// One `epoll_wait`; records readiness. `timeout_ms` of 0 never blocks.
+    fn wait(&mut self, timeout_ms: i32) -> io::Result<()> {
+        // SAFETY: `events` is an initialised buffer of `events.len()` entries that we own
+        // exclusively for the call; the kernel writes at most that many.
+        let n = match syscall!(epoll_wait(
+            self.epfd.as_raw_fd(),
+            self.events.as_mut_ptr(),
+            self.events.len() as i32,
+            timeout_ms
+        )) {
+            Ok(n) => n as usize,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            Err(e) => return Err(e),
+        };
+        for i in 0..n {
+            // Copy out: `epoll_event` is packed on x86-64, so no references into it.
+            let (token, flags) = (self.events[i].u64, self.events[i].events);
+            self.on_readiness(token, flags);
+        }
+        Ok(())
+    }
+
+    /// Forgets the armed receive of slot `idx` (completed or cancelled).
+    fn disarm(&mut self, idx: usize) {
+        let at = self.conns[idx].armed_at;
+        self.armed.swap_remove(at);
+        if let Some(&moved) = self.armed.get(at) {
+            self.conns[moved].armed_at = at;
+        }
+    }
+
+    /// True while something can only make progress after an epoll edge.
+    fn needs_edges(&self) -> bool {
+        self.connecting > 0 || self.tx_waiting > 0
+    }
+
+    /// True on the passes where the direct fast path still collects epoll edges (accepts,
+    /// and receives beyond those tried directly).
+    fn passes_due(&self) -> bool {
+        self.passes.is_multiple_of(EPOLL_EVERY)
+    }
+
+    /// Completes a send that cannot start (unknown or closing connection).
+    fn reject_send(&mut self, conn: ConnId, batch: TxBatch, errno: i32) {
+        self.ready.push(Event::Sent {
+            conn,
+            batch,
+            result: Err(io::Error::from_raw_os_error(errno)),
+        });
     }
 }
 
@@ -18,22 +329,1037 @@ impl Backend for Epoll {
     fn name(&self) -> &'static str {
         "epoll"
     }
+
+    fn describe(&self) -> String {
+        format!(
+            "epoll edge-triggered, direct recv for up to {} armed receives",
+            self.direct_max
+        )
+    }
+
     fn listen(&mut self, addr: SocketAddr) -> io::Result<SocketAddr> {
-        unimplemented!()
+        let (raw, local) = sys::listener(addr)?;
+        // SAFETY: `sys::listener` returns a descriptor that the caller owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let idx = self.listeners.len();
+        self.register(fd.as_raw_fd(), LISTENER_BIT | idx as u64)?;
+        self.listeners.push(Listener {
+            fd,
+            readable: false,
+        });
+        Ok(local)
     }
+
     fn connect(&mut self, addr: SocketAddr, bind: Option<SocketAddr>) -> io::Result<ConnId> {
-        unimplemented!()
+        let raw = sys::stream_socket(&addr, bind, &self.opts)?;
+        // SAFETY: `sys::stream_socket` returns a descriptor that the caller owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let started = SockRef::from(&fd).connect(&addr.into());
+        match started {
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => self.insert(fd, true),
+            // Loopback may finish (or refuse) at once; report it through poll like any other
+            // completion, so the caller has one code path.
+            result => {
+                let conn = self.insert(fd, false)?;
+                if result.is_err() {
+                    self.conns[conn.0 as usize].fail();
+                }
+                self.ready.push(Event::Connected { conn, result });
+                Ok(conn)
+            }
+        }
     }
+
     fn send(&mut self, conn: ConnId, batch: TxBatch) {
-        unimplemented!()
+        let idx = conn.0 as usize;
+        let Some(c) = self.conns.get_mut(idx) else {
+            return self.reject_send(conn, batch, libc::ENOTCONN);
+        };
+        if c.closing {
+            return self.reject_send(conn, batch, libc::ENOTCONN);
+        }
+        if c.tx.is_some() {
+            debug_assert!(false, "second send in flight on {conn:?}");
+            return self.reject_send(conn, batch, libc::EBUSY);
+        }
+        c.tx = Some(batch);
+        // Write at once: on the latency path the socket is almost always writable, and the
+        // completion still reaches the caller through `poll`.
+        let done = !c.connecting && c.writable && c.try_send(conn, &mut self.iov, &mut self.ready);
+        if !done {
+            self.tx_waiting += 1;
+        }
     }
+
     fn recv(&mut self, conn: ConnId, rx: RxBuf) {
-        unimplemented!()
+        let idx = conn.0 as usize;
+        let Some(c) = self.conns.get_mut(idx).filter(|c| !c.closing) else {
+            self.ready.push(Event::Recv {
+                conn,
+                rx,
+                result: Err(io::Error::from_raw_os_error(libc::ENOTCONN)),
+            });
+            return;
+        };
+        if c.rx.is_some() {
+            debug_assert!(false, "second receive in flight on {conn:?}");
+            self.ready.push(Event::Recv {
+                conn,
+                rx,
+                result: Err(io::Error::from_raw_os_error(libc::EBUSY)),
+            });
+            return;
+        }
+        c.rx = Some(rx);
+        c.rx_done = 0;
+        c.armed_at = self.armed.len();
+        self.armed.push(idx);
+        if c.readable && !c.connecting {
+            self.enqueue(idx);
+        }
     }
+
     fn close(&mut self, conn: ConnId) {
-        unimplemented!()
+        let Some(c) = self.conns.get_mut(conn.0 as usize) else {
+            return;
+        };
+        if c.closing {
+            return;
+        }
+        c.closing = true;
+        if let Some(fd) = c.fd.take() {
+            // Deregister explicitly: a forked child may still hold the socket open, and
+            // epoll follows the open file, not the descriptor.
+            // SAFETY: both descriptors are open; a null event is allowed for EPOLL_CTL_DEL.
+            let _ = syscall!(epoll_ctl(
+                self.epfd.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                fd.as_raw_fd(),
+                ptr::null_mut()
+            ));
+            drop(fd);
+        }
+        if c.connecting {
+            c.connecting = false;
+            self.connecting -= 1;
+            self.ready.push(Event::Connected {
+                conn,
+                result: cancelled(),
+            });
+        }
+        if let Some(batch) = c.tx.take() {
+            self.tx_waiting -= 1;
+            self.ready.push(Event::Sent {
+                conn,
+                batch,
+                result: cancelled(),
+            });
+        }
+        if let Some(rx) = c.rx.take() {
+            self.ready.push(Event::Recv {
+                conn,
+                rx,
+                result: cancelled(),
+            });
+            self.disarm(conn.0 as usize);
+        }
+        self.ready.push(Event::Closed { conn });
     }
+
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()> {
-        unimplemented!()
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let before = out.len();
+        self.passes = self.passes.wrapping_add(1);
+        self.deliver_ready(out);
+
+        let direct = !self.armed.is_empty() && self.armed.len() <= self.direct_max;
+        if direct {
+            // Treat every armed receive as possibly readable: a `recv` that finds nothing
+            // costs about as much as an `epoll_wait` that finds nothing.
+            for &idx in &self.armed {
+                let c = &mut self.conns[idx];
+                if !c.connecting {
+                    c.readable = true;
+                    if !c.queued {
+                        c.queued = true;
+                        self.run.push(idx);
+                    }
+                }
+            }
+        }
+        self.run_queued(out);
+        self.accept_ready(out);
+
+        if direct && timeout.is_none() && !self.needs_edges() && !self.passes_due() {
+            return Ok(());
+        }
+        loop {
+            let idle = out.len() == before && self.run.is_empty();
+            let timeout_ms = match deadline {
+                Some(d) if idle => ceil_ms(d.saturating_duration_since(Instant::now())),
+                _ => 0,
+            };
+            self.wait(timeout_ms)?;
+            self.run_queued(out);
+            self.accept_ready(out);
+            // A wake-up may carry only stale edges; keep waiting until the deadline.
+            if timeout_ms == 0
+                || out.len() > before
+                || deadline.is_some_and(|d| Instant::now() >= d)
+            {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// One connection's socket and pending operations.
+struct Conn {
+    /// `None` once closed (the slot lives on until `Closed` is delivered).
+    fd: Option<OwnedFd>,
+    gen: u32,
+    readable: bool,
+    writable: bool,
+    /// Peer hang-up or socket error seen: no further edge will come.
+    hup: bool,
+    connecting: bool,
+    closing: bool,
+    /// In `Epoll::run`.
+    queued: bool,
+    tx: Option<TxBatch>,
+    rx: Option<RxBuf>,
+    /// Bytes committed into `rx` by this operation so far (a `wants_all` read spans edges).
+    rx_done: usize,
+    /// Position in `Epoll::armed` while `rx` is armed.
+    armed_at: usize,
+}
+
+impl Conn {
+    fn new(fd: OwnedFd, gen: u32, connecting: bool) -> Self {
+        Self {
+            fd: Some(fd),
+            gen,
+            readable: false,
+            // A connected socket starts with an empty send buffer; `EAGAIN` corrects this.
+            writable: !connecting,
+            hup: false,
+            connecting,
+            closing: false,
+            queued: false,
+            tx: None,
+            rx: None,
+            rx_done: 0,
+            armed_at: 0,
+        }
+    }
+
+    /// After a failed connect no edge will come: let later operations run (and fail) at once.
+    fn fail(&mut self) {
+        self.hup = true;
+        self.readable = true;
+        self.writable = true;
+    }
+
+    fn raw_fd(&self) -> RawFd {
+        self.fd.as_ref().map_or(-1, |fd| fd.as_raw_fd())
+    }
+
+    fn has_work(&self) -> bool {
+        if self.connecting {
+            self.writable
+        } else {
+            (self.tx.is_some() && self.writable) || (self.rx.is_some() && self.readable)
+        }
+    }
+
+    /// The outcome of a non-blocking connect once the socket reported writable or error.
+    fn take_connect_result(&self) -> io::Result<()> {
+        let Some(fd) = self.fd.as_ref() else {
+            return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+        };
+        match SockRef::from(fd).take_error()? {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes as much of the pending batch as the socket takes (`sendmsg`, gathered).
+    /// Returns true when the send completed (its event is pushed to `out`).
+    fn try_send(&mut self, conn: ConnId, iov: &mut IovScratch, out: &mut Vec<Event>) -> bool {
+        let fd = self.raw_fd();
+        let Some(batch) = self.tx.as_mut() else {
+            return false;
+        };
+        let result = loop {
+            if batch.remaining() == 0 {
+                break Ok(());
+            }
+            let iovs = &mut iov.0;
+            let mut offered = 0;
+            batch.for_each_unsent(|s| {
+                if iovs.len() < IOV_MAX {
+                    iovs.push(libc::iovec {
+                        iov_base: s.as_ptr().cast_mut().cast(),
+                        iov_len: s.len(),
+                    });
+                    offered += s.len();
+                }
+            });
+            // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+            let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+            msg.msg_iov = iovs.as_mut_ptr();
+            msg.msg_iovlen = iovs.len() as _;
+            // SAFETY: every iovec points into `batch`, which is borrowed (unmoved) for the
+            // call; sendmsg only reads them and keeps no pointer after returning.
+            let res = syscall!(sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT));
+            iovs.clear();
+            match res {
+                Ok(n) => {
+                    let n = n as usize;
+                    batch.advance(n);
+                    if n < offered && batch.remaining() > 0 {
+                        // Short write: the send buffer is full; resume on EPOLLOUT.
+                        self.writable = false;
+                        return false;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.writable = false;
+                    return false;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        if let Some(batch) = self.tx.take() {
+            out.push(Event::Sent {
+                conn,
+                batch,
+                result,
+            });
+        }
+        true
+    }
+
+    /// Reads into the pending receive buffer (`recv`). Returns true when the receive
+    /// completed (its event is pushed to `out`).
+    fn try_recv(&mut self, conn: ConnId, out: &mut Vec<Event>) -> bool {
+        let fd = self.raw_fd();
+        let Some(rx) = self.rx.as_mut() else {
+            return false;
+        };
+        let result = loop {
+            let wants_all = rx.wants_all();
+            let spare = rx.spare_mut();
+            let want = spare.len();
+            if want == 0 {
+                break if self.rx_done > 0 {
+                    Ok(self.rx_done)
+                } else {
+                    Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "receive buffer has no spare room",
+                    ))
+                };
+            }
+            // SAFETY: `spare` is a live, exclusively borrowed slice of `want` bytes.
+            let res = syscall!(recv(
+                fd,
+                spare.as_mut_ptr().cast(),
+                want,
+                libc::MSG_DONTWAIT
+            ));
+            match res {
+                Ok(0) => {
+                    // End of stream: whatever was gathered, then 0 on the next receive.
+                    self.hup = true;
+                    break Ok(self.rx_done);
+                }
+                Ok(n) => {
+                    let n = n as usize;
+                    rx.commit(n);
+                    self.rx_done += n;
+                    if n < want && !self.hup {
+                        // A short read drained the socket; the next data brings an edge.
+                        self.readable = false;
+                    }
+                    if !wants_all || n == want {
+                        break Ok(self.rx_done);
+                    }
+                    if !self.readable {
+                        return false;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.readable = false;
+                    return false;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        self.rx_done = 0;
+        if let Some(rx) = self.rx.take() {
+            out.push(Event::Recv { conn, rx, result });
+        }
+        true
+    }
+}
+
+/// A listening socket.
+struct Listener {
+    fd: OwnedFd,
+    /// Edge seen and backlog not yet drained.
+    readable: bool,
+}
+
+/// The iovec array reused by every `sendmsg`.
+///
+/// It holds pointers only for the duration of one `sendmsg` call and is empty otherwise.
+struct IovScratch(Vec<libc::iovec>);
+
+// SAFETY: the array is empty between calls, so moving it to another thread moves no
+// pointer; while it is filled it is used by the owning thread only, inside `try_send`.
+unsafe impl Send for IovScratch {}
+
+/// `epoll_wait` returns at most this many events per call.
+const EVENTS_MAX: usize = 256;
+/// Connections accepted per listener per pass, so a connection storm cannot starve I/O.
+const ACCEPT_BATCH: usize = 64;
+/// Linux `IOV_MAX`: iovecs per `sendmsg`.
+const IOV_MAX: usize = 1024;
+/// Up to this many armed receives, `poll(None)` tries them directly.
+pub(crate) const DIRECT_RECV_MAX: usize = 8;
+/// In the direct fast path, collect epoll edges (accepts, hang-ups) every this many passes.
+pub(crate) const EPOLL_EVERY: u32 = 16;
+/// Edges after which a `recv` makes progress (data, end of stream, or the error).
+const READ_EVENTS: u32 =
+    (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+/// Edges after which a `sendmsg` or a pending connect makes progress.
+const WRITE_EVENTS: u32 = (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+/// Edges after which no further edge is guaranteed: readiness stays set.
+const HANGUP_EVENTS: u32 = (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+/// Marks a listener token (connections carry their generation in the upper half instead).
+const LISTENER_BIT: u64 = 1 << 63;
+const IDX_MASK: u64 = 0xffff_ffff;
+const GEN_MASK: u32 = 0x7fff_ffff;
+
+/// The epoll token of a connection: slot index and generation, so an edge queued for a
+/// closed socket cannot be taken for the next socket in the same slot.
+fn conn_token(idx: usize, gen: u32) -> u64 {
+    (u64::from(gen) << 32) | idx as u64
+}
+
+/// The result of an operation cut short by `close`.
+fn cancelled<T>() -> io::Result<T> {
+    Err(io::Error::from_raw_os_error(libc::ECANCELED))
+}
+
+/// Milliseconds for epoll_wait, rounded up so a short timeout does not become a spin.
+fn ceil_ms(d: Duration) -> i32 {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    i32::try_from(ms).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::thread;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::proto::recv_cache::Next;
+    use crate::reactor::AnyBackend;
+    use crate::wire::{FrameKind, Header, Tag, HEADER_LEN};
+
+    /// Upper bound on any wait in these tests; reaching it is a failure, never a pass.
+    const LIMIT: Duration = Duration::from_secs(20);
+
+    fn loopback() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+
+    fn opts() -> SockOpts {
+        SockOpts {
+            nodelay: true,
+            ..SockOpts::default()
+        }
+    }
+
+    fn errno<T: std::fmt::Debug>(r: &io::Result<T>) -> Option<i32> {
+        r.as_ref().err().and_then(io::Error::raw_os_error)
+    }
+
+    #[test]
+    fn conformance() {
+        crate::reactor::conformance::run_all(&|opts| {
+            AnyBackend::Epoll(Epoll::new(opts).expect("epoll instance"))
+        });
+    }
+
+    /// A backend plus the events it produced that no one has taken yet.
+    struct Driver<B> {
+        b: B,
+        queue: VecDeque<Event>,
+    }
+
+    impl<B: Backend> Driver<B> {
+        fn new(b: B) -> Self {
+            Self {
+                b,
+                queue: VecDeque::new(),
+            }
+        }
+
+        fn fill(&mut self) {
+            let mut out = Vec::new();
+            self.b
+                .poll(Some(Duration::from_millis(10)), &mut out)
+                .unwrap();
+            for ev in out {
+                if let Event::AcceptError(e) = ev {
+                    panic!("accept failed: {e}");
+                }
+                self.queue.push_back(ev);
+            }
+        }
+
+        /// The next event, in delivery order.
+        fn next(&mut self) -> Event {
+            let deadline = Instant::now() + LIMIT;
+            loop {
+                if let Some(ev) = self.queue.pop_front() {
+                    return ev;
+                }
+                assert!(Instant::now() < deadline, "no event within {LIMIT:?}");
+                self.fill();
+            }
+        }
+
+        /// The first event `pick` accepts; the others stay queued in order.
+        fn take<T>(&mut self, mut pick: impl FnMut(&Event) -> Option<T>) -> (T, Event) {
+            let deadline = Instant::now() + LIMIT;
+            loop {
+                if let Some(i) = self.queue.iter().position(|e| pick(e).is_some()) {
+                    let ev = self.queue.remove(i).unwrap();
+                    return (pick(&ev).unwrap(), ev);
+                }
+                assert!(Instant::now() < deadline, "expected event did not come");
+                self.fill();
+            }
+        }
+
+        /// Asserts that nothing arrives for `d`.
+        fn quiet(&mut self, d: Duration) {
+            let end = Instant::now() + d;
+            while Instant::now() < end {
+                self.fill();
+            }
+            assert!(self.queue.is_empty(), "unexpected {:?}", self.queue);
+        }
+
+        /// Listens, connects to itself, and returns (client, server) once both are up.
+        fn pair(&mut self) -> (ConnId, ConnId) {
+            let addr = self.b.listen(loopback()).unwrap();
+            let client = self.b.connect(addr, None).unwrap();
+            let (server, _) = self.take(|e| match e {
+                Event::Accepted { conn, .. } => Some(*conn),
+                _ => None,
+            });
+            self.connected(client).unwrap();
+            (client, server)
+        }
+
+        fn connected(&mut self, c: ConnId) -> io::Result<()> {
+            match self
+                .take(|e| matches!(e, Event::Connected { conn, .. } if *conn == c).then_some(()))
+            {
+                (_, Event::Connected { result, .. }) => result,
+                _ => unreachable!(),
+            }
+        }
+
+        fn sent(&mut self, c: ConnId) -> (TxBatch, io::Result<()>) {
+            match self.take(|e| matches!(e, Event::Sent { conn, .. } if *conn == c).then_some(())) {
+                (_, Event::Sent { batch, result, .. }) => (batch, result),
+                _ => unreachable!(),
+            }
+        }
+
+        fn received(&mut self, c: ConnId) -> (RxBuf, io::Result<usize>) {
+            match self.take(|e| matches!(e, Event::Recv { conn, .. } if *conn == c).then_some(())) {
+                (_, Event::Recv { rx, result, .. }) => (rx, result),
+                _ => unreachable!(),
+            }
+        }
+
+        fn closed(&mut self, c: ConnId) {
+            self.take(|e| matches!(e, Event::Closed { conn } if *conn == c).then_some(()));
+        }
+
+        /// Receives on `c` until `len` bytes came (or end of stream); returns them.
+        fn read_exact(&mut self, c: ConnId, len: usize) -> Vec<u8> {
+            let mut got = Vec::with_capacity(len);
+            while got.len() < len {
+                self.b.recv(c, RxBuf::cache(64 * 1024));
+                let (rx, result) = self.received(c);
+                let n = result.unwrap();
+                if n == 0 {
+                    break;
+                }
+                assert_eq!(rx.pending(), n);
+                got.extend_from_slice(rx.bytes(0..n));
+            }
+            got
+        }
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    /// A batch of `len` bytes as copied headers and referenced segments, as the endpoint
+    /// builds it. Returns the batch and the bytes it must put on the wire.
+    fn batch_of(len: usize, seed: u8, segment: usize) -> (TxBatch, Vec<u8>) {
+        let wire = pattern(len, seed);
+        let mut b = TxBatch::with_capacity(1024, 64);
+        for (i, chunk) in wire.chunks(segment).enumerate() {
+            if i % 2 == 0 {
+                b.push_copy(chunk);
+            } else {
+                b.push_ext(Bytes::copy_from_slice(chunk));
+            }
+        }
+        (b, wire)
+    }
+
+    #[test]
+    fn backend_can_move_to_a_progress_thread() {
+        fn is_send<T: Send>() {}
+        is_send::<Epoll>();
+    }
+
+    #[test]
+    fn listen_connect_accept() {
+        let mut d = Driver::new(Epoll::new(opts()).unwrap());
+        assert_eq!(d.b.name(), "epoll");
+        let addr = d.b.listen(loopback()).unwrap();
+        let client = d.b.connect(addr, None).unwrap();
+        let (peer, _) = d.take(|e| match e {
+            Event::Accepted { peer, .. } => Some(*peer),
+            _ => None,
+        });
+        assert!(peer.ip().is_loopback());
+        d.connected(client).unwrap();
+        d.b.close(client);
+        d.closed(client);
+        d.quiet(Duration::from_millis(20));
+    }
+
+    #[test]
+    fn gathered_batch_arrives_whole_and_in_order() {
+        let mut d = Driver::new(Epoll::new(opts()).unwrap());
+        let (client, server) = d.pair();
+        let (batch, wire) = batch_of(10_000, 7, 333);
+        assert!(batch.parts() > 20);
+        d.b.send(client, batch);
+        let (back, result) = d.sent(client);
+        result.unwrap();
+        assert_eq!(back.remaining(), 0);
+        assert_eq!(d.read_exact(server, wire.len()), wire);
+    }
+
+    #[test]
+    fn large_batch_resumes_short_writes_to_slow_reader() {
+        const LEN: usize = 8 << 20;
+        let peer = TcpListener::bind(loopback()).unwrap();
+        let addr = peer.local_addr().unwrap();
+        let reader = thread::spawn(move || {
+            let (mut s, _) = peer.accept().unwrap();
+            let mut got = Vec::with_capacity(LEN);
+            let mut buf = vec![0; 32 * 1024];
+            for i in 0.. {
+                let n = s.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+                if i % 8 == 0 {
+                    thread::sleep(Duration::from_millis(1));
+                }
+            }
+            got
+        });
+        // A send buffer far below the 4 MiB one sendmsg offers, so nearly every write is
+        // short. (Much smaller buffers only add loopback delayed-ACK stalls of 40 ms.)
+        let small = SockOpts {
+            sndbuf: Some(64 * 1024),
+            ..opts()
+        };
+        let mut d = Driver::new(Epoll::new(small).unwrap());
+        let client = d.b.connect(addr, None).unwrap();
+        d.connected(client).unwrap();
+        // More than IOV_MAX pieces, so one sendmsg can never take the whole batch.
+        let (batch, wire) = batch_of(LEN, 3, 4 * 1024);
+        assert!(batch.parts() > IOV_MAX);
+        d.b.send(client, batch);
+        let (back, result) = d.sent(client);
+        result.unwrap();
+        assert_eq!(back.remaining(), 0);
+        d.b.close(client);
+        d.closed(client);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), wire.len());
+        assert!(got == wire, "bytes differ");
+    }
+
+    #[test]
+    fn wants_all_buffer_completes_once_when_full() {
+        const LEN: usize = 3 << 20;
+        let mut d = Driver::new(Epoll::new(opts()).unwrap());
+        let (client, server) = d.pair();
+        let hdr = Header {
+            kind: FrameKind::Send,
+            tag: Tag(4),
+            len: LEN as u32,
+        };
+        let payload = pattern(LEN, 11);
+        let mut b = TxBatch::with_capacity(64, 2);
+        b.push_copy(&hdr.to_bytes());
+        b.push_ext(Bytes::from(payload.clone()));
+        d.b.send(client, b);
+
+        d.b.recv(server, RxBuf::cache(4096));
+        let (mut cache, result) = d.received(server);
+        assert!(result.unwrap() > 0);
+        let Ok(Next::Large(h)) = cache.next_frame(u32::MAX) else {
+            panic!("expected a large frame header");
+        };
+        let large = cache.into_large(h, RxBuf::empty_large());
+        assert!(large.wants_all() && large.large_complete().is_none());
+        let had = large.pending();
+        d.b.recv(server, large);
+        // One completion for the whole payload, however many reads it took.
+        let (large, result) = d.received(server);
+        assert_eq!(result.unwrap(), LEN - had);
+        let (got_hdr, got) = large.large_complete().expect("payload complete");
+        assert_eq!(got_hdr, h);
+        assert!(got == payload, "payload differs");
+        d.sent(client).1.unwrap();
+    }
+
+    #[test]
+    fn end_of_stream_after_data() {
+        let peer = TcpListener::bind(loopback()).unwrap();
+        let mut d = Driver::new(Epoll::new(opts()).unwrap());
+        let client = d.b.connect(peer.local_addr().unwrap(), None).unwrap();
+        let (mut s, _) = peer.accept().unwrap();
+        d.connected(client).unwrap();
+        s.write_all(b"last words").unwrap();
+        drop(s);
+        assert_eq!(d.read_exact(client, 10), b"last words");
+        d.b.recv(client, RxBuf::cache(64));
+        assert_eq!(d.received(client).1.unwrap(), 0);
+        // End of stream is sticky: a further receive sees it again, without a new edge.
+        d.b.recv(client, RxBuf::cache(64));
+        assert_eq!(d.received(client).1.unwrap(), 0);
+    }
+
+    #[test]
+    fn closed_peer_is_end_of_stream_and_send_fails_without_sigpipe() {
+        let mut d = Driver::new(Epoll::new(opts()).unwrap());
+        let (client, server) = d.pair();
+        d.b.recv(server, RxBuf::cache(64));
+        d.b.close(client);
+        d.closed(client);
+        assert_eq!(d.received(server).1.unwrap(), 0);
+        // The peer is gone: writing must fail with EPIPE/ECONNRESET, never raise SIGPIPE.
+        let mut failed = false;
+        for _ in 0..100 {
+            let (batch, _) = batch_of(4096, 1, 4096);
+            d.b.send(server, batch);
+            let (_, result) = d.sent(server);
+            if let Err(e) = result {
+                assert!(matches!(
+                    errno(&Err::<(), _>(e)),
+                    Some(libc::EPIPE | libc::ECONNRESET)
+                ));
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "writes to a closed peer kept succeeding");
+    }
+
+    #[test]
+    fn refused_connect_completes_with_error() {
+        let addr = {
+            let l = TcpListener::bind(loopback()).unwrap();
+            l.local_addr().unwrap()
+        };
+        let mut d = Driver::new(Epoll::new(opts()).unwrap());
+        let conn = d.b.connect(addr, None).unwrap();
+        let err = d.connected(conn).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
+        d.b.close(conn);
+        d.closed(conn);
+        d.quiet(Duration::from_millis(20));
+    }
+
+    #[test]
+    fn close_cancels_pending_operations_then_one_closed() {
+        let tiny = SockOpts {
+            sndbuf: Some(4096),
+            rcvbuf: Some(4096),
+            ..opts()
+        };
+        let mut d = Driver::new(Epoll::new(tiny).unwrap());
+        let (client, _server) = d.pair();
+        // The server never reads, so this send stays blocked on a full socket.
+        let (batch, _) = batch_of(8 << 20, 9, 64 * 1024);
+        d.b.send(client, batch);
+        d.b.recv(client, RxBuf::cache(1024));
+        d.quiet(Duration::from_millis(30));
+        d.b.close(client);
+        d.b.close(client);
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            match d.next() {
+                Event::Sent {
+                    conn,
+                    batch,
+                    result,
+                } => {
+                    assert_eq!(conn, client);
+                    assert_eq!(errno(&result), Some(libc::ECANCELED));
+                    assert!(batch.remaining() > 0 && batch.len() == 8 << 20);
+                    order.push("sent");
+                }
+                Event::Recv { conn, rx, result } => {
+                    assert_eq!(conn, client);
+                    assert_eq!(errno(&result), Some(libc::ECANCELED));
+                    assert_eq!(rx.capacity(), 1024);
+                    order.push("recv");
+                }
+                Event::Closed { conn } => {
+                    assert_eq!(conn, client);
+                    order.push("closed");
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(order.last(), Some(&"closed"));
+        d.quiet(Duration::from_millis(30));
+    }
+
+    #[test]
+    fn operations_on_a_closing_connection_still_complete() {
+        let mut d = Driver::new(Epoll::new(opts()).unwrap());
+        let (client, _server) = d.pair();
+        d.b.close(client);
+        let (batch, _) = batch_of(100, 0, 100);
+        d.b.send(client, batch);
+        d.b.recv(client, RxBuf::cache(64));
+        let mut seen = (false, false, false);
+        for _ in 0..3 {
+            match d.next() {
+                Event::Closed { .. } => seen.0 = true,
+                Event::Sent { result, .. } => seen.1 = result.is_err(),
+                Event::Recv { result, .. } => seen.2 = result.is_err(),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(seen, (true, true, true));
+    }
+
+    #[test]
+    fn timed_poll_with_nothing_ready_returns_empty() {
+        let mut b = Epoll::new(opts()).unwrap();
+        let mut out = Vec::new();
+        let t = Instant::now();
+        b.poll(Some(Duration::from_millis(50)), &mut out).unwrap();
+        assert!(out.is_empty());
+        // It did wait (rather than spin back at once); no upper bound is asserted.
+        assert!(t.elapsed() >= Duration::from_millis(40));
+        // Same with idle connections and armed receives.
+        let mut d = Driver::new(b);
+        let (client, server) = d.pair();
+        d.b.recv(client, RxBuf::cache(64));
+        d.b.recv(server, RxBuf::cache(64));
+        d.b.poll(Some(Duration::from_millis(50)), &mut out).unwrap();
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn reused_slot_ignores_readiness_of_its_previous_socket() {
+        let mut d = Driver::new(Epoll::new(opts()).unwrap());
+        let (client, server) = d.pair();
+        d.b.close(client);
+        d.closed(client);
+        let addr = d.b.listen(loopback()).unwrap();
+        let again = d.b.connect(addr, None).unwrap();
+        assert_eq!(again, client, "slab reuses the freed slot");
+        d.connected(again).unwrap();
+        let (accepted, _) = d.take(|e| match e {
+            Event::Accepted { conn, .. } => Some(*conn),
+            _ => None,
+        });
+        d.b.recv(server, RxBuf::cache(64));
+        assert_eq!(d.received(server).1.unwrap(), 0);
+        let (batch, wire) = batch_of(1000, 5, 100);
+        d.b.send(again, batch);
+        d.sent(again).1.unwrap();
+        assert_eq!(d.read_exact(accepted, wire.len()), wire);
+    }
+
+    #[test]
+    fn drop_closes_every_socket() {
+        let peer = TcpListener::bind(loopback()).unwrap();
+        let mut d = Driver::new(Epoll::new(opts()).unwrap());
+        let client = d.b.connect(peer.local_addr().unwrap(), None).unwrap();
+        let (mut s, _) = peer.accept().unwrap();
+        d.connected(client).unwrap();
+        // Pending operations are dropped with the backend; the kernel holds no pointer.
+        d.b.recv(client, RxBuf::cache(64));
+        let listening = d.b.listen(loopback()).unwrap();
+        drop(d);
+        s.set_read_timeout(Some(LIMIT)).unwrap();
+        assert_eq!(s.read(&mut [0; 8]).unwrap(), 0, "socket left open");
+        assert!(TcpStream::connect(listening).is_err(), "listener left open");
+    }
+
+    #[test]
+    fn fifty_connections() {
+        const N: usize = 50;
+        let mut d = Driver::new(Epoll::new(opts()).unwrap());
+        let addr = d.b.listen(loopback()).unwrap();
+        let clients: Vec<ConnId> = (0..N).map(|_| d.b.connect(addr, None).unwrap()).collect();
+        let mut servers = Vec::new();
+        while servers.len() < N {
+            match d.next() {
+                Event::Accepted { conn, .. } => servers.push(conn),
+                Event::Connected { result, .. } => result.unwrap(),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        // Each client announces its index, so the server side can check what it got.
+        for (i, &c) in clients.iter().enumerate() {
+            let mut b = TxBatch::with_capacity(2048, 2);
+            b.push_copy(&[i as u8]);
+            b.push_copy(&pattern(1023, i as u8));
+            d.b.send(c, b);
+        }
+        for &c in &clients {
+            d.sent(c).1.unwrap();
+        }
+        let mut seen = [false; N];
+        for &s in &servers {
+            let got = d.read_exact(s, 1024);
+            let i = got[0] as usize;
+            assert_eq!(got[1..], pattern(1023, i as u8)[..]);
+            assert!(!mem::replace(&mut seen[i], true));
+        }
+        // Fifty receives armed at once (epoll path), completed by end of stream in whatever
+        // order the clients go away.
+        for &s in &servers {
+            d.b.recv(s, RxBuf::cache(64));
+        }
+        for &c in clients.iter().rev() {
+            d.b.close(c);
+        }
+        for &s in &servers {
+            assert_eq!(d.received(s).1.unwrap(), 0);
+        }
+        for &c in &servers {
+            d.b.close(c);
+        }
+        for &c in clients.iter().chain(&servers) {
+            d.closed(c);
+        }
+        d.quiet(Duration::from_millis(20));
+    }
+
+    #[test]
+    fn spun_poll_delivers_with_and_without_fast_path() {
+        for direct_max in [0, DIRECT_RECV_MAX] {
+            let mut b = Epoll::new(opts()).unwrap();
+            b.direct_max = direct_max;
+            let addr = b.listen(loopback()).unwrap();
+            let client = b.connect(addr, None).unwrap();
+            // Only `poll(None)` from here on: accepts and connects must still arrive.
+            let mut out = Vec::new();
+            let mut server = None;
+            let mut up = false;
+            let deadline = Instant::now() + LIMIT;
+            while server.is_none() || !up {
+                assert!(Instant::now() < deadline, "no accept/connect when spinning");
+                b.poll(None, &mut out).unwrap();
+                for e in out.drain(..) {
+                    match e {
+                        Event::Accepted { conn, .. } => server = Some(conn),
+                        Event::Connected { result, .. } => up = result.is_ok(),
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+            }
+            let server = server.unwrap();
+            let (mut rc, mut rs) = (RxBuf::cache(4096), RxBuf::cache(4096));
+            for _ in 0..200 {
+                b.send(client, frame_batch());
+                rs = spin_recv(&mut b, &mut out, server, rs);
+                b.send(server, frame_batch());
+                rc = spin_recv(&mut b, &mut out, client, rc);
+            }
+        }
+    }
+
+    const MSG: usize = 64;
+
+    /// Waits (spinning `poll(None)`) for the receive on `conn` to gather `MSG` bytes,
+    /// re-arming it after partial reads. Returns the buffer, emptied for reuse.
+    fn spin_recv(b: &mut Epoll, out: &mut Vec<Event>, conn: ConnId, mut rx: RxBuf) -> RxBuf {
+        loop {
+            b.recv(conn, rx);
+            let deadline = Instant::now() + LIMIT;
+            rx = loop {
+                assert!(Instant::now() < deadline, "receive never completed");
+                b.poll(None, out).unwrap();
+                if let Some(i) = out
+                    .iter()
+                    .position(|e| matches!(e, Event::Recv { conn: c, .. } if *c == conn))
+                {
+                    match out.swap_remove(i) {
+                        Event::Recv { rx, result, .. } => {
+                            assert!(result.unwrap() > 0, "peer closed");
+                            break rx;
+                        }
+                        _ => unreachable!(),
+                    }
+                }
+                out.retain(|e| !matches!(e, Event::Sent { .. }));
+            };
+            if rx.pending() >= MSG {
+                assert!(matches!(rx.next_frame(u32::MAX), Ok(Next::Frame(..))));
+                rx.compact();
+                return rx;
+            }
+        }
+    }
+
+    fn frame_batch() -> TxBatch {
+        let hdr = Header {
+            kind: FrameKind::Send,
+            tag: Tag(1),
+            len: (MSG - HEADER_LEN) as u32,
+        };
+        let mut b = TxBatch::with_capacity(MSG, 2);
+        b.push_copy(&hdr.to_bytes());
+        b.push_copy(&[0x5a; MSG - HEADER_LEN]);
+        b
     }
 }

@@ -86,6 +86,8 @@ pub(crate) enum Event {
 pub(crate) trait Backend {
     /// Short name printed by tools ("uring", "epoll").
     fn name(&self) -> &'static str;
+    /// One line on the set-up in force (ring flags, readiness mode), for tools.
+    fn describe(&self) -> String;
     /// Binds and listens (backlog SOMAXCONN) on `addr`; accepted connections arrive as
     /// [`Event::Accepted`]. Returns the bound address. May be called more than once.
     fn listen(&mut self, addr: SocketAddr) -> io::Result<SocketAddr>;
@@ -116,6 +118,9 @@ pub enum BackendKind {
 }
 
 /// Enum dispatch over the compiled-in backends.
+// One instance per transport, created once and never moved on the hot path: boxing the
+// larger variant would only add an indirection to every call.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum AnyBackend {
     #[cfg(feature = "uring")]
     Uring(uring::Uring),
@@ -137,6 +142,9 @@ macro_rules! forward {
 impl Backend for AnyBackend {
     fn name(&self) -> &'static str {
         forward!(self, b => b.name())
+    }
+    fn describe(&self) -> String {
+        forward!(self, b => b.describe())
     }
     fn listen(&mut self, addr: SocketAddr) -> io::Result<SocketAddr> {
         forward!(self, b => b.listen(addr))

@@ -60,6 +60,7 @@ pub(crate) fn listener(addr: SocketAddr) -> io::Result<(RawFd, SocketAddr)> {
     Ok((sock.into_raw_fd(), local))
 }
 
+#[cfg(feature = "uring")]
 /// Applies the configured options to a socket the caller owns as a raw fd, without
 /// taking ownership of it (the fd stays open).
 pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts) -> io::Result<()> {
@@ -69,6 +70,7 @@ pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts) -> io::Result<()> {
     apply_opts(&socket2::SockRef::from(&bfd), opts)
 }
 
+#[cfg(feature = "uring")]
 /// The peer address of a connected socket given as a raw fd (`getpeername(2)`).
 pub(crate) fn peer_addr_fd(fd: RawFd) -> io::Result<SocketAddr> {
     // SAFETY: as in `apply_opts_fd`: the caller keeps `fd` open during the call and the
@@ -80,6 +82,7 @@ pub(crate) fn peer_addr_fd(fd: RawFd) -> io::Result<SocketAddr> {
         .ok_or_else(|| io::Error::other("peer has no inet address"))
 }
 
+#[cfg(feature = "uring")]
 /// Closes a raw fd the caller owns and will not use again (`close(2)`; errors ignored,
 /// as after `close` the descriptor is gone either way).
 pub(crate) fn close_fd(fd: RawFd) {
@@ -88,4 +91,55 @@ pub(crate) fn close_fd(fd: RawFd) {
         // so wrapping it in an `OwnedFd` that is dropped at once closes it exactly once.
         drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
     }
+}
+
+#[cfg(feature = "epoll")]
+/// Calls a `libc` function and maps its `-1` return to [`io::Error::last_os_error`].
+///
+/// Expands to an `unsafe` call: the caller writes the `// SAFETY:` comment at the use site
+/// and the macro only removes the errno boilerplate.
+macro_rules! syscall {
+    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
+        #[allow(unused_unsafe, clippy::undocumented_unsafe_blocks)]
+        let res = unsafe { libc::$fn($($arg),*) };
+        if res == -1 {
+            Err(::std::io::Error::last_os_error())
+        } else {
+            Ok(res)
+        }
+    }};
+}
+#[cfg(feature = "epoll")]
+pub(crate) use syscall;
+
+#[cfg(feature = "epoll")]
+/// Accepts one pending connection with `accept4(SOCK_NONBLOCK | SOCK_CLOEXEC)`, so the new
+/// socket needs no further `fcntl`. Returns the owned socket and the peer's address.
+pub(crate) fn accept(
+    listener: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<(std::os::fd::OwnedFd, SocketAddr)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    use socket2::SockAddr;
+
+    let fd = listener.as_raw_fd();
+    // SAFETY: `try_init` hands us a zeroed `sockaddr_storage` and its length; accept4
+    // writes at most `*len` bytes there and updates `*len`, which is the contract
+    // `try_init` requires of the closure.
+    let (raw, addr) = unsafe {
+        SockAddr::try_init(|storage, len| {
+            syscall!(accept4(
+                fd,
+                storage.cast(),
+                len,
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC
+            ))
+        })
+    }?;
+    // SAFETY: accept4 succeeded, so `raw` is a new descriptor that nothing else owns.
+    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+    let peer = addr
+        .as_socket()
+        .ok_or_else(|| io::Error::other("accepted socket has no inet address"))?;
+    Ok((owned, peer))
 }

@@ -23,15 +23,6 @@
 //! SQE exactly and `AsyncCancel` can target it. The generation changes each time a slot
 //! is reused, so a completion that outlived its slot is recognised and dropped.
 
-// Until `Transport` selects a backend, nothing outside the tests reaches this module.
-#![cfg_attr(
-    not(test),
-    allow(
-        dead_code,
-        reason = "reached through AnyBackend once Transport selects a backend"
-    )
-)]
-
 use std::collections::VecDeque;
 use std::io;
 use std::mem;
@@ -212,25 +203,15 @@ fn check_opcodes(ring: &IoUring) -> io::Result<()> {
     Ok(())
 }
 
-/// Creates a throw-away ring and checks the opcodes: `Ok` means [`new`] should work.
-pub(crate) fn probe() -> io::Result<()> {
-    let (ring, _) = build_ring(RingMode::DeferTaskrun)?;
-    check_opcodes(&ring)
-}
-
-/// Creates the backend; the error (EPERM, ENOSYS, ENOMEM, Unsupported) tells the caller
-/// to fall back to epoll.
-pub(crate) fn new(opts: SockOpts) -> io::Result<Uring> {
-    Uring::new(opts)
-}
-
 impl Uring {
-    /// See [`new`].
+    /// Creates the backend: ring set-up with the best flags the kernel accepts, then a
+    /// probe of the opcodes used. The error (EPERM, ENOSYS, ENOMEM, Unsupported) tells
+    /// the caller to fall back to epoll.
     pub(crate) fn new(opts: SockOpts) -> io::Result<Self> {
         Self::with_mode(opts, RingMode::DeferTaskrun)
     }
 
-    /// Like [`new`], trying set-up flags from `first` downwards.
+    /// Like [`Uring::new`], trying set-up flags from `first` downwards.
     fn with_mode(opts: SockOpts, first: RingMode) -> io::Result<Self> {
         let (ring, mode) = build_ring(first)?;
         check_opcodes(&ring)?;
@@ -252,16 +233,19 @@ impl Uring {
     }
 
     /// The set-up flags the kernel accepted.
+    #[cfg(test)]
     pub(crate) fn mode(&self) -> RingMode {
         self.mode
     }
 
     /// How many times the backend entered the kernel through `io_uring_enter`.
+    #[cfg(test)]
     pub(crate) fn enters(&self) -> u64 {
         self.enters
     }
 
     /// How many sends were resumed after a short write or the iovec cap.
+    #[cfg(test)]
     pub(crate) fn resumes(&self) -> u64 {
         self.resumes
     }
@@ -700,6 +684,15 @@ impl Backend for Uring {
         "uring"
     }
 
+    fn describe(&self) -> String {
+        let flags = match self.mode {
+            RingMode::DeferTaskrun => "SINGLE_ISSUER|DEFER_TASKRUN|TASKRUN_FLAG",
+            RingMode::CoopTaskrun => "COOP_TASKRUN|TASKRUN_FLAG",
+            RingMode::Plain => "no task-run flags",
+        };
+        format!("io_uring ring {flags}")
+    }
+
     fn listen(&mut self, addr: SocketAddr) -> io::Result<SocketAddr> {
         let (fd, local) = sys::listener(addr)?;
         self.listeners.push(Listener {
@@ -848,7 +841,7 @@ mod tests {
     use crate::reactor::AnyBackend;
 
     fn make() -> Option<Uring> {
-        match new(SockOpts::default()) {
+        match Uring::new(SockOpts::default()) {
             Ok(u) => Some(u),
             Err(e) => {
                 eprintln!("skipping io_uring test: {e}");
@@ -868,7 +861,6 @@ mod tests {
     #[test]
     fn probe_and_mode() {
         let Some(u) = make() else { return };
-        probe().expect("probe succeeds when new() does");
         eprintln!("io_uring ring mode: {:?}", u.mode());
     }
 
@@ -879,7 +871,7 @@ mod tests {
         }
         // Through the enum dispatch, as `Transport` will drive it.
         super::super::conformance::run_all(&|opts| {
-            AnyBackend::Uring(new(opts).expect("io_uring worked a moment ago"))
+            AnyBackend::Uring(Uring::new(opts).expect("io_uring worked a moment ago"))
         });
     }
 
