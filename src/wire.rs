@@ -12,8 +12,10 @@
 //!  +--------+--------+-----+-------+-----------+-------------------+
 //! ```
 //!
-//! The dialer sends `HELLO`; the acceptor answers `ACCEPT` (the connection is then open)
-//! or `REJECT` with a [`RejectReason`] and closes. A wrong magic means "not one of ours":
+//! The dialer sends `HELLO` (kind 1); the acceptor answers `ACCEPT` (2: the connection is
+//! then open) or `REJECT` (3) with a [`RejectReason`] and closes. A prober sends `PROBE`
+//! (4) and gets `PROBE_ACK` (5) carrying the listener's process id, then the acceptor
+//! closes; no endpoint is created. A wrong magic means "not one of ours":
 //! the acceptor closes that socket without answering.
 //!
 //! # Frame header (8 bytes), before every message once the handshake is done
@@ -64,6 +66,10 @@ pub enum HelloKind {
     Accept,
     /// Acceptor to dialer: the connection is refused; it will be closed.
     Reject(RejectReason),
+    /// A prober asks "is a ringbtl process listening here?"; no endpoint is created.
+    Probe,
+    /// Answer to a probe: the record's process id says who listens.
+    ProbeAck,
 }
 
 /// Why an acceptor refused a connection.
@@ -141,6 +147,8 @@ impl Hello {
             1 => HelloKind::Hello,
             2 => HelloKind::Accept,
             3 => HelloKind::Reject(RejectReason::from_code(b[11])?),
+            4 => HelloKind::Probe,
+            5 => HelloKind::ProbeAck,
             k => return Err(WireError::BadHelloKind(k)),
         };
         Ok(Self {
@@ -159,6 +167,8 @@ impl Hello {
             HelloKind::Hello => (1, 0),
             HelloKind::Accept => (2, 0),
             HelloKind::Reject(r) => (3, r.code()),
+            HelloKind::Probe => (4, 0),
+            HelloKind::ProbeAck => (5, 0),
         };
         out[10] = k;
         out[11] = r;
@@ -261,6 +271,8 @@ mod tests {
             HelloKind::Reject(RejectReason::ShuttingDown),
             HelloKind::Reject(RejectReason::Version),
             HelloKind::Reject(RejectReason::Unreachable),
+            HelloKind::Probe,
+            HelloKind::ProbeAck,
         ];
         for kind in kinds {
             let h = Hello {

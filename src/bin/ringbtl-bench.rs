@@ -1,2 +1,471 @@
-//! Placeholder until the benchmark lands.
-fn main() {}
+//! `ringbtl-bench`: OSU-style benchmarks for ringbtl.
+//!
+//! `ringbtl-bench` (or `ringbtl-bench latency`) run alone starts its own peer: rank 0
+//! re-executes itself as rank 1 with a hidden `--internal-peer` argument and drives it
+//! through the child's stdin / stdout (one line per command, see [`control`]). Both ranks
+//! create their transports on loopback, exchange addresses over that channel, then run
+//! one phase per (size, series) in lockstep: rank 0 announces the phase, rank 1 confirms it
+//! is ready, rank 0 measures, rank 1 reports that it served every message.
+//!
+//! The child dies with its parent (`PR_SET_PDEATHSIG`, and it exits on stdin EOF); the
+//! parent kills the child on every error path and waits for it with a timeout.
+#![deny(unsafe_code)]
+
+#[path = "ringbtl-bench/cli.rs"]
+mod cli;
+#[path = "ringbtl-bench/control.rs"]
+mod control;
+#[path = "ringbtl-bench/plain.rs"]
+mod plain;
+#[path = "ringbtl-bench/report.rs"]
+mod report;
+#[path = "ringbtl-bench/ring.rs"]
+mod ring;
+#[path = "ringbtl-bench/sys.rs"]
+mod sys;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use ringbtl::{BackendKind, Config, PeerId, ProgressMode};
+
+use cli::{BackendArg, Cli, Cmd, LatencyArgs, ModeArg};
+use control::PeerProc;
+use plain::Plain;
+use report::{Row, RunInfo, Table};
+use ring::Ring;
+
+/// How both ranks wait for messages (ringbtl and the baseline alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Poll,
+    Block,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Poll => "poll",
+            Mode::Block => "block",
+        }
+    }
+}
+
+/// CPUs of rank 0 and rank 1 with `--pin`.
+const CPUS: [usize; 2] = [0, 1];
+/// Time allowed for start-up steps and for the peer to exit.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Time given to `Transport::shutdown`.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Cmd::Latency(a)) => a,
+        None => cli.latency,
+    };
+    let res = if let Some(ppid) = args.internal_peer {
+        match control::Child::open(ppid) {
+            Ok(mut ctl) => {
+                let r = run_rank1(&args, &mut ctl);
+                if let Err(e) = &r {
+                    // The parent prints it; stderr only if the channel is gone.
+                    if ctl.send(&format!("ERR {}", e.replace('\n', " "))).is_err() {
+                        eprintln!("ringbtl-bench (rank 1): error: {e}");
+                    }
+                    return ExitCode::FAILURE;
+                }
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => Err(e),
+        }
+    } else if args.mpi {
+        Err(
+            "--mpi: running under mpirun/srun is not supported yet; run ringbtl-bench \
+             alone, it starts its own peer"
+                .to_string(),
+        )
+    } else {
+        run_rank0(&args)
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = std::io::stdout().flush();
+            eprintln!("ringbtl-bench: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The mode: `--mode`, else `RINGBTL_PROGRESS`, else poll.
+fn mode_of(args: &LatencyArgs) -> Result<Mode, String> {
+    Ok(match args.mode {
+        Some(ModeArg::Poll) => Mode::Poll,
+        Some(ModeArg::Block) => Mode::Block,
+        None => match env_config()?.progress {
+            ProgressMode::Poll => Mode::Poll,
+            ProgressMode::Block => Mode::Block,
+        },
+    })
+}
+
+fn env_config() -> Result<Config, String> {
+    Config::new(PeerId(0)).from_env().map_err(|e| e.to_string())
+}
+
+/// The transports to create, in run order: `--backend`, else `RINGBTL_BACKEND`, else auto.
+fn backends_of(args: &LatencyArgs) -> Result<Vec<BackendKind>, String> {
+    if args.baseline_only {
+        return Ok(Vec::new());
+    }
+    Ok(match args.backend {
+        Some(BackendArg::Auto) => vec![BackendKind::Auto],
+        Some(BackendArg::Uring) => vec![BackendKind::Uring],
+        Some(BackendArg::Epoll) => vec![BackendKind::Epoll],
+        Some(BackendArg::Both) => vec![BackendKind::Uring, BackendKind::Epoll],
+        None => vec![env_config()?.backend],
+    })
+}
+
+fn pin(rank: usize) -> Result<(), String> {
+    let cpu = CPUS[rank];
+    sys::pin_to_cpu(cpu).map_err(|e| {
+        let n = std::thread::available_parallelism().map_or(0, |n| n.get());
+        format!("--pin: cannot run rank {rank} on CPU {cpu} ({e}); this process may use {n} CPU(s), --pin needs CPUs 0 and 1")
+    })
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// A phase: one size of one series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Series {
+    /// The ringbtl transport at this index.
+    Ring(usize),
+    /// The plain-socket baseline.
+    Socket,
+}
+
+fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
+    let mode = mode_of(args)?;
+    let kinds = backends_of(args)?;
+    let with_socket = args.baseline || args.baseline_only;
+    let sizes = args.sizes();
+    let phase_timeout = Duration::from_secs(args.timeout);
+    if args.pin {
+        // Before the peer starts: it inherits CPU 0, then moves itself to CPU 1.
+        pin(0)?;
+    }
+
+    let mut rings = Vec::new();
+    for &k in &kinds {
+        rings.push(Ring::new(0, k, mode)?);
+    }
+    let listener = if with_socket {
+        Some(
+            TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+                .map_err(|e| format!("baseline: listening on 127.0.0.1: {e}"))?,
+        )
+    } else {
+        None
+    };
+
+    let mut peer = PeerProc::spawn()?;
+    // Rank 1 announces its transports: `ADDR <index> <ip:port> <backend>`, then `READY`.
+    let mut peer_addrs = Vec::new();
+    loop {
+        let line = peer.expect(SETUP_TIMEOUT)?;
+        let mut w = line.split_whitespace();
+        match (w.next(), w.next(), w.next()) {
+            (Some("READY"), None, None) => break,
+            (Some("ADDR"), Some(_), Some(a)) => peer_addrs.push(
+                a.parse::<SocketAddr>()
+                    .map_err(|e| format!("rank 1 sent a bad address {a:?}: {e}"))?,
+            ),
+            _ => return Err(format!("rank 1 sent an unexpected line: {line:?}")),
+        }
+    }
+    if peer_addrs.len() != rings.len() {
+        return Err(format!(
+            "rank 1 created {} transports, rank 0 {}",
+            peer_addrs.len(),
+            rings.len()
+        ));
+    }
+    for (i, r) in rings.iter_mut().enumerate() {
+        r.add_peer(peer_addrs[i])?;
+        peer.send(&format!("PEER {i} {}", r.local_addr()))?;
+    }
+    if let Some(l) = &listener {
+        let a = l
+            .local_addr()
+            .map_err(|e| format!("baseline listener: {e}"))?;
+        peer.send(&format!("BASE {a}"))?;
+    }
+    peer.send("SYNC")?;
+    peer.expect_exact("SYNCED", SETUP_TIMEOUT)?;
+    let mut plain = match &listener {
+        Some(l) => Some(Plain::accept(
+            l,
+            SETUP_TIMEOUT,
+            phase_timeout,
+            !args.baseline_no_lowat,
+        )?),
+        None => None,
+    };
+    drop(listener);
+
+    let mut series: Vec<Series> = (0..rings.len()).map(Series::Ring).collect();
+    if with_socket {
+        series.push(Series::Socket);
+    }
+    // One untimed exchange per series: connections are up before anything is measured.
+    for &s in &series {
+        phase(
+            &mut peer,
+            &mut rings,
+            &mut plain,
+            s,
+            0,
+            0,
+            1,
+            mode,
+            phase_timeout,
+        )
+        .map_err(|e| format!("first exchange: {e}"))?;
+    }
+
+    let info = RunInfo {
+        mode: mode.name(),
+        kernel: kernel_release(),
+        pinned: args.pin,
+        rings: rings.iter().map(|r| r.backend_name().to_string()).collect(),
+        baseline: with_socket,
+        baseline_how: match (mode, args.baseline_no_lowat) {
+            (Mode::Poll, _) => "TCP_NODELAY, send/recv spun with MSG_DONTWAIT",
+            (Mode::Block, false) => "TCP_NODELAY, blocking send, recv MSG_WAITALL + SO_RCVLOWAT",
+            (Mode::Block, true) => "TCP_NODELAY, blocking send, recv MSG_WAITALL",
+        },
+    };
+    let table = Table::new(&info);
+    let out = &mut std::io::stdout();
+    let counts = describe_counts(args, &sizes);
+    if !args.json {
+        let _ = writeln!(out, "{}", table.header(&counts));
+        let _ = out.flush();
+    }
+    let mut rows = Vec::new();
+    let mut result = Ok(());
+    'sizes: for &size in &sizes {
+        let (warmup, iters) = args.counts(size);
+        let mut row = Row {
+            size,
+            rings: Vec::new(),
+            base: None,
+        };
+        for &s in &series {
+            match phase(
+                &mut peer,
+                &mut rings,
+                &mut plain,
+                s,
+                size,
+                warmup,
+                iters,
+                mode,
+                phase_timeout,
+            ) {
+                Ok(st) if s == Series::Socket => row.base = Some(st),
+                Ok(st) => row.rings.push(st),
+                Err(e) => {
+                    result = Err(format!("size {size}: {e}"));
+                    break 'sizes;
+                }
+            }
+        }
+        if args.json {
+            for l in report::json_lines(&info, &row) {
+                let _ = writeln!(out, "{l}");
+            }
+        } else {
+            let _ = writeln!(out, "{}", table.row(&row));
+        }
+        let _ = out.flush();
+        rows.push(row);
+    }
+    if !args.json && !rows.is_empty() {
+        let _ = write!(out, "{}", table.percentiles(&rows));
+        let _ = out.flush();
+    }
+    result?;
+
+    peer.send("QUIT")?;
+    let mut shut = Ok(());
+    for r in &mut rings {
+        if let Err(e) = r.shutdown(SHUTDOWN_TIMEOUT) {
+            shut = Err(e);
+        }
+    }
+    peer.expect_exact("BYE", SETUP_TIMEOUT)?;
+    peer.finish(SETUP_TIMEOUT)?;
+    shut
+}
+
+fn describe_counts(args: &LatencyArgs, sizes: &[usize]) -> String {
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    for &s in sizes {
+        let c = args.counts(s);
+        if !seen.contains(&c) {
+            seen.push(c);
+        }
+    }
+    match seen.as_slice() {
+        [(w, n)] => format!("{n} (warm-up {w})"),
+        _ => {
+            let (ws, ns) = args.counts(0);
+            let (wl, nl) = args.counts(cli::LARGE_MESSAGE_SIZE + 1);
+            format!(
+                "{ns} (warm-up {ws}) up to {} bytes, {nl} (warm-up {wl}) above",
+                cli::LARGE_MESSAGE_SIZE
+            )
+        }
+    }
+}
+
+/// Runs one phase (one size of one series) on rank 0, rank 1 in lockstep: announce it,
+/// wait until rank 1 is ready, measure, wait until rank 1 has served every message.
+#[allow(clippy::too_many_arguments)]
+fn phase(
+    peer: &mut PeerProc,
+    rings: &mut [Ring],
+    plain: &mut Option<Plain>,
+    s: Series,
+    size: usize,
+    warmup: u64,
+    iters: u64,
+    mode: Mode,
+    timeout: Duration,
+) -> Result<report::Stats, String> {
+    let which = match s {
+        Series::Ring(i) => format!("ring {i}"),
+        Series::Socket => "socket".into(),
+    };
+    peer.send(&format!("RUN {which} {size} {}", warmup + iters))?;
+    peer.expect_exact("OK", SETUP_TIMEOUT)?;
+    let deadline = Instant::now() + timeout;
+    let measured = match s {
+        Series::Ring(i) => rings[i].ping(size, warmup, iters, mode, deadline),
+        Series::Socket => match plain {
+            Some(p) => p.ping(size, warmup, iters, mode, deadline),
+            None => Err("internal: no baseline socket".into()),
+        },
+    };
+    let label = match s {
+        Series::Ring(i) => rings[i].backend_name(),
+        Series::Socket => "baseline",
+    };
+    let st = match measured {
+        Ok(st) => st,
+        Err(e) => {
+            // Rank 1's own report usually says more (it may have died first).
+            let theirs = peer.expect(Duration::from_secs(1)).err();
+            return Err(match theirs {
+                Some(t) if t.starts_with("rank 1") => format!("{label}: {e}; {t}"),
+                _ => format!("{label}: {e}"),
+            });
+        }
+    };
+    // Rank 1 has served and completed every message once it says DONE.
+    peer.expect_exact("DONE", timeout + SETUP_TIMEOUT)
+        .map_err(|e| format!("{label}: {e}"))?;
+    Ok(st)
+}
+
+fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String> {
+    let mode = mode_of(args)?;
+    let kinds = backends_of(args)?;
+    let phase_timeout = Duration::from_secs(args.timeout);
+    if args.pin {
+        pin(1)?;
+    }
+    let mut rings = Vec::new();
+    for &k in &kinds {
+        rings.push(Ring::new(1, k, mode)?);
+    }
+    for (i, r) in rings.iter().enumerate() {
+        ctl.send(&format!("ADDR {i} {} {}", r.local_addr(), r.backend_name()))?;
+    }
+    ctl.send("READY")?;
+    let mut plain: Option<Plain> = None;
+    loop {
+        let line = ctl.recv()?;
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["PEER", i, addr] => {
+                let i: usize = parse(i, &line)?;
+                let addr: SocketAddr = parse(addr, &line)?;
+                rings
+                    .get_mut(i)
+                    .ok_or_else(|| format!("no transport {i}"))?
+                    .add_peer(addr)?;
+            }
+            ["BASE", addr] => {
+                plain = Some(Plain::connect(
+                    parse(addr, &line)?,
+                    phase_timeout,
+                    !args.baseline_no_lowat,
+                )?);
+            }
+            ["SYNC"] => ctl.send("SYNCED")?,
+            ["RUN", kind, rest @ ..] => {
+                let (which, size, count) = match (*kind, rest) {
+                    ("ring", [i, size, count]) => (Some(parse::<usize>(i, &line)?), size, count),
+                    ("socket", [size, count]) => (None, size, count),
+                    _ => return Err(format!("bad command {line:?}")),
+                };
+                let size: usize = parse(size, &line)?;
+                let count: u64 = parse(count, &line)?;
+                ctl.send("OK")?;
+                let deadline = Instant::now() + phase_timeout;
+                match which {
+                    Some(i) => rings
+                        .get_mut(i)
+                        .ok_or_else(|| format!("no transport {i}"))?
+                        .pong(size, count, mode, deadline)?,
+                    None => plain
+                        .as_mut()
+                        .ok_or("no baseline socket")?
+                        .pong(size, count, mode, deadline)?,
+                }
+                ctl.send("DONE")?;
+            }
+            ["QUIT"] => {
+                let mut res = Ok(());
+                for r in &mut rings {
+                    if let Err(e) = r.shutdown(SHUTDOWN_TIMEOUT) {
+                        res = Err(e);
+                    }
+                }
+                ctl.send("BYE")?;
+                return res;
+            }
+            _ => return Err(format!("bad command {line:?}")),
+        }
+    }
+}
+
+fn parse<T: std::str::FromStr>(v: &str, line: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    v.parse()
+        .map_err(|e| format!("bad value {v:?} in {line:?}: {e}"))
+}

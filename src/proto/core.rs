@@ -152,6 +152,8 @@ pub struct Counters {
     pub simultaneous: u64,
     /// Connect attempts that failed and were retried.
     pub connect_retries: u64,
+    /// Probes answered.
+    pub probes: u64,
 }
 
 /// What [`Core::recv_step`] found.
@@ -543,7 +545,7 @@ impl Core {
                 let ep = self.ep(peer).expect("open conn has an endpoint");
                 let (more, done) = (
                     !ep.queue.is_empty(),
-                    ep.fin_sent && ep.fin_rcvd && ep.inflight.is_empty(),
+                    ep.fin_sent && ep.fin_rcvd && ep.inflight.is_empty() && ep.queue.is_empty(),
                 );
                 if more {
                     self.mark_dirty(peer);
@@ -573,8 +575,11 @@ impl Core {
             (Stage::Open, Some(peer)) => {
                 let ep = self.ep(peer).expect("open conn has an endpoint");
                 if ep.fin_rcvd {
-                    // EOF after the peer's FIN: the clean end.
-                    self.close_clean(peer, conn);
+                    // EOF after the peer's FIN: the clean end, once our own frames (and
+                    // FIN) are written; otherwise the last send's completion closes.
+                    if ep.inflight.is_empty() && ep.queue.is_empty() {
+                        self.close_clean(peer, conn);
+                    }
                 } else {
                     let why = err.unwrap_or_else(|| "peer closed without FIN".into());
                     self.fail_endpoint(peer, FailReason::ConnectionLost { peer, why });
@@ -923,6 +928,12 @@ impl Core {
             core.events.push_back(CoreEvent::Refused { why });
             core.reject(conn, reason);
         };
+        if h.kind == HelloKind::Probe {
+            // "Is a ringbtl process listening here?": answer with our id, then close.
+            self.counters.probes += 1;
+            self.answer_and_close(conn, HelloKind::ProbeAck);
+            return;
+        }
         if h.kind != HelloKind::Hello {
             self.handshake_garbage(
                 conn,
@@ -1026,9 +1037,11 @@ impl Core {
                 got: h.version,
                 ours: VERSION,
             }),
-            HelloKind::Hello => Some(ProtoError::UnexpectedHello {
-                state: "ExpectAccept",
-            }),
+            HelloKind::Hello | HelloKind::Probe | HelloKind::ProbeAck => {
+                Some(ProtoError::UnexpectedHello {
+                    state: "ExpectAccept",
+                })
+            }
             _ if h.token != self.cfg.token => Some(ProtoError::BadToken),
             _ if h.pid != peer => Some(ProtoError::WrongPeer {
                 expected: peer,
@@ -1075,8 +1088,12 @@ impl Core {
                         };
                         self.arm_timer(deadline);
                     }
-                    RejectReason::Duplicate | RejectReason::ShuttingDown => {
+                    RejectReason::Duplicate => {
                         self.retry_or_fail(Some(now), peer, format!("refused by peer: {reason:?}"));
+                    }
+                    // The peer is leaving for good: retrying cannot help.
+                    RejectReason::ShuttingDown => {
+                        self.fail_endpoint(peer, FailReason::PeerClosed(peer));
                     }
                     _ => self.fail_endpoint(
                         peer,
@@ -1087,7 +1104,9 @@ impl Core {
                     ),
                 }
             }
-            HelloKind::Hello => unreachable!("handled above"),
+            HelloKind::Hello | HelloKind::Probe | HelloKind::ProbeAck => {
+                unreachable!("handled above")
+            }
         }
     }
 
@@ -1171,7 +1190,8 @@ impl Core {
             ep.queue.push_back(Frag::fin());
             self.mark_dirty(peer);
         } else if ep.inflight.is_empty() && ep.queue.is_empty() {
-            // Our FIN is out and theirs is in: done.
+            // Our FIN is out and theirs is in: done. (Otherwise the completion of the
+            // send that carries our FIN closes.)
             self.close_clean(peer, conn);
         }
     }
@@ -1271,8 +1291,13 @@ impl Core {
 
     /// Answers a refused incoming connection and closes it once the answer is out.
     fn reject(&mut self, conn: ConnKey, reason: RejectReason) {
+        self.answer_and_close(conn, HelloKind::Reject(reason));
+    }
+
+    /// Writes a handshake record on `conn` and closes it once the record is out.
+    fn answer_and_close(&mut self, conn: ConnKey, kind: HelloKind) {
         let rec = Hello {
-            kind: HelloKind::Reject(reason),
+            kind,
             version: VERSION,
             pid: self.cfg.pid,
             token: self.cfg.token,

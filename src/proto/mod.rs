@@ -6,3 +6,6 @@
 pub mod core;
 pub mod recv_cache;
 pub mod tx;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,251 @@
+//! Command line: clap derive, size lists, OSU iteration defaults.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Largest message the benchmark accepts (buffers are allocated up front).
+pub(crate) const MAX_SIZE: usize = 1 << 30;
+/// OSU's `LARGE_MESSAGE_SIZE`: above it the default iteration counts drop.
+pub(crate) const LARGE_MESSAGE_SIZE: usize = 8192;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ringbtl-bench",
+    version,
+    about = "OSU-style benchmarks for ringbtl, the io_uring TCP byte-transfer layer",
+    long_about = "OSU-style benchmarks for ringbtl, the io_uring TCP byte-transfer layer.\n\n\
+        Run alone, the benchmark starts its own peer process (rank 1) on loopback; with no \
+        subcommand it runs `latency`.",
+    args_conflicts_with_subcommands = true
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Option<Cmd>,
+    #[command(flatten)]
+    pub(crate) latency: LatencyArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Cmd {
+    /// Ping-pong latency, one-way = round trip / 2 (the default).
+    Latency(LatencyArgs),
+}
+
+/// Options of `ringbtl-bench latency`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct LatencyArgs {
+    /// Message sizes: a list (`0,8,64K,1M`) or a doubling range (`1:4M`).
+    /// Suffixes K, M, G are binary (KiB, MiB, GiB). [default: 1:4M]
+    #[arg(long, value_name = "LIST|MIN:MAX", value_parser = parse_sizes)]
+    pub(crate) sizes: Option<SizeList>,
+
+    /// Measured iterations per size [default: 10000 up to 8 KiB, 1000 above (OSU)].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub(crate) iters: Option<u64>,
+
+    /// Warm-up iterations per size, not measured [default: 100 up to 8 KiB, 10 above].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    pub(crate) warmup: Option<u64>,
+
+    /// Divide the default iteration and warm-up counts by 10 (smoke runs).
+    #[arg(long)]
+    pub(crate) quick: bool,
+
+    /// poll: spin on non-blocking progress (HPC default); block: wait in the kernel.
+    /// [default: RINGBTL_PROGRESS, else poll]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub(crate) mode: Option<ModeArg>,
+
+    /// Backend; `both` runs uring then epoll for each size and prints them side by side.
+    /// [default: RINGBTL_BACKEND, else auto]
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub(crate) backend: Option<BackendArg>,
+
+    /// Pin rank 0 to CPU 0 and rank 1 to CPU 1.
+    #[arg(long)]
+    pub(crate) pin: bool,
+
+    /// Also run a plain-socket ping-pong (TCP_NODELAY, same mode, sizes, process pair and
+    /// cores) and print the ratio ringbtl / baseline.
+    #[arg(long)]
+    pub(crate) baseline: bool,
+
+    /// Run only the plain-socket ping-pong (no ringbtl transport is created).
+    #[arg(long, conflicts_with_all = ["baseline", "backend"])]
+    pub(crate) baseline_only: bool,
+
+    /// Block-mode baseline without SO_RCVLOWAT (woken per arriving segment instead of
+    /// once per message).
+    #[arg(long)]
+    pub(crate) baseline_no_lowat: bool,
+
+    /// One JSON object per line (per backend and size) instead of the OSU table.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Give up on a size (and abort the run) after this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub(crate) timeout: u64,
+
+    /// Internal: run as rank 1 under the rank-0 process with this pid.
+    #[arg(long, hide = true, value_name = "PARENT_PID")]
+    pub(crate) internal_peer: Option<u32>,
+
+    /// Launched by mpirun / srun (one rank per process); rank from the launcher's
+    /// environment.
+    #[arg(long, hide = true)]
+    pub(crate) mpi: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModeArg {
+    Poll,
+    Block,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BackendArg {
+    Auto,
+    Uring,
+    Epoll,
+    Both,
+}
+
+/// A parsed `--sizes` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SizeList(pub(crate) Vec<usize>);
+
+impl LatencyArgs {
+    /// Sizes to run, in order.
+    pub(crate) fn sizes(&self) -> Vec<usize> {
+        match &self.sizes {
+            Some(s) => s.0.clone(),
+            None => doubling(1, 4 << 20),
+        }
+    }
+
+    /// (warm-up, measured iterations) for `size`.
+    pub(crate) fn counts(&self, size: usize) -> (u64, u64) {
+        let (w, n) = if size <= LARGE_MESSAGE_SIZE {
+            (100, 10_000)
+        } else {
+            (10, 1_000)
+        };
+        let div = if self.quick { 10 } else { 1 };
+        (
+            self.warmup.unwrap_or(w / div),
+            self.iters.unwrap_or(n / div),
+        )
+    }
+}
+
+fn doubling(lo: usize, hi: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut x = lo;
+    if x == 0 {
+        v.push(0);
+        x = 1;
+    }
+    while x <= hi {
+        v.push(x);
+        x *= 2;
+    }
+    v
+}
+
+/// Parses `64`, `64K`, `64KiB`, `1M`, `1g` (binary multiples).
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let body = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (digits, mult) = match body.as_bytes().last() {
+        Some(b'k') => (&body[..body.len() - 1], 1usize << 10),
+        Some(b'm') => (&body[..body.len() - 1], 1 << 20),
+        Some(b'g') => (&body[..body.len() - 1], 1 << 30),
+        _ => (body, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "{t:?} is not a size (examples: 0, 8, 64K, 1M, 4MiB)"
+        ));
+    }
+    let n = digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&n| n <= MAX_SIZE)
+        .ok_or_else(|| format!("{t:?} is larger than the maximum of 1G"))?;
+    Ok(n)
+}
+
+/// Parses a `--sizes` value: `A,B,C` or `MIN:MAX` (doubling from MIN; 0 then 1, 2, 4...).
+pub(crate) fn parse_sizes(s: &str) -> Result<SizeList, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty size list".into());
+    }
+    let v = if let Some((a, b)) = s.split_once(':') {
+        let (lo, hi) = (parse_size(a)?, parse_size(b)?);
+        if lo > hi {
+            return Err(format!("range {s:?}: {lo} is above {hi}"));
+        }
+        doubling(lo, hi)
+    } else {
+        s.split(',')
+            .map(parse_size)
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    if v.len() > 256 {
+        return Err(format!("{} sizes; at most 256", v.len()));
+    }
+    Ok(SizeList(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_sizes("1,8,64K,1M").unwrap().0, [1, 8, 65536, 1 << 20]);
+        assert_eq!(parse_sizes("0:4").unwrap().0, [0, 1, 2, 4]);
+        assert_eq!(parse_sizes("1:4M").unwrap().0.len(), 23);
+        assert_eq!(parse_sizes("3:20").unwrap().0, [3, 6, 12]);
+        assert_eq!(parse_sizes("4KiB,2mb").unwrap().0, [4096, 2 << 20]);
+        for bad in ["", "x", "1,,2", "8:4", "2G", "-1", "1.5K", "K"] {
+            assert!(parse_sizes(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn osu_counts() {
+        let cli = Cli::try_parse_from(["b"]).unwrap();
+        let a = cli.latency;
+        assert_eq!(a.counts(8192), (100, 10_000));
+        assert_eq!(a.counts(8193), (10, 1_000));
+        assert_eq!(a.sizes().first(), Some(&1));
+        assert_eq!(a.sizes().last(), Some(&(4 << 20)));
+        let q = Cli::try_parse_from(["b", "--quick", "--iters", "7"]).unwrap();
+        assert_eq!(q.latency.counts(8), (10, 7));
+        assert_eq!(q.latency.counts(1 << 20), (1, 7));
+    }
+
+    #[test]
+    fn subcommand_is_optional() {
+        let a = Cli::try_parse_from(["b", "--pin"]).unwrap();
+        assert!(a.command.is_none() && a.latency.pin);
+        let b = Cli::try_parse_from(["b", "latency", "--pin", "--backend", "both"]).unwrap();
+        assert!(matches!(b.command, Some(Cmd::Latency(ref l)) if l.pin));
+        assert!(Cli::try_parse_from(["b", "--baseline-only", "--baseline"]).is_err());
+        assert!(Cli::try_parse_from(["b", "--mode", "spin"]).is_err());
+    }
+}

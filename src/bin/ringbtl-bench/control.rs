@@ -1,0 +1,198 @@
+//! The control channel between rank 0 and the rank 1 it started: text lines on the
+//! child's stdin (rank 0 -> rank 1) and stdout (rank 1 -> rank 0). The child's stderr is
+//! inherited.
+//!
+//! | rank 1 -> rank 0            | rank 0 -> rank 1                   |
+//! |-----------------------------|------------------------------------|
+//! | `ADDR <i> <ip:port> <name>` | `PEER <i> <ip:port>`               |
+//! | `READY`                     | `BASE <ip:port>` (baseline socket) |
+//! | `SYNCED`                    | `SYNC`                             |
+//! | `OK`, then `DONE`           | `RUN ring <i> <size> <count>`      |
+//! |                             | `RUN socket <size> <count>`        |
+//! | `BYE`                       | `QUIT`                             |
+//! | `ERR <message>` (any time)  |                                    |
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child as Proc, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use crate::sys;
+
+/// Rank 0's handle on rank 1: killed and reaped on drop unless it exited cleanly.
+pub(crate) struct PeerProc {
+    proc: Option<Proc>,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl PeerProc {
+    /// Re-executes this binary with the same arguments plus `--internal-peer <our pid>`.
+    pub(crate) fn spawn() -> Result<Self, String> {
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("cannot find this executable to start the peer: {e}"))?;
+        let mut cmd = Command::new(&exe);
+        cmd.args(std::env::args_os().skip(1))
+            .arg("--internal-peer")
+            .arg(std::process::id().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut proc = cmd
+            .spawn()
+            .map_err(|e| format!("starting the peer process {}: {e}", exe.display()))?;
+        let stdin = proc.stdin.take();
+        let stdout = proc.stdout.take();
+        let (tx, lines) = mpsc::channel();
+        if let Some(out) = stdout {
+            std::thread::Builder::new()
+                .name("peer-stdout".into())
+                .spawn(move || {
+                    for line in BufReader::new(out).lines() {
+                        let Ok(l) = line else { break };
+                        if tx.send(l).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .map_err(|e| format!("starting the control thread: {e}"))?;
+        }
+        Ok(Self {
+            proc: Some(proc),
+            stdin,
+            lines,
+        })
+    }
+
+    /// Sends one command line.
+    pub(crate) fn send(&mut self, line: &str) -> Result<(), String> {
+        let res = match self.stdin.as_mut() {
+            Some(w) => writeln!(w, "{line}").and_then(|()| w.flush()),
+            None => return Err("the control channel is closed".into()),
+        };
+        res.map_err(|_| self.gone())
+    }
+
+    /// Next line from rank 1; `ERR` lines, exit and silence become errors.
+    pub(crate) fn expect(&mut self, timeout: Duration) -> Result<String, String> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(l) => match l.strip_prefix("ERR ") {
+                Some(e) => Err(format!("rank 1: {e}")),
+                None => Ok(l),
+            },
+            Err(RecvTimeoutError::Timeout) => Err(format!(
+                "rank 1 did not answer within {} s",
+                timeout.as_secs_f64()
+            )),
+            Err(RecvTimeoutError::Disconnected) => Err(self.gone()),
+        }
+    }
+
+    /// Expects exactly `word`.
+    pub(crate) fn expect_exact(&mut self, word: &str, timeout: Duration) -> Result<(), String> {
+        let l = self.expect(timeout)?;
+        if l == word {
+            Ok(())
+        } else {
+            Err(format!("rank 1 said {l:?}, expected {word:?}"))
+        }
+    }
+
+    /// Describes how rank 1 went away (its exit status if it exits within a second).
+    fn gone(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        if let Some(p) = self.proc.as_mut() {
+            loop {
+                match p.try_wait() {
+                    Ok(Some(st)) => {
+                        self.proc = None;
+                        return format!("rank 1 (the peer process) exited: {st}");
+                    }
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    _ => break,
+                }
+            }
+        }
+        "rank 1 (the peer process) closed the control channel".into()
+    }
+
+    /// Closes rank 1's stdin and waits for it to exit, killing it after `timeout`.
+    pub(crate) fn finish(mut self, timeout: Duration) -> Result<(), String> {
+        self.stdin = None;
+        let Some(mut p) = self.proc.take() else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            match p.try_wait() {
+                Ok(Some(st)) if st.success() => return Ok(()),
+                Ok(Some(st)) => return Err(format!("rank 1 exited with {st}")),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Ok(None) => {
+                    let _ = p.kill();
+                    let _ = p.wait();
+                    return Err(format!(
+                        "rank 1 did not exit within {} s and was killed",
+                        timeout.as_secs_f64()
+                    ));
+                }
+                Err(e) => return Err(format!("waiting for rank 1: {e}")),
+            }
+        }
+    }
+}
+
+impl Drop for PeerProc {
+    fn drop(&mut self) {
+        self.stdin = None;
+        if let Some(mut p) = self.proc.take() {
+            if let Ok(None) = p.try_wait() {
+                let _ = p.kill();
+            }
+            let _ = p.wait();
+        }
+    }
+}
+
+/// Rank 1's end of the channel.
+pub(crate) struct Child {
+    input: BufReader<std::io::Stdin>,
+    line: String,
+}
+
+impl Child {
+    /// Arranges to die with the parent `ppid` and opens stdin / stdout.
+    pub(crate) fn open(ppid: u32) -> Result<Self, String> {
+        sys::die_with_parent().map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
+        // The parent may have died before the line above took effect.
+        if std::os::unix::process::parent_id() != ppid {
+            return Err("the parent process is gone".into());
+        }
+        Ok(Self {
+            input: BufReader::new(std::io::stdin()),
+            line: String::new(),
+        })
+    }
+
+    /// Next command; EOF (rank 0 went away) is an error.
+    pub(crate) fn recv(&mut self) -> Result<String, String> {
+        self.line.clear();
+        match self.input.read_line(&mut self.line) {
+            Ok(0) => Err("rank 0 closed the control channel".into()),
+            Ok(_) => Ok(self.line.trim_end().to_string()),
+            Err(e) => Err(format!("reading commands: {e}")),
+        }
+    }
+
+    /// Sends one line to rank 0.
+    pub(crate) fn send(&mut self, line: &str) -> Result<(), String> {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .map_err(|e| format!("writing to rank 0: {e}"))
+    }
+}

@@ -1,0 +1,203 @@
+//! The baseline: a plain TCP socket ping-pong between the same two processes, the floor
+//! ringbtl is compared against.
+//!
+//! - poll mode: `send`/`recv` with `MSG_DONTWAIT`, spun until the whole message has gone
+//!   out / come in (no wake-up ever: the receiving core is already running);
+//! - block mode: one blocking `send` (the kernel loops until all is queued) and `recv`
+//!   with `MSG_WAITALL` (one call per message unless a signal interrupts it), with
+//!   `SO_RCVLOWAT` set to the message size so that the reader is woken once per message
+//!   rather than once per arriving segment (measured here: 1 MiB 0.18-0.22 ms instead of
+//!   0.26-0.34 ms, 4 MiB 0.83-0.91 ms instead of 1.0-2.7 ms; the kernel caps the mark at
+//!   half of `tcp_rmem[2]`). `--baseline-no-lowat` turns it off.
+//!
+//! Large messages go out in one call; each side receives the whole message before replying.
+//! TCP has no empty message, so a 0-byte size moves 1 byte.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use crate::report::{Recorder, Stats};
+use crate::sys;
+use crate::Mode;
+
+const SPINS_PER_CLOCK: u32 = 4096;
+/// SO_RCVTIMEO / SO_SNDTIMEO of the baseline socket.
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// One connected socket and the buffers of the current size.
+pub(crate) struct Plain {
+    sock: TcpStream,
+    /// Block mode: SO_RCVLOWAT = message size, one wake-up per message.
+    lowat: bool,
+    tx: Vec<u8>,
+    rx: Vec<u8>,
+}
+
+impl Plain {
+    fn setup(sock: TcpStream, timeout: Duration, lowat: bool) -> Result<Self, String> {
+        sock.set_nodelay(true)
+            .map_err(|e| format!("baseline socket: TCP_NODELAY: {e}"))?;
+        // Bounds every blocking call (block mode) so that the loops, which turn EAGAIN into
+        // a deadline check, overshoot a phase's deadline by at most a second.
+        let slice = Some(SOCKET_TIMEOUT.min(timeout));
+        sock.set_read_timeout(slice)
+            .and_then(|()| sock.set_write_timeout(slice))
+            .map_err(|e| format!("baseline socket: timeouts: {e}"))?;
+        Ok(Self {
+            sock,
+            lowat,
+            tx: Vec::new(),
+            rx: Vec::new(),
+        })
+    }
+
+    /// Rank 1 side: connects to rank 0's listener.
+    pub(crate) fn connect(
+        addr: SocketAddr,
+        timeout: Duration,
+        lowat: bool,
+    ) -> Result<Self, String> {
+        let sock = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| format!("baseline: connecting to {addr}: {e}"))?;
+        Self::setup(sock, timeout, lowat)
+    }
+
+    /// Rank 0 side: accepts the one connection of rank 1 (already in the backlog).
+    pub(crate) fn accept(
+        l: &TcpListener,
+        wait: Duration,
+        timeout: Duration,
+        lowat: bool,
+    ) -> Result<Self, String> {
+        let deadline = Instant::now() + wait;
+        l.set_nonblocking(true)
+            .map_err(|e| format!("baseline listener: {e}"))?;
+        let sock = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err("baseline: the peer never connected".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("baseline: accept: {e}")),
+            }
+        };
+        sock.set_nonblocking(false)
+            .map_err(|e| format!("baseline socket: {e}"))?;
+        Self::setup(sock, timeout, lowat)
+    }
+
+    fn set_size(&mut self, size: usize, mode: Mode) -> Result<(), String> {
+        let n = size.max(1);
+        if mode == Mode::Block && self.lowat {
+            sys::set_rcvlowat(self.sock.as_raw_fd(), n).map_err(|e| format!("SO_RCVLOWAT: {e}"))?;
+        }
+        self.tx.clear();
+        self.tx.resize(n, 0x5a);
+        self.rx.clear();
+        self.rx.resize(n, 0);
+        Ok(())
+    }
+
+    /// Rank 0: `warmup + iters` round trips, the last `iters` timed.
+    pub(crate) fn ping(
+        &mut self,
+        size: usize,
+        warmup: u64,
+        iters: u64,
+        mode: Mode,
+        deadline: Instant,
+    ) -> Result<Stats, String> {
+        self.set_size(size, mode)?;
+        let fd = self.sock.as_raw_fd();
+        let mut rec = Recorder::new();
+        for i in 0..warmup + iters {
+            let t0 = Instant::now();
+            send_all(fd, &self.tx, mode, deadline)?;
+            recv_all(fd, &mut self.rx, mode, deadline)?;
+            let rtt = t0.elapsed();
+            if i >= warmup {
+                rec.record(rtt);
+            }
+        }
+        Ok(rec.finish(warmup))
+    }
+
+    /// Rank 1: receives and returns `count` messages.
+    pub(crate) fn pong(
+        &mut self,
+        size: usize,
+        count: u64,
+        mode: Mode,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        self.set_size(size, mode)?;
+        let fd = self.sock.as_raw_fd();
+        for _ in 0..count {
+            recv_all(fd, &mut self.rx, mode, deadline)?;
+            send_all(fd, &self.tx, mode, deadline)?;
+        }
+        Ok(())
+    }
+}
+
+fn send_all(fd: i32, mut buf: &[u8], mode: Mode, deadline: Instant) -> Result<(), String> {
+    let flags = libc::MSG_NOSIGNAL
+        | match mode {
+            Mode::Poll => libc::MSG_DONTWAIT,
+            Mode::Block => 0,
+        };
+    let mut spins = 0u32;
+    while !buf.is_empty() {
+        match sys::send(fd, buf, flags) {
+            Ok(n) => buf = &buf[n..],
+            Err(e) => again(e, "send", mode, deadline, &mut spins)?,
+        }
+    }
+    Ok(())
+}
+
+fn recv_all(fd: i32, buf: &mut [u8], mode: Mode, deadline: Instant) -> Result<(), String> {
+    let flags = match mode {
+        Mode::Poll => libc::MSG_DONTWAIT,
+        Mode::Block => libc::MSG_WAITALL,
+    };
+    let mut spins = 0u32;
+    let mut got = 0;
+    while got < buf.len() {
+        match sys::recv(fd, &mut buf[got..], flags) {
+            Ok(0) => return Err("the peer closed the connection".into()),
+            Ok(n) => got += n,
+            Err(e) => again(e, "recv", mode, deadline, &mut spins)?,
+        }
+    }
+    Ok(())
+}
+
+/// EAGAIN (nothing yet, or a socket timeout in block mode) and EINTR retry until the
+/// deadline; anything else ends the run.
+#[inline]
+fn again(
+    e: io::Error,
+    op: &str,
+    mode: Mode,
+    deadline: Instant,
+    spins: &mut u32,
+) -> Result<(), String> {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
+            *spins = spins.wrapping_add(1);
+            let check = mode == Mode::Block || spins.is_multiple_of(SPINS_PER_CLOCK);
+            if check && Instant::now() >= deadline {
+                return Err(format!("{op} timed out"));
+            }
+            Ok(())
+        }
+        _ => Err(format!("{op}: {e}")),
+    }
+}

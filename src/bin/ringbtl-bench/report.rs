@@ -1,0 +1,488 @@
+//! Statistics (hdrhistogram of round trips) and output: the OSU table, the percentile
+//! block and JSON lines.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// Records round-trip times in nanoseconds.
+pub(crate) struct Recorder {
+    hist: Histogram<u64>,
+    sum_ns: u128,
+    min_ns: u64,
+    max_ns: u64,
+    n: u64,
+}
+
+impl Recorder {
+    pub(crate) fn new() -> Self {
+        Self {
+            // 1 ns .. 1 hour, 3 significant digits; allocated once, before the loop.
+            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                .expect("constant histogram bounds are valid"),
+            sum_ns: 0,
+            min_ns: u64::MAX,
+            max_ns: 0,
+            n: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn record(&mut self, rtt: Duration) {
+        let ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.hist.saturating_record(ns);
+        self.sum_ns += u128::from(ns);
+        self.min_ns = self.min_ns.min(ns);
+        self.max_ns = self.max_ns.max(ns);
+        self.n += 1;
+    }
+
+    /// One-way statistics (round trip / 2) in microseconds.
+    pub(crate) fn finish(&self, warmup: u64) -> Stats {
+        if self.n == 0 {
+            return Stats {
+                iters: 0,
+                warmup,
+                avg: 0.0,
+                min: 0.0,
+                max: 0.0,
+                p50: 0.0,
+                p90: 0.0,
+                p99: 0.0,
+                p999: 0.0,
+            };
+        }
+        let us = |rtt_ns: f64| rtt_ns / 2000.0;
+        // Histogram buckets report their highest equivalent value: clamp to the exact range.
+        let q = |p: f64| {
+            let v = self
+                .hist
+                .value_at_quantile(p)
+                .clamp(self.min_ns, self.max_ns);
+            us(v as f64)
+        };
+        Stats {
+            iters: self.n,
+            warmup,
+            avg: us(self.sum_ns as f64 / self.n as f64),
+            min: us(self.min_ns as f64),
+            max: us(self.max_ns as f64),
+            p50: q(0.50),
+            p90: q(0.90),
+            p99: q(0.99),
+            p999: q(0.999),
+        }
+    }
+}
+
+/// One-way latency of one series at one size, microseconds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stats {
+    pub(crate) iters: u64,
+    pub(crate) warmup: u64,
+    pub(crate) avg: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+    pub(crate) p50: f64,
+    pub(crate) p90: f64,
+    pub(crate) p99: f64,
+    pub(crate) p999: f64,
+}
+
+/// What is printed in the header.
+pub(crate) struct RunInfo {
+    pub(crate) mode: &'static str,
+    pub(crate) kernel: String,
+    pub(crate) pinned: bool,
+    /// Labels of the ringbtl series, in run order (empty with `--baseline-only`).
+    pub(crate) rings: Vec<String>,
+    /// A plain-socket series runs too.
+    pub(crate) baseline: bool,
+    /// How the baseline sends and receives.
+    pub(crate) baseline_how: &'static str,
+}
+
+impl RunInfo {
+    fn baseline_only(&self) -> bool {
+        self.rings.is_empty()
+    }
+}
+
+/// One size's results: one entry per ringbtl series, then the baseline if any.
+pub(crate) struct Row {
+    pub(crate) size: usize,
+    pub(crate) rings: Vec<Stats>,
+    pub(crate) base: Option<Stats>,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        f64::NAN
+    }
+}
+
+/// The OSU-style table, printed row by row as sizes finish.
+pub(crate) struct Table<'a> {
+    info: &'a RunInfo,
+}
+
+impl<'a> Table<'a> {
+    pub(crate) fn new(info: &'a RunInfo) -> Self {
+        Self { info }
+    }
+
+    pub(crate) fn header(&self, counts: &str) -> String {
+        let i = self.info;
+        let mut s = String::new();
+        s.push_str("# ringbtl Latency Test\n");
+        let backend = if i.baseline_only() {
+            "none (plain sockets)".to_string()
+        } else {
+            i.rings.join(", ")
+        };
+        let pinned = if i.pinned { "cpu0/cpu1" } else { "no" };
+        let _ = writeln!(
+            s,
+            "# backend: {backend}  mode: {}  kernel: {}  pinned: {pinned}",
+            i.mode, i.kernel
+        );
+        let _ = writeln!(
+            s,
+            "# iterations: {counts}; one-way latency = round trip / 2"
+        );
+        if i.baseline && !i.baseline_only() {
+            let _ = writeln!(
+                s,
+                "# baseline: plain TCP socket ping-pong ({}), same processes and cores",
+                i.baseline_how
+            );
+        }
+        if i.baseline_only() {
+            let _ = writeln!(
+                s,
+                "# plain TCP socket ping-pong only ({}); a 0-byte message moves 1 byte",
+                i.baseline_how
+            );
+        }
+        let _ = write!(s, "{:<10}", "# Size");
+        let first = |s: &mut String, h: &str| {
+            let _ = write!(s, "{h:>20}");
+        };
+        match i.rings.as_slice() {
+            [] | [_] => first(&mut s, "Latency (us)"),
+            [a, rest @ ..] => {
+                first(&mut s, &format!("{a} (us)"));
+                for b in rest {
+                    let _ = write!(s, "{:>14}", format!("{b} (us)"));
+                }
+                for b in rest {
+                    let _ = write!(s, "{:>14}", format!("{b}/{a}"));
+                }
+            }
+        }
+        if i.baseline && !i.baseline_only() {
+            let _ = write!(s, "{:>15}", "Baseline (us)");
+            if i.rings.len() == 1 {
+                let _ = write!(s, "{:>10}", "Ratio");
+            } else {
+                for r in &i.rings {
+                    let _ = write!(s, "{:>14}", format!("{r}/base"));
+                }
+            }
+        }
+        s
+    }
+
+    pub(crate) fn row(&self, row: &Row) -> String {
+        let mut s = format!("{:<10}", row.size);
+        let stats: Vec<Stats> = if self.info.baseline_only() {
+            row.base.iter().copied().collect()
+        } else {
+            row.rings.clone()
+        };
+        for (k, st) in stats.iter().enumerate() {
+            if k == 0 {
+                let _ = write!(s, "{:>20.2}", st.avg);
+            } else {
+                let _ = write!(s, "{:>14.2}", st.avg);
+            }
+        }
+        if let [a, rest @ ..] = stats.as_slice() {
+            for b in rest {
+                let _ = write!(s, "{:>14.2}", ratio(b.avg, a.avg));
+            }
+        }
+        if let (Some(b), false) = (row.base, self.info.baseline_only()) {
+            let _ = write!(s, "{:>15.2}", b.avg);
+            let w = if stats.len() == 1 { 10 } else { 14 };
+            for st in &stats {
+                let _ = write!(s, "{:>w$.2}", ratio(st.avg, b.avg));
+            }
+        }
+        s
+    }
+
+    /// The percentile block printed after the table.
+    pub(crate) fn percentiles(&self, rows: &[Row]) -> String {
+        let i = self.info;
+        let mut s = String::new();
+        s.push('\n');
+        s.push_str("# One-way latency percentiles (us)");
+        let ratio_of = if i.baseline && !i.baseline_only() {
+            Some("P50 / baseline P50")
+        } else if i.rings.len() > 1 {
+            Some("P50 / first backend's P50")
+        } else {
+            None
+        };
+        if let Some(r) = ratio_of {
+            let _ = write!(s, "; Ratio = {r}");
+        }
+        s.push('\n');
+        let _ = write!(
+            s,
+            "{:<10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
+            "# Size", "Series", "Iters", "Min", "P50", "P90", "P99", "P99.9", "Max"
+        );
+        if ratio_of.is_some() {
+            let _ = write!(s, "{:>10}", "Ratio");
+        }
+        s.push('\n');
+        for row in rows {
+            let mut series: Vec<(&str, Stats, Option<f64>)> = Vec::new();
+            for (k, st) in row.rings.iter().enumerate() {
+                let r = match (row.base, k) {
+                    (Some(b), _) => Some(ratio(st.p50, b.p50)),
+                    (None, 0) => None,
+                    (None, _) => Some(ratio(st.p50, row.rings[0].p50)),
+                };
+                series.push((i.rings[k].as_str(), *st, r));
+            }
+            if let Some(b) = row.base {
+                series.push(("socket", b, None));
+            }
+            for (name, st, r) in series {
+                let _ = write!(
+                    s,
+                    "{:<10}{:>10}{:>10}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>12.2}",
+                    row.size, name, st.iters, st.min, st.p50, st.p90, st.p99, st.p999, st.max
+                );
+                match (r, ratio_of) {
+                    (Some(r), _) => {
+                        let _ = write!(s, "{r:>10.2}");
+                    }
+                    (None, Some(_)) => {
+                        let _ = write!(s, "{:>10}", "-");
+                    }
+                    (None, None) => {}
+                }
+                s.push('\n');
+            }
+        }
+        s
+    }
+}
+
+/// JSON string literal.
+pub(crate) fn json_str(v: &str) -> String {
+    let mut s = String::with_capacity(v.len() + 2);
+    s.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\n' => s.push_str("\\n"),
+            '\t' => s.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(s, "\\u{:04x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}
+
+/// JSON number (null for NaN / infinity, which JSON cannot carry).
+pub(crate) fn json_num(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.3}")
+    } else {
+        "null".into()
+    }
+}
+
+/// JSON lines of one size: one object per ringbtl series (baseline folded in), or one
+/// object for the socket series with `--baseline-only`.
+pub(crate) fn json_lines(info: &RunInfo, row: &Row) -> Vec<String> {
+    let obj = |backend: &str, st: &Stats, extra: &[(String, String)]| {
+        let mut s = String::from("{");
+        let mut kv = vec![
+            ("bench".to_string(), json_str("latency")),
+            ("backend".into(), json_str(backend)),
+            ("mode".into(), json_str(info.mode)),
+            ("size".into(), row.size.to_string()),
+            ("iters".into(), st.iters.to_string()),
+            ("warmup".into(), st.warmup.to_string()),
+            ("avg_us".into(), json_num(st.avg)),
+            ("min_us".into(), json_num(st.min)),
+            ("p50_us".into(), json_num(st.p50)),
+            ("p90_us".into(), json_num(st.p90)),
+            ("p99_us".into(), json_num(st.p99)),
+            ("p999_us".into(), json_num(st.p999)),
+            ("max_us".into(), json_num(st.max)),
+            ("pinned".into(), info.pinned.to_string()),
+            ("kernel".into(), json_str(&info.kernel)),
+        ];
+        kv.extend_from_slice(extra);
+        for (k, (key, val)) in kv.iter().enumerate() {
+            if k > 0 {
+                s.push(',');
+            }
+            let _ = write!(s, "{}:{val}", json_str(key));
+        }
+        s.push('}');
+        s
+    };
+    if info.baseline_only() {
+        return row.base.iter().map(|b| obj("socket", b, &[])).collect();
+    }
+    let mut out = Vec::new();
+    for (k, st) in row.rings.iter().enumerate() {
+        let mut extra = Vec::new();
+        if let Some(b) = row.base {
+            extra.push(("baseline_avg_us".to_string(), json_num(b.avg)));
+            extra.push(("baseline_p50_us".into(), json_num(b.p50)));
+            extra.push(("baseline_p99_us".into(), json_num(b.p99)));
+            extra.push(("ratio_avg".into(), json_num(ratio(st.avg, b.avg))));
+            extra.push(("ratio_p50".into(), json_num(ratio(st.p50, b.p50))));
+        }
+        if k > 0 {
+            let first = &info.rings[0];
+            extra.push((format!("{first}_p50_us"), json_num(row.rings[0].p50)));
+            extra.push((
+                format!("ratio_p50_vs_{first}"),
+                json_num(ratio(st.p50, row.rings[0].p50)),
+            ));
+        }
+        out.push(obj(&info.rings[k], st, &extra));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(avg: f64) -> Stats {
+        Stats {
+            iters: 10,
+            warmup: 1,
+            avg,
+            min: avg / 2.0,
+            max: avg * 3.0,
+            p50: avg,
+            p90: avg,
+            p99: avg * 2.0,
+            p999: avg * 2.5,
+        }
+    }
+
+    fn info(rings: &[&str], baseline: bool) -> RunInfo {
+        RunInfo {
+            mode: "poll",
+            kernel: "6.1\"x".into(),
+            pinned: true,
+            rings: rings.iter().map(|s| s.to_string()).collect(),
+            baseline,
+            baseline_how: "x",
+        }
+    }
+
+    #[test]
+    fn osu_row_format() {
+        let i = info(&["uring"], false);
+        let t = Table::new(&i);
+        let row = Row {
+            size: 8,
+            rings: vec![st(3.456)],
+            base: None,
+        };
+        assert_eq!(t.row(&row), format!("{:<10}{:>20.2}", 8, 3.456));
+        assert!(t.header("x").ends_with("# Size            Latency (us)"));
+    }
+
+    #[test]
+    fn columns_align() {
+        for (rings, base) in [
+            (&["uring"][..], true),
+            (&["uring", "epoll"][..], true),
+            (&["uring", "epoll"][..], false),
+            (&[][..], true),
+        ] {
+            let i = info(rings, base);
+            let t = Table::new(&i);
+            let row = Row {
+                size: 4194304,
+                rings: rings.iter().map(|_| st(1234.5)).collect(),
+                base: base.then(|| st(1000.0)),
+            };
+            let h = t.header("x");
+            let last = h.lines().last().unwrap();
+            assert_eq!(last.len(), t.row(&row).len(), "{last:?}");
+            let p = t.percentiles(std::slice::from_ref(&row));
+            let lens: Vec<usize> = p.lines().skip(2).map(str::len).collect();
+            assert!(lens.windows(2).all(|w| w[0] == w[1]), "{p}");
+        }
+    }
+
+    #[test]
+    fn json_has_keys() {
+        let i = info(&["uring", "epoll"], true);
+        let row = Row {
+            size: 64,
+            rings: vec![st(3.0), st(3.3)],
+            base: Some(st(2.0)),
+        };
+        let lines = json_lines(&i, &row);
+        assert_eq!(lines.len(), 2);
+        for key in [
+            "bench",
+            "backend",
+            "mode",
+            "size",
+            "iters",
+            "avg_us",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "max_us",
+            "min_us",
+            "baseline_p50_us",
+            "ratio_p50",
+        ] {
+            assert!(lines[1].contains(&format!("\"{key}\":")), "{key}");
+        }
+        assert!(lines[1].contains("\"ratio_p50\":1.650"));
+        assert!(lines[1].contains("\"ratio_p50_vs_uring\":1.100"));
+        assert!(lines[0].contains("\"kernel\":\"6.1\\\"x\""));
+        assert_eq!(json_num(f64::NAN), "null");
+    }
+
+    #[test]
+    fn recorder_halves_round_trips() {
+        let mut r = Recorder::new();
+        for us in 1..=100u64 {
+            r.record(Duration::from_micros(us * 2));
+        }
+        let s = r.finish(5);
+        assert_eq!(s.iters, 100);
+        assert!((s.avg - 50.5).abs() < 1e-9);
+        assert!((s.min - 1.0).abs() < 1e-9 && (s.max - 100.0).abs() < 1e-9);
+        assert!((s.p50 - 50.0).abs() < 0.1, "{}", s.p50);
+        assert!((s.p99 - 99.0).abs() < 0.1, "{}", s.p99);
+    }
+}

@@ -1,0 +1,234 @@
+//! The ringbtl ping-pong: rank 0 sends `size` bytes on [`TAG`], rank 1's handler sends the
+//! same number of bytes back from inside the handler, rank 0's handler counts the reply.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
+
+use crate::report::{Recorder, Stats};
+use crate::Mode;
+
+/// The active-message tag of the ping-pong (both directions).
+pub(crate) const TAG: Tag = Tag(42);
+/// Polls between two deadline checks in poll mode.
+const SPINS_PER_CLOCK: u32 = 1024;
+
+/// One Transport and the state its callbacks share with the loops.
+pub(crate) struct Ring {
+    tr: Transport,
+    rank: u32,
+    /// Ping-pong messages received on [`TAG`] (cumulative).
+    received: Rc<Cell<u64>>,
+    /// Sends that completed successfully (cumulative).
+    completed: Rc<Cell<u64>>,
+    /// First failure reported by a callback; ends the run.
+    failure: Rc<RefCell<Option<String>>>,
+    /// The current size's payload (one pre-built segment; rank 1 replies with it).
+    payload: Rc<RefCell<Vec<Bytes>>>,
+    /// Length every received message must have.
+    expect: Rc<Cell<usize>>,
+}
+
+impl Ring {
+    /// Creates rank `rank`'s Transport for `backend` and registers the handlers.
+    pub(crate) fn new(rank: u32, backend: BackendKind, mode: Mode) -> Result<Self, String> {
+        let mut cfg = Config::new(PeerId(rank))
+            .from_env()
+            .map_err(|e| e.to_string())?;
+        cfg.backend = backend;
+        cfg.progress = match mode {
+            Mode::Poll => ProgressMode::Poll,
+            Mode::Block => ProgressMode::Block,
+        };
+        let mut tr = Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))?;
+        let received: Rc<Cell<u64>> = Rc::default();
+        let completed: Rc<Cell<u64>> = Rc::default();
+        let failure: Rc<RefCell<Option<String>>> = Rc::default();
+        let payload = Rc::new(RefCell::new(vec![Bytes::new()]));
+        let expect: Rc<Cell<usize>> = Rc::default();
+
+        let (rx, fail, pay, exp) = (
+            received.clone(),
+            failure.clone(),
+            payload.clone(),
+            expect.clone(),
+        );
+        let reply = rank == 1;
+        tr.register(TAG, move |t: &mut Transport, am| {
+            if am.payload.len() != exp.get() {
+                fail.borrow_mut().get_or_insert_with(|| {
+                    format!(
+                        "received {} bytes from {}, expected {}",
+                        am.payload.len(),
+                        am.src,
+                        exp.get()
+                    )
+                });
+                return;
+            }
+            rx.set(rx.get() + 1);
+            if reply {
+                let segs = pay.borrow();
+                if let Err(e) = t.send(am.src, TAG, &segs[..], rx.get()) {
+                    fail.borrow_mut()
+                        .get_or_insert_with(|| format!("reply to {}: {e}", am.src));
+                }
+            }
+        })
+        .map_err(|e| format!("registering tag {}: {e}", TAG.0))?;
+
+        let (done, fail) = (completed.clone(), failure.clone());
+        tr.on_complete(move |c| match c.result {
+            Ok(()) => done.set(done.get() + 1),
+            Err(e) => {
+                fail.borrow_mut()
+                    .get_or_insert_with(|| format!("send to {} failed: {e}", c.peer));
+            }
+        });
+        let fail = failure.clone();
+        tr.on_error(move |peer, why| {
+            fail.borrow_mut()
+                .get_or_insert_with(|| format!("{peer} failed: {why}"));
+        });
+        Ok(Self {
+            tr,
+            rank,
+            received,
+            completed,
+            failure,
+            payload,
+            expect,
+        })
+    }
+
+    /// The listening address to give the peer.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.tr.local_addr()
+    }
+
+    /// "uring" or "epoll": the backend the transport runs.
+    pub(crate) fn backend_name(&self) -> &'static str {
+        self.tr.backend_name()
+    }
+
+    /// Makes the other rank known.
+    pub(crate) fn add_peer(&mut self, addr: SocketAddr) -> Result<(), String> {
+        let peer = PeerId(1 - self.rank);
+        self.tr
+            .add_peer(peer, vec![addr])
+            .map_err(|e| format!("adding {peer} at {addr}: {e}"))
+    }
+
+    /// Builds the payload of `size` bytes once; every iteration reuses it.
+    fn set_size(&mut self, size: usize) {
+        let seg = if size == 0 {
+            Bytes::new()
+        } else {
+            Bytes::from(vec![0xa5u8; size])
+        };
+        *self.payload.borrow_mut() = vec![seg];
+        self.expect.set(size);
+    }
+
+    /// One progress step: a non-blocking pass (poll) or a wait in the kernel (block);
+    /// fails on a callback's failure or past `deadline`.
+    #[inline]
+    fn step(&mut self, mode: Mode, deadline: Instant, spins: &mut u32) -> Result<(), String> {
+        match mode {
+            Mode::Poll => {
+                self.tr.progress().map_err(|e| format!("progress: {e}"))?;
+                *spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(SPINS_PER_CLOCK) && Instant::now() >= deadline {
+                    return Err(self.timeout());
+                }
+            }
+            Mode::Block => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(self.timeout());
+                }
+                self.tr.wait(left).map_err(|e| format!("wait: {e}"))?;
+            }
+        }
+        if let Some(f) = self.failure.borrow().as_ref() {
+            return Err(f.clone());
+        }
+        Ok(())
+    }
+
+    fn timeout(&self) -> String {
+        format!(
+            "timed out (rank {}: {} messages received, {} sends completed)",
+            self.rank,
+            self.received.get(),
+            self.completed.get()
+        )
+    }
+
+    /// Rank 0: `warmup + iters` round trips of `size` bytes, the last `iters` timed.
+    pub(crate) fn ping(
+        &mut self,
+        size: usize,
+        warmup: u64,
+        iters: u64,
+        mode: Mode,
+        deadline: Instant,
+    ) -> Result<Stats, String> {
+        self.set_size(size);
+        let segs: Vec<Bytes> = self.payload.borrow().clone();
+        let peer = PeerId(1);
+        let mut rec = Recorder::new();
+        let mut spins = 0u32;
+        let rx0 = self.received.get();
+        let done0 = self.completed.get();
+        for i in 0..warmup + iters {
+            let t0 = Instant::now();
+            self.tr
+                .send(peer, TAG, &segs, i)
+                .map_err(|e| format!("send to {peer}: {e}"))?;
+            // The reply to message i is the (i + 1)-th message received in this phase.
+            while self.received.get() < rx0 + i + 1 {
+                self.step(mode, deadline, &mut spins)?;
+            }
+            let rtt = t0.elapsed();
+            if i >= warmup {
+                rec.record(rtt);
+            }
+        }
+        // Every send of the phase has completed before the next phase starts.
+        while self.completed.get() < done0 + warmup + iters {
+            self.step(mode, deadline, &mut spins)?;
+        }
+        Ok(rec.finish(warmup))
+    }
+
+    /// Rank 1: answers `count` messages of `size` bytes (the handler replies) and waits
+    /// until every reply has completed.
+    pub(crate) fn pong(
+        &mut self,
+        size: usize,
+        count: u64,
+        mode: Mode,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        self.set_size(size);
+        let mut spins = 0u32;
+        let rx0 = self.received.get();
+        let done0 = self.completed.get();
+        while self.received.get() < rx0 + count || self.completed.get() < done0 + count {
+            self.step(mode, deadline, &mut spins)?;
+        }
+        Ok(())
+    }
+
+    /// FIN to the peer, drain, close.
+    pub(crate) fn shutdown(&mut self, timeout: Duration) -> Result<(), String> {
+        self.tr
+            .shutdown(timeout)
+            .map_err(|e| format!("shutdown: {e}"))
+    }
+}

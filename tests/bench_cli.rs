@@ -1,0 +1,299 @@
+//! End-to-end runs of the `ringbtl-bench` binary on loopback (it starts its own peer).
+//! Values are checked for sanity, never against a time budget.
+
+use std::collections::HashMap;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ringbtl-bench");
+
+#[derive(Debug, Clone, PartialEq)]
+enum Val {
+    Str(String),
+    Num(f64),
+    Bool(bool),
+    Null,
+}
+
+/// Parses one flat JSON object (string, number, boolean and null values).
+fn parse_object(line: &str) -> HashMap<String, Val> {
+    let b = line.trim().as_bytes();
+    assert!(
+        b.first() == Some(&b'{') && b.last() == Some(&b'}'),
+        "not an object: {line}"
+    );
+    let mut i = 1;
+    let mut out = HashMap::new();
+    let string = |i: &mut usize| -> String {
+        assert_eq!(b[*i], b'"', "expected a string at {i} in {line}");
+        *i += 1;
+        let mut s = String::new();
+        while b[*i] != b'"' {
+            if b[*i] == b'\\' {
+                *i += 1;
+                s.push(match b[*i] {
+                    b'n' => '\n',
+                    b't' => '\t',
+                    c => c as char,
+                });
+            } else {
+                s.push(b[*i] as char);
+            }
+            *i += 1;
+        }
+        *i += 1;
+        s
+    };
+    while b[i] != b'}' {
+        let key = string(&mut i);
+        assert_eq!(b[i], b':', "expected ':' after {key:?} in {line}");
+        i += 1;
+        let val = if b[i] == b'"' {
+            Val::Str(string(&mut i))
+        } else {
+            let start = i;
+            while b[i] != b',' && b[i] != b'}' {
+                i += 1;
+            }
+            match &line[start..i] {
+                "true" => Val::Bool(true),
+                "false" => Val::Bool(false),
+                "null" => Val::Null,
+                n => Val::Num(n.parse().unwrap_or_else(|_| panic!("bad number {n:?}"))),
+            }
+        };
+        assert!(
+            out.insert(key.clone(), val).is_none(),
+            "duplicate key {key}"
+        );
+        if b[i] == b',' {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn num(o: &HashMap<String, Val>, k: &str) -> f64 {
+    match o.get(k) {
+        Some(Val::Num(v)) => *v,
+        other => panic!("{k}: expected a number, got {other:?} in {o:?}"),
+    }
+}
+
+fn text<'a>(o: &'a HashMap<String, Val>, k: &str) -> &'a str {
+    match o.get(k) {
+        Some(Val::Str(v)) => v,
+        other => panic!("{k}: expected a string, got {other:?} in {o:?}"),
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run ringbtl-bench");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "ringbtl-bench panicked: {err}");
+    out
+}
+
+fn run_ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "ringbtl-bench {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// Every line is an object with the common keys and ordered, positive statistics.
+fn check_lines(stdout: &str, mode: &str) -> Vec<HashMap<String, Val>> {
+    let objs: Vec<_> = stdout.lines().map(parse_object).collect();
+    for o in &objs {
+        for k in [
+            "bench", "backend", "mode", "size", "iters", "avg_us", "p50_us", "p99_us", "p999_us",
+            "max_us", "min_us",
+        ] {
+            assert!(o.contains_key(k), "missing key {k} in {o:?}");
+        }
+        assert_eq!(text(o, "bench"), "latency");
+        assert_eq!(text(o, "mode"), mode);
+        let (min, p50, p99, p999, max, avg) = (
+            num(o, "min_us"),
+            num(o, "p50_us"),
+            num(o, "p99_us"),
+            num(o, "p999_us"),
+            num(o, "max_us"),
+            num(o, "avg_us"),
+        );
+        assert!(min > 0.0, "{o:?}");
+        assert!(
+            min <= p50 && p50 <= p99 && p99 <= p999 && p999 <= max,
+            "{o:?}"
+        );
+        assert!(min <= avg && avg <= max, "{o:?}");
+        // A loopback round trip under a second: only a broken run is slower.
+        assert!(max < 1e6, "{o:?}");
+    }
+    objs
+}
+
+#[test]
+fn baseline_only_json() {
+    for mode in ["poll", "block"] {
+        let out = run_ok(&[
+            "--baseline-only",
+            "--quick",
+            "--sizes",
+            "8,64K",
+            "--json",
+            "--mode",
+            mode,
+        ]);
+        let objs = check_lines(&out, mode);
+        assert_eq!(objs.len(), 2, "{out}");
+        let sizes: Vec<f64> = objs.iter().map(|o| num(o, "size")).collect();
+        assert_eq!(sizes, [8.0, 65536.0]);
+        // OSU counts divided by 10: 10,000/100 small, 1,000/10 above 8 KiB.
+        let iters: Vec<f64> = objs.iter().map(|o| num(o, "iters")).collect();
+        assert_eq!(iters, [1000.0, 100.0]);
+        let warm: Vec<f64> = objs.iter().map(|o| num(o, "warmup")).collect();
+        assert_eq!(warm, [10.0, 1.0]);
+        for o in &objs {
+            assert_eq!(text(o, "backend"), "socket");
+            assert_eq!(o.get("pinned"), Some(&Val::Bool(false)));
+        }
+    }
+}
+
+#[test]
+fn baseline_only_table() {
+    let out = run_ok(&[
+        "latency",
+        "--baseline-only",
+        "--iters",
+        "50",
+        "--warmup",
+        "5",
+        "--sizes",
+        "0:2",
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "# ringbtl Latency Test", "{out}");
+    assert!(lines[1].starts_with("# backend: none (plain sockets)  mode: poll  kernel: "));
+    assert!(lines[1].ends_with("pinned: no"), "{out}");
+    let head = lines
+        .iter()
+        .position(|l| l.starts_with("# Size"))
+        .expect("column header");
+    assert_eq!(lines[head], "# Size            Latency (us)");
+    for (k, size) in [0, 1, 2].iter().enumerate() {
+        let row = lines[head + 1 + k];
+        assert_eq!(row.len(), 30, "{row:?}");
+        assert_eq!(row[..10].trim_end(), size.to_string());
+        let v: f64 = row[10..].trim().parse().expect("latency column");
+        assert!(v > 0.0);
+    }
+    assert!(out.contains("# One-way latency percentiles (us)"), "{out}");
+}
+
+#[test]
+fn bad_arguments_are_errors_not_panics() {
+    for (args, needle) in [
+        (&["--sizes", "8,abc"][..], "--sizes"),
+        (&["--sizes", "9:3"][..], "--sizes"),
+        (&["--sizes", "4G"][..], "--sizes"),
+        (&["--mode", "spin"][..], "--mode"),
+        (&["--backend", "kqueue"][..], "--backend"),
+        (&["--iters", "0"][..], "--iters"),
+        (&["--baseline-only", "--baseline"][..], "--baseline"),
+        (&["latency", "--timeout", "0"][..], "--timeout"),
+    ] {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let out = Command::new(BIN)
+        .args(["--baseline-only", "--sizes", "8"])
+        .env("RINGBTL_PROGRESS", "sometimes")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("RINGBTL_PROGRESS") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+/// Killing rank 0 takes rank 1 down with it: no stray process.
+#[test]
+fn peer_dies_with_the_parent() {
+    let mut parent = Command::new(BIN)
+        .args(["--baseline-only", "--sizes", "8", "--iters", "100000000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ppid = parent.id();
+    let children = format!("/proc/{ppid}/task/{ppid}/children");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let child: u32 = loop {
+        let c = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(pid) = c.split_whitespace().next() {
+            break pid.parse().unwrap();
+        }
+        assert!(Instant::now() < deadline, "the peer process never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    let stat = format!("/proc/{child}/stat");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match std::fs::read_to_string(&stat) {
+            Err(_) => break,
+            // Dead, waiting for init to reap it.
+            Ok(s)
+                if s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z')) =>
+            {
+                break
+            }
+            Ok(_) => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rank 1 ({child}) outlived rank 0"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The full benchmark through the ringbtl transport, both backends side by side.
+#[test]
+fn ringbtl_latency_both_backends() {
+    let out = run_ok(&[
+        "latency",
+        "--quick",
+        "--sizes",
+        "1,4K,1M",
+        "--json",
+        "--backend",
+        "both",
+    ]);
+    let objs = check_lines(&out, "poll");
+    assert_eq!(objs.len(), 6, "{out}");
+    for (k, size) in [1.0, 4096.0, 1048576.0].iter().enumerate() {
+        let (u, e) = (&objs[2 * k], &objs[2 * k + 1]);
+        assert_eq!(num(u, "size"), *size);
+        assert_eq!(num(e, "size"), *size);
+        assert_eq!(text(u, "backend"), "uring");
+        assert_eq!(text(e, "backend"), "epoll");
+        assert!(num(e, "ratio_p50_vs_uring") > 0.0, "{e:?}");
+    }
+}
