@@ -82,7 +82,11 @@ pub struct Transport {
     accept_errors: u64,
     backend_note: Option<String>,
     last_now: Instant,
+    idle_passes: u32,
 }
+
+/// Idle progress passes between two clock reads for the engine's timers.
+const TIMER_SPIN: u32 = 256;
 
 impl fmt::Debug for Transport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -136,6 +140,7 @@ impl Transport {
             accept_errors: 0,
             backend_note,
             last_now: Instant::now(),
+            idle_passes: 0,
         })
     }
 
@@ -309,10 +314,15 @@ impl Transport {
         }
         self.events = evs;
         r.map_err(|e| Error::io("poll", e))?;
-        if let Some(t) = self.core.poll_timeout() {
-            let now = Instant::now();
-            if t <= now {
-                self.core.handle_timeout(now);
+        // Timers are coarse (retries, handshake limits): read the clock when something
+        // happened, or once every TIMER_SPIN idle passes, not on every spin.
+        if self.core.poll_timeout().is_some() {
+            self.idle_passes = self.idle_passes.wrapping_add(1);
+            if n > 0 || self.idle_passes.is_multiple_of(TIMER_SPIN) {
+                let now = if n > 0 { self.last_now } else { Instant::now() };
+                if self.core.poll_timeout().is_some_and(|t| t <= now) {
+                    self.core.handle_timeout(now);
+                }
             }
         }
         // Replies queued by handlers leave now, gathered per connection.

@@ -57,6 +57,9 @@ pub(crate) struct Uring {
     enters: u64,
     /// Number of sends resubmitted after a short write or the iovec cap.
     resumes: u64,
+    /// Slots whose receive is *parked*: requested but not yet armed in the ring (see
+    /// [`DIRECT_RECV_MAX`]). At most that many.
+    parked: Vec<usize>,
 }
 
 /// Which set-up flags the kernel accepted.
@@ -82,6 +85,10 @@ struct Conn {
     batch: Option<TxBatch>,
     /// The buffer being filled; `Some` exactly while a `Recv` is in flight or queued.
     rx: Option<RxBuf>,
+    /// A requested receive not handed to the kernel yet: tried with a direct
+    /// non-blocking `recv` on every non-blocking `poll`, armed as a `Recv` SQE before the
+    /// backend waits in the kernel. Never seen by the kernel, so not "in flight".
+    parked_rx: Option<RxBuf>,
     /// `AsyncCancel` SQEs whose own CQE has not arrived yet.
     cancels: u32,
     /// `close` was called: no new op is started, pending ones are cancelled.
@@ -104,6 +111,12 @@ struct Listener {
     /// An accept SQE is queued or in flight.
     armed: bool,
 }
+
+/// Up to this many receives are kept parked for direct `recv` polling; beyond it each
+/// receive is armed in the ring at once. A spun direct `recv` is the latency floor on
+/// loopback (one syscall, no task work, no poll wake-up), while many idle connections
+/// are cheaper to watch through the ring than to poll one syscall each.
+const DIRECT_RECV_MAX: usize = 8;
 
 /// At most this many iovecs per `sendmsg` (`UIO_MAXIOV`); the rest follows after.
 const MAX_IOV: usize = 1024;
@@ -229,6 +242,7 @@ impl Uring {
             shutting_down: false,
             enters: 0,
             resumes: 0,
+            parked: Vec::with_capacity(DIRECT_RECV_MAX),
         })
     }
 
@@ -265,6 +279,7 @@ impl Uring {
             }),
             batch: None,
             rx: None,
+            parked_rx: None,
             cancels: 0,
             closing: false,
             closed: false,
@@ -358,6 +373,87 @@ impl Uring {
         // after the previous CQE). Every iovec points into `c.batch`'s arena or `Bytes`
         // parts: heap memory owned by the batch, which stays in the slot unmodified until
         // the CQE. The slot is freed only after all its CQEs arrived (or leaked in Drop).
+        unsafe { self.push(entry) };
+    }
+
+    /// Tries every parked receive with a direct non-blocking `recv`; completes those
+    /// that got bytes, end of stream or an error, keeps the rest parked.
+    fn try_parked(&mut self, out: &mut Vec<Event>) {
+        let mut k = 0;
+        while k < self.parked.len() {
+            let idx = self.parked[k];
+            // Invariant: parked slots exist (close and shutdown unpark before removal).
+            let Some(c) = self.conns.get_mut(idx) else {
+                self.parked.swap_remove(k);
+                continue;
+            };
+            let Some(rx) = c.parked_rx.as_mut() else {
+                self.parked.swap_remove(k);
+                continue;
+            };
+            let spare = rx.spare_mut();
+            // SAFETY: `spare` is a live, exclusively borrowed region of the RxBuf's heap
+            // buffer; `recv` writes at most `spare.len()` bytes into it and returns. The
+            // fd belongs to this slot and is open (closing slots are unparked first).
+            let res = unsafe {
+                libc::recv(
+                    c.fd,
+                    spare.as_mut_ptr().cast(),
+                    spare.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            let result = if res >= 0 {
+                rx.commit(res as usize);
+                Ok(res as usize)
+            } else {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN | libc::EINTR) => {
+                        k += 1;
+                        continue;
+                    }
+                    _ => Err(e),
+                }
+            };
+            // Invariant: checked `Some` above.
+            let Some(rx) = c.parked_rx.take() else { return };
+            self.parked.swap_remove(k);
+            out.push(Event::Recv {
+                conn: ConnId(idx as u32),
+                rx,
+                result,
+            });
+        }
+    }
+
+    /// Hands every parked receive to the kernel as a `Recv` SQE.
+    fn arm_parked(&mut self) {
+        while let Some(idx) = self.parked.pop() {
+            if let Some(rx) = self.conns.get_mut(idx).and_then(|c| c.parked_rx.take()) {
+                self.arm_recv(idx, rx);
+            }
+        }
+    }
+
+    /// Queues a `Recv` SQE into `rx`'s spare region; the slot owns `rx` until the CQE.
+    fn arm_recv(&mut self, idx: usize, mut rx: RxBuf) {
+        // Invariant: callers pass an existing, non-closing slot.
+        let Some(c) = self.conns.get_mut(idx) else {
+            return;
+        };
+        let spare = rx.spare_mut();
+        let (ptr, len) = (spare.as_mut_ptr(), spare.len().min(i32::MAX as usize));
+        let flags = if rx.wants_all() { libc::MSG_WAITALL } else { 0 };
+        let entry = opcode::Recv::new(types::Fd(c.fd), ptr, len as u32)
+            .flags(flags)
+            .build()
+            .user_data(token(KIND_RECV, idx, c.gen));
+        c.rx = Some(rx);
+        // SAFETY: `ptr..ptr+len` is the spare region of the RxBuf's heap buffer. The
+        // RxBuf is now owned by the slot (`c.rx`) and not touched until this Recv's CQE
+        // is reaped; moving the RxBuf struct does not move its heap data. The slot is
+        // freed only after the CQE (or leaked by Drop).
         unsafe { self.push(entry) };
     }
 
@@ -461,6 +557,8 @@ impl Uring {
             self.enter(None)?;
         }
         self.reap(out);
+        // After the submit, so that a send queued by the last pass leaves first.
+        self.try_parked(out);
         Ok(())
     }
 
@@ -657,6 +755,7 @@ impl Uring {
         }
         self.backlog.clear();
         self.deferred.clear();
+        self.parked.clear();
         if leaked > 0 {
             tracing::warn!(
                 leaked,
@@ -755,26 +854,20 @@ impl Backend for Uring {
         let err = match self.conns.get_mut(idx) {
             None => libc::EBADF,
             Some(c) if c.closing => libc::ECANCELED,
-            Some(c) if c.rx.is_some() => {
+            Some(c) if c.rx.is_some() || c.parked_rx.is_some() => {
                 debug_assert!(false, "two receives in flight on one connection");
                 libc::EBUSY
             }
             // A zero-length read would look like end of stream: refuse it.
             Some(_) if rx.spare_mut().is_empty() => libc::EINVAL,
-            Some(c) => {
-                let spare = rx.spare_mut();
-                let (ptr, len) = (spare.as_mut_ptr(), spare.len().min(i32::MAX as usize));
-                let flags = if rx.wants_all() { libc::MSG_WAITALL } else { 0 };
-                let entry = opcode::Recv::new(types::Fd(c.fd), ptr, len as u32)
-                    .flags(flags)
-                    .build()
-                    .user_data(token(KIND_RECV, idx, c.gen));
-                c.rx = Some(rx);
-                // SAFETY: `ptr..ptr+len` is the spare region of the RxBuf's heap buffer.
-                // The RxBuf is now owned by the slot (`c.rx`) and not touched until this
-                // Recv's CQE is reaped; moving the RxBuf struct does not move its heap
-                // data. The slot is freed only after the CQE (or leaked by Drop).
-                unsafe { self.push(entry) };
+            Some(c) if self.parked.len() < DIRECT_RECV_MAX => {
+                debug_assert!(c.parked_rx.is_none(), "two receives on one connection");
+                c.parked_rx = Some(rx);
+                self.parked.push(idx);
+                return;
+            }
+            Some(_) => {
+                self.arm_recv(idx, rx);
                 return;
             }
         };
@@ -794,6 +887,18 @@ impl Backend for Uring {
             return;
         }
         c.closing = true;
+        if let Some(rx) = c.parked_rx.take() {
+            self.parked.retain(|&i| i != idx);
+            self.deferred.push_back(Event::Recv {
+                conn,
+                rx,
+                result: Err(io::Error::from_raw_os_error(libc::ECANCELED)),
+            });
+        }
+        // Invariant: the slot exists (looked up above and nothing removed it since).
+        let Some(c) = self.conns.get_mut(idx) else {
+            return;
+        };
         if in_flight(c) == 0 {
             sys::close_fd(c.fd);
             c.fd = -1;
@@ -819,6 +924,8 @@ impl Backend for Uring {
             if now >= deadline {
                 return Ok(());
             }
+            // About to sleep: the parked receives must be watched by the kernel now.
+            self.arm_parked();
             self.flush_backlog();
             self.enter(Some(deadline - now))?;
             self.pass(out)?;
@@ -998,11 +1105,14 @@ mod tests {
         for round in 0..100u32 {
             u.recv(server, RxBuf::cache(64));
             let mut out = Vec::new();
-            // Submit the receive; nothing can complete yet.
+            // A short timed wait arms the (parked) receive in the ring; nothing can
+            // complete yet.
+            u.poll(Some(Duration::from_millis(1)), &mut out).unwrap();
             for _ in 0..3 {
                 u.poll(None, &mut out).unwrap();
             }
             assert!(out.is_empty(), "{out:?}");
+            assert!(u.parked.is_empty(), "the wait armed the receive");
             let enters = u.enters();
             peer.write_all(&round.to_le_bytes()).unwrap();
             poll_until(&mut u, true, |ev| match ev {
@@ -1018,6 +1128,53 @@ mod tests {
                 assert!(u.enters() > enters);
             }
         }
+    }
+
+    /// A receive requested while spinning stays parked and is completed by a direct
+    /// `recv`, without entering the ring; beyond `DIRECT_RECV_MAX` receives go to the ring.
+    #[test]
+    fn parked_receives_complete_by_direct_recv() {
+        use std::io::Write;
+        let Some(mut u) = make() else { return };
+        let addr = u.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut peers = Vec::new();
+        let mut servers = Vec::new();
+        for _ in 0..DIRECT_RECV_MAX + 2 {
+            peers.push(std::net::TcpStream::connect(addr).unwrap());
+            poll_until(&mut u, false, |ev| match ev {
+                Event::Accepted { conn, .. } => {
+                    servers.push(conn);
+                    true
+                }
+                other => panic!("unexpected {other:?}"),
+            });
+        }
+        for &s in &servers {
+            u.recv(s, RxBuf::cache(64));
+        }
+        assert_eq!(u.parked.len(), DIRECT_RECV_MAX);
+        let enters = u.enters();
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            u.poll(None, &mut out).unwrap();
+        }
+        assert!(out.is_empty(), "{out:?}");
+        for (i, p) in peers.iter_mut().enumerate() {
+            p.write_all(&[i as u8]).unwrap();
+        }
+        let mut got = std::collections::HashSet::new();
+        poll_until(&mut u, true, |ev| match ev {
+            Event::Recv { conn, rx, result } => {
+                assert_eq!(result.unwrap(), 1);
+                let i = servers.iter().position(|&s| s == conn).unwrap();
+                assert_eq!(rx.bytes(0..1), [i as u8]);
+                got.insert(i);
+                got.len() == servers.len()
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        // Only the two receives beyond the parking limit went through the ring.
+        assert!(u.enters() - enters <= 4, "{} enters", u.enters() - enters);
     }
 
     /// More parts than IOV_MAX: the first `sendmsg` takes 1024 iovecs, the rest is resumed.
