@@ -465,6 +465,8 @@ fn make_backend(kind: BackendKind, opts: SockOpts) -> Result<(AnyBackend, Option
     match kind {
         BackendKind::Uring => uring(opts).map(|b| (b, None)),
         BackendKind::Epoll => epoll(opts).map(|b| (b, None)),
+        // Built without io_uring: epoll is the only choice, nothing to explain.
+        BackendKind::Auto if !cfg!(feature = "uring") => epoll(opts).map(|b| (b, None)),
         BackendKind::Auto => match uring(opts.clone()) {
             Ok(b) => Ok((b, None)),
             Err(why) => {
