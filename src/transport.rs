@@ -59,6 +59,10 @@ pub struct Stats {
     pub connect_retries: u64,
     /// Accept calls that failed.
     pub accept_errors: u64,
+    /// Gathered sends submitted (each carries one or more frames).
+    pub batches: u64,
+    /// Frames carried by those sends: `frames / batches` is the coalescing factor.
+    pub frames: u64,
 }
 
 type Handler = Box<dyn FnMut(&mut Transport, &Am<'_>)>;
@@ -289,6 +293,8 @@ impl Transport {
             simultaneous: c.simultaneous,
             connect_retries: c.connect_retries,
             accept_errors: self.accept_errors,
+            batches: c.batches,
+            frames: c.frames,
         }
     }
 

@@ -154,6 +154,10 @@ pub struct Counters {
     pub connect_retries: u64,
     /// Probes answered.
     pub probes: u64,
+    /// Gathered sends handed to the driver (one per batch).
+    pub batches: u64,
+    /// Frames (messages and FINs) carried by those batches.
+    pub frames: u64,
 }
 
 /// What [`Core::recv_step`] found.
@@ -1233,23 +1237,32 @@ impl Core {
             if !first && (batch.len() + f.wire_len() > budget || parts > max_iov) {
                 break;
             }
-            let f = ep.queue.pop_front().expect("front exists");
-            batch.push_copy(&f.hdr.to_bytes());
-            let segs = &f.segs[..f.nsegs as usize];
-            if f.hdr.len as usize <= inline {
-                for s in segs {
+            let Frag {
+                hdr,
+                segs,
+                nsegs,
+                cookie,
+            } = ep.queue.pop_front().expect("front exists");
+            batch.push_copy(&hdr.to_bytes());
+            if hdr.len as usize <= inline {
+                // Small: copied next to its header, so runs of small frames form one
+                // contiguous iovec.
+                for s in &segs[..nsegs as usize] {
                     batch.push_copy(s);
                 }
             } else {
-                for s in segs {
-                    batch.push_ext(s.clone());
+                // Large: the caller's buffers go out by reference.
+                for s in segs.into_iter().take(nsegs as usize) {
+                    batch.push_ext(s);
                 }
             }
             batch.add_frame();
-            ep.inflight.push_back(f.cookie);
+            ep.inflight.push_back(cookie);
         }
         if !batch.is_empty() && !c.tx_ready {
             c.tx_ready = true;
+            self.counters.batches += 1;
+            self.counters.frames += batch.frames() as u64;
             self.actions.push_back(Action::Transmit(conn));
         }
     }
