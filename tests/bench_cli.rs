@@ -276,6 +276,7 @@ fn peer_dies_with_the_parent() {
 
 /// The full benchmark through the ringbtl transport, both backends side by side.
 #[test]
+#[cfg(all(feature = "uring", feature = "epoll"))]
 fn ringbtl_latency_both_backends() {
     let out = run_ok(&[
         "latency",
@@ -296,4 +297,25 @@ fn ringbtl_latency_both_backends() {
         assert_eq!(text(e, "backend"), "epoll");
         assert!(num(e, "ratio_p50_vs_uring") > 0.0, "{e:?}");
     }
+}
+
+/// With one backend compiled in, the benchmark runs on it, and `both` is a clear error.
+#[test]
+#[cfg(not(all(feature = "uring", feature = "epoll")))]
+fn ringbtl_latency_single_backend() {
+    let name = if cfg!(feature = "uring") {
+        "uring"
+    } else {
+        "epoll"
+    };
+    let out = run_ok(&["latency", "--quick", "--sizes", "1,64K", "--json"]);
+    let objs = check_lines(&out, "poll");
+    assert_eq!(objs.len(), 2, "{out}");
+    for o in &objs {
+        assert_eq!(text(o, "backend"), name);
+    }
+    let out = run(&["latency", "--quick", "--sizes", "1", "--backend", "both"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not compiled in"), "{err}");
 }
