@@ -54,6 +54,9 @@ pub struct Config {
     pub retry_delay: Duration,
     /// Time allowed for a connection's handshake (`RINGBTL_HANDSHAKE_TIMEOUT_MS`).
     pub handshake_timeout: Duration,
+    /// Most incoming connections still in their handshake at once; more are closed at
+    /// once (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000).
+    pub max_half_open: usize,
     /// Progress mode used by the benchmark and by [`Transport::wait_until`](crate::Transport::wait_until)
     /// (`RINGBTL_PROGRESS=poll|block`).
     pub progress: ProgressMode,
@@ -78,6 +81,7 @@ impl Config {
             connect_retries: 5,
             retry_delay: Duration::from_millis(20),
             handshake_timeout: Duration::from_secs(5),
+            max_half_open: 1024,
             progress: ProgressMode::Poll,
         }
     }
@@ -155,6 +159,9 @@ impl Config {
         if let Some(v) = var("RINGBTL_HANDSHAKE_TIMEOUT_MS") {
             self.handshake_timeout =
                 Duration::from_millis(parse_u64("RINGBTL_HANDSHAKE_TIMEOUT_MS", &v, 10, 600_000)?);
+        }
+        if let Some(v) = var("RINGBTL_MAX_HALF_OPEN") {
+            self.max_half_open = parse_u64("RINGBTL_MAX_HALF_OPEN", &v, 1, 1_000_000)? as usize;
         }
         if let Some(v) = var("RINGBTL_LISTEN") {
             self.listen = Some(SocketAddr::from_str(v.trim()).map_err(|e| {

@@ -59,6 +59,8 @@ pub struct Stats {
     pub connect_retries: u64,
     /// Accept calls that failed.
     pub accept_errors: u64,
+    /// Incoming connections dropped because too many handshakes were pending.
+    pub accept_overload: u64,
     /// Gathered sends submitted (each carries one or more frames).
     pub batches: u64,
     /// Frames carried by those sends: `frames / batches` is the coalescing factor.
@@ -127,6 +129,7 @@ impl Transport {
             connect_retries: cfg.connect_retries,
             retry_delay: cfg.retry_delay,
             handshake_timeout: cfg.handshake_timeout,
+            max_half_open: cfg.max_half_open,
         });
         let mut handlers = Vec::with_capacity(256);
         handlers.resize_with(256, || None);
@@ -293,6 +296,7 @@ impl Transport {
             simultaneous: c.simultaneous,
             connect_retries: c.connect_retries,
             accept_errors: self.accept_errors,
+            accept_overload: c.accept_overload,
             batches: c.batches,
             frames: c.frames,
         }

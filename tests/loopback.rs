@@ -24,6 +24,7 @@ backend_tests!(
     bad_token_is_refused,
     garbage_client_is_dropped,
     coalesced_small_messages_keep_order,
+    connection_flood_is_bounded,
 );
 
 const WINDOW: usize = 128;
@@ -463,4 +464,37 @@ fn coalesced_small_messages_keep_order(kind: BackendKind) {
         st.frames,
         st.batches
     );
+}
+
+/// Connections that never say HELLO cost no cache and are capped: beyond the limit they
+/// are closed at once; the handshake deadline closes the others; peers keep working.
+fn connection_flood_is_bounded(kind: BackendKind) {
+    let (mut a, mut b) = pair_with(kind, |c: &mut Config| {
+        c.max_half_open = 8;
+        c.handshake_timeout = Duration::from_millis(300);
+    });
+    let addr = b.local_addr();
+    let flood: Vec<std::net::TcpStream> = (0..40)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while b.stats().accept_overload < 32 {
+        b.progress().unwrap();
+        assert!(std::time::Instant::now() < deadline, "flood not accepted");
+    }
+    assert_eq!(b.stats().accept_overload, 32);
+    // After the handshake deadline the half-open ones are gone: a real peer connects.
+    std::thread::sleep(Duration::from_millis(400));
+    let got = Rc::new(Cell::new(0));
+    let g = got.clone();
+    b.register(Tag(1), move |_, _| g.set(g.get() + 1)).unwrap();
+    a.send(PeerId(1), Tag(1), &[Bytes::from_static(b"still here")], 0)
+        .unwrap();
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(10),
+        "peer after flood",
+        || got.get() == 1,
+    );
+    drop(flood);
 }

@@ -47,7 +47,9 @@ use bytes::Bytes;
 use crate::error::{FailReason, ProtoError, SendError};
 use crate::proto::recv_cache::{Next, RxBuf};
 use crate::proto::tx::TxBatch;
-use crate::wire::{FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, VERSION};
+use crate::wire::{
+    FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, VERSION,
+};
 
 /// Most payload segments (iovecs) one message may have.
 pub const MAX_SEGMENTS: usize = 8;
@@ -79,6 +81,9 @@ pub struct CoreConfig {
     pub retry_delay: Duration,
     /// Handshake time limit.
     pub handshake_timeout: Duration,
+    /// Most incoming connections waiting for their HELLO at once; more are closed at
+    /// once (a connection flood costs no buffer).
+    pub max_half_open: usize,
 }
 
 /// Public view of an endpoint's state.
@@ -154,6 +159,8 @@ pub struct Counters {
     pub connect_retries: u64,
     /// Probes answered.
     pub probes: u64,
+    /// Incoming connections closed at once because too many handshakes were pending.
+    pub accept_overload: u64,
     /// Gathered sends handed to the driver (one per batch).
     pub batches: u64,
     /// Frames (messages and FINs) carried by those batches.
@@ -421,10 +428,7 @@ impl Core {
 
     /// The driver opened the socket for an [`Action::Dial`] and is connecting.
     pub fn dial_started(&mut self, peer: PeerId, conn: ConnKey) {
-        self.put_conn(
-            conn,
-            Conn::new(Stage::Connecting, Some(peer), self.cfg.recv_cache),
-        );
+        self.put_conn(conn, Conn::new(Stage::Connecting, Some(peer), HELLO_LEN));
         if let Some(ep) = self.ep_mut(peer) {
             if let EpState::Connecting { conn: c, .. } = &mut ep.state {
                 *c = Some(conn);
@@ -483,8 +487,22 @@ impl Core {
 
     /// The listener accepted a connection.
     pub fn handle_accepted(&mut self, now: Instant, conn: ConnKey) {
+        let half_open = self
+            .conns
+            .iter()
+            .flatten()
+            .filter(|c| c.stage == Stage::ExpectHello)
+            .count();
+        if half_open >= self.cfg.max_half_open {
+            // A connection flood: drop the newcomer before it costs any buffer.
+            self.counters.accept_overload += 1;
+            self.put_conn(conn, Conn::new(Stage::Dead, None, 0));
+            self.actions.push_back(Action::Close(conn));
+            return;
+        }
         let deadline = now + self.cfg.handshake_timeout;
-        let mut c = Conn::new(Stage::ExpectHello, None, self.cfg.recv_cache);
+        // A handshake-sized buffer: the cache grows when the connection is adopted.
+        let mut c = Conn::new(Stage::ExpectHello, None, HELLO_LEN);
         c.deadline = Some(deadline);
         self.put_conn(conn, c);
         self.arm_timer(deadline);
@@ -629,6 +647,10 @@ impl Core {
                 }
                 Stage::Open => {
                     let peer = c.peer.expect("open conn knows its peer");
+                    if !rx.wants_all() && rx.capacity() < self.cfg.recv_cache {
+                        // Adopted: from the handshake buffer to the full receive cache.
+                        rx.grow(self.cfg.recv_cache);
+                    }
                     if let Some(s) = self.open_step(now, conn, peer, rx) {
                         return s;
                     }
@@ -1415,7 +1437,7 @@ impl Conn {
         Self {
             stage,
             peer,
-            tx: Some(TxBatch::with_capacity(4096, 64)),
+            tx: Some(TxBatch::with_capacity(HELLO_LEN, 2)),
             tx_ready: false,
             close_after_tx: false,
             rx: Some(RxBuf::cache(cache)),

@@ -172,6 +172,22 @@ impl RxBuf {
         self.limit = 0;
     }
 
+    /// Grows a cache to `capacity` bytes, keeping the unconsumed bytes (moved to the
+    /// front). Connections start with a small buffer for the handshake and grow once
+    /// adopted, so half-open connections cost little memory.
+    pub fn grow(&mut self, capacity: usize) {
+        if self.large.is_some() || capacity <= self.data.len() {
+            return;
+        }
+        let mut data = vec![0; capacity];
+        let n = self.pending();
+        data[..n].copy_from_slice(&self.data[self.pos..self.filled]);
+        self.data = data;
+        self.pos = 0;
+        self.filled = n;
+        self.limit = capacity;
+    }
+
     /// Bytes of the buffer kept allocated (for memory accounting).
     pub fn allocated(&self) -> usize {
         self.data.capacity()

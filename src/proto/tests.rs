@@ -73,6 +73,7 @@ fn cfg(pid: u32) -> CoreConfig {
         connect_retries: 4,
         retry_delay: Duration::from_millis(20),
         handshake_timeout: Duration::from_secs(5),
+        max_half_open: 1024,
     }
 }
 
