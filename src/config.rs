@@ -57,8 +57,10 @@ pub struct Config {
     /// Most incoming connections still in their handshake at once; more are closed at
     /// once (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000).
     pub max_half_open: usize,
-    /// Progress mode used by the benchmark and by [`Transport::wait_until`](crate::Transport::wait_until)
-    /// (`RINGBTL_PROGRESS=poll|block`).
+    /// How the application is expected to drive progress: spin on
+    /// [`Transport::progress`](crate::Transport::progress) or sleep in
+    /// [`Transport::wait`](crate::Transport::wait) (`RINGBTL_PROGRESS=poll|block`). The
+    /// benchmark follows it.
     pub progress: ProgressMode,
 }
 
