@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::reactor::BackendKind;
 use crate::wire::PeerId;
+use crate::wireup::ifaces::{IfMatch, IfSelection};
 
 /// How [`Transport::wait`](crate::Transport::wait) and the benchmark wait for events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +27,22 @@ pub struct Config {
     pub pid: PeerId,
     /// Job token: both sides of a connection must agree (`RINGBTL_JOB_TOKEN`).
     pub token: u64,
-    /// Address to listen on (`127.0.0.1:0` by default: loopback, ephemeral port).
+    /// Address to listen on (`127.0.0.1:0` by default: loopback, ephemeral port;
+    /// `RINGBTL_LISTEN=ip:port`). `None` (`RINGBTL_LISTEN=auto`): select the local
+    /// interfaces ([`if_include`](Self::if_include) / [`if_exclude`](Self::if_exclude)),
+    /// listen on the wildcard address of each family they need, on [`ports`](Self::ports)
+    /// or an ephemeral port, and publish the selected addresses with that port
+    /// ([`Transport::uris`](crate::Transport::uris)).
     pub listen: Option<SocketAddr>,
+    /// Interfaces to use, by name or subnet (`RINGBTL_IF_INCLUDE=eth1,10.1.0.0/16`);
+    /// only with `listen: None`. Exclusive with `if_exclude`.
+    pub if_include: Vec<IfMatch>,
+    /// Interfaces not to use (`RINGBTL_IF_EXCLUDE`); the default rule then applies to the
+    /// rest (see [`IfSelection`]). Exclusive with `if_include`.
+    pub if_exclude: Vec<IfMatch>,
+    /// Listen port range `(lo, hi)`, inclusive, with `listen: None` (`RINGBTL_PORT=40000`
+    /// or `40000-40099`); `None`: an ephemeral port.
+    pub ports: Option<(u16, u16)>,
     /// Backend choice (`RINGBTL_BACKEND=auto|uring|epoll`).
     pub backend: BackendKind,
     /// Receive cache per connection in bytes (`RINGBTL_RECV_CACHE`, 4 KiB..=64 MiB).
@@ -57,10 +72,11 @@ pub struct Config {
     /// Most incoming connections still in their handshake at once; more are closed at
     /// once (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000).
     pub max_half_open: usize,
-    /// How the application is expected to drive progress: spin on
-    /// [`Transport::progress`](crate::Transport::progress) or sleep in
-    /// [`Transport::wait`](crate::Transport::wait) (`RINGBTL_PROGRESS=poll|block`). The
-    /// benchmark follows it.
+    /// Progress mode used by the benchmark and by [`Transport::wait`](crate::Transport::wait)
+    /// (`RINGBTL_PROGRESS=poll|block`). [`from_env`](Self::from_env) makes it `Block`
+    /// when the launcher says this node runs more of the job's ranks than it has CPUs
+    /// (see [`oversubscription`](crate::wireup::env::oversubscription)), unless
+    /// `RINGBTL_PROGRESS` is set.
     pub progress: ProgressMode,
 }
 
@@ -71,6 +87,9 @@ impl Config {
             pid,
             token: 0x5249_4e47_4254_4c00,
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            if_include: Vec::new(),
+            if_exclude: Vec::new(),
+            ports: None,
             backend: BackendKind::Auto,
             recv_cache: 64 * 1024,
             max_frame: 64 * 1024 * 1024,
@@ -110,6 +129,20 @@ impl Config {
                     )))
                 }
             };
+        }
+        match IfSelection::from_vars(&get)? {
+            IfSelection::Include(l) => (self.if_include, self.if_exclude) = (l, Vec::new()),
+            IfSelection::Exclude(l) => (self.if_include, self.if_exclude) = (Vec::new(), l),
+            IfSelection::Default => {}
+        }
+        if let Some(v) = var("RINGBTL_PORT") {
+            self.ports = Some(parse_ports(&v)?);
+        }
+        if let Some(o) = crate::wireup::env::oversubscription(&get) {
+            // Spinning ranks on an oversubscribed node starve each other: wait in the
+            // kernel unless told otherwise (RINGBTL_PROGRESS below).
+            tracing::debug!("{o}: progress mode defaults to block");
+            self.progress = ProgressMode::Block;
         }
         if let Some(v) = var("RINGBTL_PROGRESS") {
             self.progress = match v.trim() {
@@ -166,11 +199,14 @@ impl Config {
             self.max_half_open = parse_u64("RINGBTL_MAX_HALF_OPEN", &v, 1, 1_000_000)? as usize;
         }
         if let Some(v) = var("RINGBTL_LISTEN") {
-            self.listen = Some(SocketAddr::from_str(v.trim()).map_err(|e| {
-                Error::Config(format!(
-                    "RINGBTL_LISTEN={v:?}: expected ip:port (e.g. 127.0.0.1:0): {e}"
-                ))
-            })?);
+            self.listen = match v.trim() {
+                "auto" => None,
+                t => Some(SocketAddr::from_str(t).map_err(|e| {
+                    Error::Config(format!(
+                        "RINGBTL_LISTEN={v:?}: expected ip:port (e.g. 127.0.0.1:0) or auto: {e}"
+                    ))
+                })?),
+            };
         }
         self.validate()?;
         Ok(self)
@@ -199,8 +235,49 @@ impl Config {
         if self.connect_retries == 0 {
             return Err(Error::Config("connect_retries must be at least 1".into()));
         }
+        if !self.if_include.is_empty() && !self.if_exclude.is_empty() {
+            return Err(Error::Config(
+                "if_include and if_exclude are both set (RINGBTL_IF_INCLUDE / \
+                 RINGBTL_IF_EXCLUDE); give only one"
+                    .into(),
+            ));
+        }
+        if let Some((lo, hi)) = self.ports {
+            if lo == 0 || lo > hi {
+                return Err(Error::Config(format!(
+                    "ports = {lo}-{hi}: expected 1 <= lo <= hi <= 65535"
+                )));
+            }
+        }
         Ok(())
     }
+
+    /// The interface selection of [`if_include`](Self::if_include) /
+    /// [`if_exclude`](Self::if_exclude).
+    pub fn if_selection(&self) -> Result<IfSelection, Error> {
+        IfSelection::from_lists(&self.if_include, &self.if_exclude)
+    }
+}
+
+/// Parses `RINGBTL_PORT`: a port (`40000`) or an inclusive range (`40000-40099`).
+fn parse_ports(v: &str) -> Result<(u16, u16), Error> {
+    let bad = || {
+        Error::Config(format!(
+            "RINGBTL_PORT={v:?}: expected a port or a range lo-hi, within 1..=65535"
+        ))
+    };
+    let port = |t: &str| t.trim().parse::<u16>().ok().filter(|&p| p > 0);
+    let (lo, hi) = match v.trim().split_once('-') {
+        Some((a, b)) => (port(a).ok_or_else(bad)?, port(b).ok_or_else(bad)?),
+        None => {
+            let p = port(v).ok_or_else(bad)?;
+            (p, p)
+        }
+    };
+    if lo > hi {
+        return Err(bad());
+    }
+    Ok((lo, hi))
 }
 
 /// Parses an integer (decimal, `0x` hex, or with a `k`/`m`/`g` binary suffix) in `lo..=hi`.
@@ -266,9 +343,62 @@ mod tests {
             ("RINGBTL_NODELAY", "2"),
             ("RINGBTL_LISTEN", "nowhere"),
             ("RINGBTL_PROGRESS", "sometimes"),
+            ("RINGBTL_PORT", "0"),
+            ("RINGBTL_PORT", "70000"),
+            ("RINGBTL_PORT", "5000-4000"),
+            ("RINGBTL_PORT", "1-2-3"),
+            ("RINGBTL_PORT", "http"),
+            ("RINGBTL_IF_INCLUDE", "10.0.0.0/99"),
         ] {
             let e = with(&[(k, v)]).unwrap_err().to_string();
             assert!(e.contains(k), "{e} should name {k}");
         }
+    }
+
+    #[test]
+    fn wireup_settings() {
+        let c = with(&[
+            ("RINGBTL_IF_INCLUDE", "lo,10.1.0.0/16"),
+            ("RINGBTL_PORT", "40000-40099"),
+            ("RINGBTL_LISTEN", "auto"),
+        ])
+        .unwrap();
+        assert_eq!(c.listen, None);
+        assert_eq!(c.ports, Some((40000, 40099)));
+        assert_eq!(c.if_include.len(), 2);
+        assert!(c.if_exclude.is_empty());
+        assert!(matches!(c.if_selection().unwrap(), IfSelection::Include(_)));
+        let c = with(&[("RINGBTL_IF_EXCLUDE", "docker0"), ("RINGBTL_PORT", "7")]).unwrap();
+        assert_eq!(c.ports, Some((7, 7)));
+        assert_eq!(c.if_exclude.len(), 1);
+        assert_eq!(c.listen, Config::new(PeerId(0)).listen);
+        let e = with(&[("RINGBTL_IF_INCLUDE", "lo"), ("RINGBTL_IF_EXCLUDE", "eth0")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("RINGBTL_IF_INCLUDE") && e.contains("RINGBTL_IF_EXCLUDE"),
+            "{e}"
+        );
+        let mut c = Config::new(PeerId(0));
+        c.if_include = vec!["lo".parse().unwrap()];
+        c.if_exclude = vec!["eth0".parse().unwrap()];
+        assert!(c.validate().is_err());
+        c.if_exclude.clear();
+        c.ports = Some((9, 8));
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn oversubscribed_nodes_default_to_block() {
+        let many = (4 * crate::wireup::env::node_cpus()).to_string();
+        let c = with(&[("OMPI_COMM_WORLD_LOCAL_SIZE", &many)]).unwrap();
+        assert_eq!(c.progress, ProgressMode::Block);
+        let c = with(&[
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", &many),
+            ("RINGBTL_PROGRESS", "poll"),
+        ])
+        .unwrap();
+        assert_eq!(c.progress, ProgressMode::Poll);
+        assert_eq!(with(&[]).unwrap().progress, ProgressMode::Poll);
     }
 }

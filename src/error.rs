@@ -2,6 +2,8 @@
 //! ([`WireError`]).
 
 use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
 
 use crate::wire::{PeerId, RejectReason, Tag};
 
@@ -185,6 +187,43 @@ pub enum Error {
     /// A wait ran out of time.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// [`Transport::probe`](crate::Transport::probe) found no ringbtl process.
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+}
+
+/// Why [`Transport::probe`](crate::Transport::probe) found no ringbtl process at an address.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// The connection was refused: nothing listens there.
+    #[error("probe {0}: nothing listens there (connection refused)")]
+    NothingListens(SocketAddr),
+    /// Something listens but did not answer as ringbtl does.
+    #[error("probe {addr}: not a ringbtl process ({why})")]
+    NotRingbtl {
+        /// The address probed.
+        addr: SocketAddr,
+        /// What it did instead (bad magic, closed the connection...).
+        why: String,
+    },
+    /// No connection or no answer within the time allowed.
+    #[error("probe {addr}: no answer within {timeout:?}")]
+    Timeout {
+        /// The address probed.
+        addr: SocketAddr,
+        /// The time allowed.
+        timeout: Duration,
+    },
+    /// Another socket error.
+    #[error("probe {addr}: {source}")]
+    Io {
+        /// The address probed.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl Error {

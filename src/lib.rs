@@ -33,6 +33,13 @@
 //!   queue and the receive cache. Pure data in, actions out: unit-tested without sockets.
 //! - **Wire format** ([`wire`]): a 24-byte handshake record and an 8-byte frame header,
 //!   big-endian, documented there.
+//! - **Wire-up** ([`wireup`]): at start-up only. With [`Config::listen`] `None` the
+//!   transport selects interfaces (`RINGBTL_IF_INCLUDE` / `RINGBTL_IF_EXCLUDE`), listens
+//!   on the wildcard address of each family on one port (`RINGBTL_PORT` or ephemeral) and
+//!   publishes [`Transport::uris`]; ranks exchange those through PMIx (feature `pmix`),
+//!   PMI-1 or the env + root rendezvous, and [`Transport::add_peer_uris`] orders each
+//!   peer's addresses by subnet and binds the dialing socket to the matching local address.
+//!   [`Transport::probe`] asks an address whether a ringbtl process listens there.
 //! - **Transport** ([`Transport`]): the public API. One thread drives it; handlers run
 //!   on that thread, get the payload in place in the receive cache, and may send.
 //!
@@ -77,7 +84,7 @@ pub mod wire;
 pub mod wireup;
 
 pub use config::{Config, ProgressMode};
-pub use error::{Error, FailReason, ProtoError, SendError, WireError};
+pub use error::{Error, FailReason, ProbeError, ProtoError, SendError, WireError};
 pub use reactor::BackendKind;
 pub use transport::{Am, Completion, Stats, Transport};
 pub use wire::{PeerId, Tag};

@@ -9,17 +9,20 @@
 //! backend: in the same `io_uring_enter` as the re-armed receives).
 
 use std::fmt;
+use std::io::{self, Read, Write};
 use std::mem;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::config::Config;
-use crate::error::{Error, FailReason, SendError};
+use crate::error::{Error, FailReason, ProbeError, SendError};
 use crate::proto::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, Step};
 use crate::reactor::{AnyBackend, Backend, BackendKind, ConnId, Event, SockOpts};
-use crate::wire::{PeerId, Tag};
+use crate::wire::{Hello, HelloKind, PeerId, Tag, HELLO_LEN, VERSION};
+use crate::wireup::ifaces::{self, Interface};
+use crate::wireup::{route, uri};
 
 /// A received active message, valid during the handler call (the payload points into
 /// the connection's receive cache).
@@ -82,6 +85,10 @@ pub struct Transport {
     on_error: Option<ErrorFn>,
     events: Vec<Event>,
     local: SocketAddr,
+    /// The addresses published by [`uris`](Self::uris).
+    published: Vec<SocketAddr>,
+    /// The selected local interfaces (`listen: None`), used to route to peers.
+    ifaces: Option<Vec<Interface>>,
     cfg: Config,
     dispatching: u32,
     unknown_tag: u64,
@@ -114,10 +121,24 @@ impl Transport {
             rcvbuf: cfg.rcvbuf,
         };
         let (mut backend, backend_note) = make_backend(cfg.backend, opts)?;
-        let listen = cfg
-            .listen
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-        let local = backend.listen(listen).map_err(|e| Error::io("listen", e))?;
+        let (local, published, ifaces) = match cfg.listen {
+            Some(addr) => {
+                let local = backend.listen(addr).map_err(|e| Error::io("listen", e))?;
+                (local, vec![local], None)
+            }
+            None => {
+                let ifs = ifaces::select_local(&cfg.if_selection()?)?;
+                let port = listen_wildcard(&mut backend, &ifs, cfg.ports)?;
+                let mut published: Vec<SocketAddr> = Vec::new();
+                for i in &ifs {
+                    let a = SocketAddr::new(i.addr, port);
+                    if !published.contains(&a) {
+                        published.push(a);
+                    }
+                }
+                (published[0], published, Some(ifs))
+            }
+        };
         let core = Core::new(CoreConfig {
             pid: cfg.pid,
             token: cfg.token,
@@ -141,6 +162,8 @@ impl Transport {
             on_error: None,
             events: Vec::with_capacity(256),
             local,
+            published,
+            ifaces,
             cfg,
             dispatching: 0,
             unknown_tag: 0,
@@ -151,9 +174,114 @@ impl Transport {
         })
     }
 
-    /// The address this transport listens on.
+    /// The address this transport listens on (with `listen: None`, the first published
+    /// address: a selected interface's address with the listen port).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// The addresses peers can reach this transport at, as a `tcp://` URI list
+    /// (`tcp://10.1.0.5:40123;tcp://[fd00::5]:40123`), for the address exchange.
+    pub fn uris(&self) -> String {
+        uri::format_uri_list(&self.published)
+    }
+
+    /// The local interfaces selected at start-up (`listen: None`), else `None`.
+    pub fn interfaces(&self) -> Option<&[Interface]> {
+        self.ifaces.as_deref()
+    }
+
+    /// Makes `id` reachable at the addresses of a URI list published by its
+    /// [`uris`](Self::uris). The list is parsed strictly (an error quotes the bad URI).
+    /// With interface selection (`listen: None`), addresses on the subnet of a selected
+    /// local interface come first and are dialed from that interface's address; the
+    /// others follow, and addresses no selected interface can reach are left out (see
+    /// [`order_peer_addrs`](crate::wireup::order_peer_addrs)). On a failed connect the next
+    /// address is tried.
+    pub fn add_peer_uris(&mut self, id: PeerId, uris: &str) -> Result<(), Error> {
+        let addrs = uri::parse_uri_list(uris)?;
+        let Some(local) = &self.ifaces else {
+            return self.add_peer(id, addrs);
+        };
+        let routes = route::order_peer_addrs(local, &addrs);
+        if routes.is_empty() {
+            let ours = local
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(Error::Wireup(format!(
+                "{id} published {uris:?}, but none of it is reachable from the selected \
+                 interfaces ({ours}); check RINGBTL_IF_INCLUDE / RINGBTL_IF_EXCLUDE"
+            )));
+        }
+        let (remotes, binds) = routes
+            .iter()
+            .map(|r| (r.remote, r.bind.map(|ip| SocketAddr::new(ip, 0))))
+            .unzip();
+        self.core
+            .add_peer_bound(id, remotes, binds)
+            .map_err(Error::Send)
+    }
+
+    /// Asks whatever listens at `addr` whether it is a ringbtl process, without creating
+    /// an endpoint: a blocking connect, a `PROBE` handshake record, and the 24-byte
+    /// `PROBE_ACK` answer, which carries the listener's process id. Our own process id is
+    /// not known here, so the record carries `u32::MAX`. The listener counts the probe and
+    /// closes the connection.
+    ///
+    /// Errors ([`Error::Probe`]): nothing listens there, something that is not ringbtl
+    /// answered (bad magic, or closed the connection), no answer within `timeout`.
+    pub fn probe(addr: SocketAddr, timeout: Duration) -> Result<PeerId, Error> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        let deadline = Instant::now() + timeout;
+        let io_err = |source: io::Error| -> Error {
+            match source.kind() {
+                io::ErrorKind::ConnectionRefused => ProbeError::NothingListens(addr),
+                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                    ProbeError::Timeout { addr, timeout }
+                }
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset => {
+                    ProbeError::NotRingbtl {
+                        addr,
+                        why: "closed the connection without answering".into(),
+                    }
+                }
+                _ => ProbeError::Io { addr, source },
+            }
+            .into()
+        };
+        let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(io_err)?;
+        let left = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        };
+        s.set_nodelay(true).map_err(io_err)?;
+        s.set_write_timeout(Some(left())).map_err(io_err)?;
+        let rec = Hello {
+            kind: HelloKind::Probe,
+            version: VERSION,
+            pid: PeerId(u32::MAX),
+            token: Config::new(PeerId(0)).token,
+        };
+        s.write_all(&rec.to_bytes()).map_err(io_err)?;
+        s.set_read_timeout(Some(left())).map_err(io_err)?;
+        let mut buf = [0u8; HELLO_LEN];
+        s.read_exact(&mut buf).map_err(io_err)?;
+        match Hello::parse(&buf) {
+            Ok(h) if h.kind == HelloKind::ProbeAck => Ok(h.pid),
+            Ok(h) => Err(ProbeError::NotRingbtl {
+                addr,
+                why: format!("answered a probe with {:?}", h.kind),
+            }
+            .into()),
+            Err(e) => Err(ProbeError::NotRingbtl {
+                addr,
+                why: e.to_string(),
+            }
+            .into()),
+        }
     }
 
     /// This process's id.
@@ -421,7 +549,7 @@ impl Transport {
                     }
                 }
                 Action::Close(k) => self.backend.close(conn_id(k)),
-                Action::Dial { peer, addr } => match self.backend.connect(addr, None) {
+                Action::Dial { peer, addr, bind } => match self.backend.connect(addr, bind) {
                     Ok(c) => self.core.dial_started(peer, key(c)),
                     Err(e) => self.core.dial_failed(Instant::now(), peer, e.to_string()),
                 },
@@ -459,6 +587,102 @@ impl Transport {
             }
         }
     }
+}
+
+/// Listens on the wildcard address of every family `ifs` needs, all on one port: the
+/// first free port of `ports`, else an ephemeral one. Returns the port.
+///
+/// With both families the port is chosen by binding plain sockets first (so that a port
+/// taken in one family is skipped before the backend owns anything), then handed to the
+/// backend; a port taken in between is retried with the next one.
+fn listen_wildcard(
+    backend: &mut AnyBackend,
+    ifs: &[Interface],
+    ports: Option<(u16, u16)>,
+) -> Result<u16, Error> {
+    let mut fams: Vec<IpAddr> = Vec::new();
+    if ifs.iter().any(|i| i.addr.is_ipv4()) {
+        fams.push(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    }
+    if ifs.iter().any(|i| i.addr.is_ipv6()) {
+        fams.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+    }
+    let candidates: Vec<u16> = match ports {
+        Some((lo, hi)) => (lo..=hi).collect(),
+        None => vec![0],
+    };
+    let mut last: Option<io::Error> = None;
+    for &want in &candidates {
+        if let [ip] = fams[..] {
+            match backend.listen(SocketAddr::new(ip, want)) {
+                Ok(a) => return Ok(a.port()),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
+                Err(e) => return Err(Error::io("listen", e)),
+            }
+            continue;
+        }
+        // Two families: find a port free in both, up to a few times for ephemeral ports.
+        for _ in 0..if want == 0 { 16 } else { 1 } {
+            let port = match reserve_port(&fams, want) {
+                Ok(p) => p,
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                    last = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(Error::io("listen", e)),
+            };
+            let mut bound = 0;
+            for &ip in &fams {
+                match backend.listen(SocketAddr::new(ip, port)) {
+                    Ok(_) => bound += 1,
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                        last = Some(e);
+                        break;
+                    }
+                    Err(e) => return Err(Error::io("listen", e)),
+                }
+            }
+            if bound == fams.len() {
+                return Ok(port);
+            }
+            // A listener left from a partial success accepts on a port nobody publishes:
+            // harmless, as every connection must pass the handshake.
+        }
+    }
+    let what = match ports {
+        Some((lo, hi)) => format!("no free port in RINGBTL_PORT={lo}-{hi}"),
+        None => "no ephemeral port free in every address family".into(),
+    };
+    Err(Error::Wireup(match last {
+        Some(e) => format!("listen: {what} ({e})"),
+        None => format!("listen: {what}"),
+    }))
+}
+
+/// Binds a throw-away socket per family to `port` (0: the first family's ephemeral port)
+/// and returns the port, or `AddrInUse` when a family has it taken.
+fn reserve_port(fams: &[IpAddr], port: u16) -> io::Result<u16> {
+    use socket2::{Domain, Socket, Type};
+    let mut held = Vec::with_capacity(fams.len());
+    let mut port = port;
+    for &ip in fams {
+        let a = SocketAddr::new(ip, port);
+        let s = Socket::new(Domain::for_address(a), Type::STREAM, None)?;
+        s.set_reuse_address(true)?;
+        if ip.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
+        s.bind(&a.into())?;
+        if port == 0 {
+            port = s
+                .local_addr()?
+                .as_socket()
+                .map(|a| a.port())
+                .ok_or_else(|| io::Error::other("bound socket has no inet address"))?;
+        }
+        held.push(s);
+    }
+    Ok(port)
 }
 
 fn key(c: ConnId) -> ConnKey {

@@ -33,6 +33,15 @@ for fs in "${feature_sets[@]}"; do
   cargo test $fs
 done
 
+if [ "${1:-}" != quick ]; then
+  # PMIx links the system libpmix (libpmix-dev); the launcher jobs then wire up through
+  # Open MPI's PMIx server instead of the env + root rendezvous.
+  step "clippy --features pmix"
+  cargo clippy --all-targets --features pmix -- -D warnings
+  step "test --features pmix --test launchers"
+  cargo test --features pmix --test launchers
+fi
+
 step "doc"
 RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --quiet
 

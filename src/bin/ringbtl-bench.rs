@@ -9,6 +9,10 @@
 //!
 //! The child dies with its parent (`PR_SET_PDEATHSIG`, and it exits on stdin EOF); the
 //! parent kills the child on every error path and waits for it with a timeout.
+//!
+//! Under a launcher (`mpirun`, `mpiexec.hydra`, `srun`, or `RINGBTL_RANK` / `RINGBTL_SIZE`
+//! / `RINGBTL_ROOT`) nothing is started: every rank runs its part (see [`ranks`]), and
+//! `alltoall` runs that way too, or self-launched with `--np N`.
 #![deny(unsafe_code)]
 
 #[path = "ringbtl-bench/cli.rs"]
@@ -17,6 +21,8 @@ mod cli;
 mod control;
 #[path = "ringbtl-bench/plain.rs"]
 mod plain;
+#[path = "ringbtl-bench/ranks.rs"]
+mod ranks;
 #[path = "ringbtl-bench/report.rs"]
 mod report;
 #[path = "ringbtl-bench/ring.rs"]
@@ -65,6 +71,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Cmd::Latency(a)) => a,
+        Some(Cmd::Alltoall(a)) => return finish(ranks::run_alltoall(&a)),
         None => cli.latency,
     };
     let res = if let Some(ppid) = args.internal_peer {
@@ -82,15 +89,20 @@ fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         }
-    } else if args.mpi {
-        Err(
-            "--mpi: running under mpirun/srun is not supported yet; run ringbtl-bench \
-             alone, it starts its own peer"
-                .to_string(),
-        )
     } else {
-        run_rank0(&args)
+        match ranks::launched() {
+            Ok(Some(w)) => ranks::run_latency(w, &args),
+            Ok(None) if args.mpi => Err("--mpi: no launcher environment found (mpirun, \
+                 mpiexec, srun, or RINGBTL_RANK / RINGBTL_SIZE / RINGBTL_ROOT)"
+                .to_string()),
+            Ok(None) => run_rank0(&args),
+            Err(e) => Err(e),
+        }
     };
+    finish(res)
+}
+
+fn finish(res: Result<(), String>) -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

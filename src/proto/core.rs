@@ -112,6 +112,9 @@ pub enum Action {
         peer: PeerId,
         /// Where.
         addr: SocketAddr,
+        /// Local address to bind the socket to before connecting (`None`: the kernel
+        /// chooses the source).
+        bind: Option<SocketAddr>,
     },
     /// Submit [`Core::take_tx`] on this connection.
     Transmit(ConnKey),
@@ -237,6 +240,8 @@ enum EpState {
 #[derive(Debug)]
 struct Endpoint {
     addrs: Vec<SocketAddr>,
+    /// Local bind address per entry of `addrs` (empty: never bind).
+    binds: Vec<Option<SocketAddr>>,
     state: EpState,
     queue: VecDeque<Frag>,
     /// Cookies of the frames in the connection's in-flight batch, in order.
@@ -328,6 +333,17 @@ impl Core {
 
     /// Adds (or updates the addresses of) a peer.
     pub fn add_peer(&mut self, peer: PeerId, addrs: Vec<SocketAddr>) -> Result<(), SendError> {
+        self.add_peer_bound(peer, addrs, Vec::new())
+    }
+
+    /// Adds (or updates) a peer whose `addrs[i]` is dialed from local address `binds[i]`
+    /// (a missing or `None` entry lets the kernel choose the source).
+    pub fn add_peer_bound(
+        &mut self,
+        peer: PeerId,
+        addrs: Vec<SocketAddr>,
+        binds: Vec<Option<SocketAddr>>,
+    ) -> Result<(), SendError> {
         if peer.0 >= MAX_PEERS || peer == self.cfg.pid {
             return Err(SendError::UnknownPeer(peer));
         }
@@ -336,10 +352,14 @@ impl Core {
             self.endpoints.resize_with(i + 1, || None);
         }
         match &mut self.endpoints[i] {
-            Some(ep) => ep.addrs = addrs,
+            Some(ep) => {
+                ep.addrs = addrs;
+                ep.binds = binds;
+            }
             slot @ None => {
                 *slot = Some(Endpoint {
                     addrs,
+                    binds,
                     state: EpState::Closed,
                     queue: VecDeque::new(),
                     inflight: VecDeque::new(),
@@ -890,13 +910,14 @@ impl Core {
             self.fail_endpoint(peer, reason);
             return;
         }
-        let addr = ep.addrs[ep.attempts as usize % ep.addrs.len()];
+        let i = ep.attempts as usize % ep.addrs.len();
+        let (addr, bind) = (ep.addrs[i], ep.binds.get(i).copied().flatten());
         ep.attempts += 1;
         ep.state = EpState::Connecting {
             conn: None,
             retry_at: None,
         };
-        self.actions.push_back(Action::Dial { peer, addr });
+        self.actions.push_back(Action::Dial { peer, addr, bind });
     }
 
     fn connect_attempt_failed(&mut self, now: Instant, peer: PeerId, err: String) {

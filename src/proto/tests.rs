@@ -480,7 +480,7 @@ impl Net {
 
     fn apply(&mut self, n: usize, a: Action) {
         match a {
-            Action::Dial { peer, addr } => {
+            Action::Dial { peer, addr, .. } => {
                 self.nodes[n].dials.push((peer, addr));
                 let s = self.socks.len();
                 let key = self.alloc_key(n, s);

@@ -143,10 +143,113 @@ impl RankInfo {
     }
 }
 
+/// Variables that give the number of the job's processes on this node, in lookup order.
+pub const LOCAL_SIZE_VARS: &[&str] = &[
+    "RINGBTL_LOCAL_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MPI_LOCALNRANKS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+];
+
+/// This node runs more of the job's processes than this process may use CPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Oversubscription {
+    /// Processes of the job on this node.
+    pub local_size: u32,
+    /// CPUs this process may run on (affinity mask and cgroup quota).
+    pub cpus: usize,
+    /// The variable `local_size` came from.
+    pub source: &'static str,
+}
+
+impl std::fmt::Display for Oversubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ranks on this node ({}) for {} CPU(s)",
+            self.local_size, self.source, self.cpus
+        )
+    }
+}
+
+/// Reads the node-local process count through `get` ([`LOCAL_SIZE_VARS`]; Slurm's
+/// `2(x3),1` form counts as its first number) and compares it with the CPUs this process
+/// may use. `None` when the node is not oversubscribed or no launcher says.
+pub fn oversubscription(get: impl Fn(&str) -> Option<String>) -> Option<Oversubscription> {
+    let (source, local_size) = LOCAL_SIZE_VARS.iter().find_map(|&k| {
+        let v = get(k)?;
+        let digits: String = v.trim().chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u32>().ok().map(|n| (k, n))
+    })?;
+    let cpus = node_cpus();
+    oversubscribed(local_size, cpus).then_some(Oversubscription {
+        local_size,
+        cpus,
+        source,
+    })
+}
+
+/// CPUs of this node: the online CPUs (`/sys/devices/system/cpu/online`), not this
+/// process's affinity mask, since a launcher that binds each rank to one core leaves every
+/// rank a single CPU without oversubscribing anything. Falls back to the CPUs this process
+/// may use.
+pub fn node_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| count_cpu_list(&s))
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Counts the CPUs of a kernel CPU list such as `0-3,8,10-11`.
+pub fn count_cpu_list(list: &str) -> Option<usize> {
+    let mut n = 0;
+    for part in list.trim().split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?),
+            None => {
+                let c = part.parse::<usize>().ok()?;
+                (c, c)
+            }
+        };
+        n += hi.checked_sub(lo)? + 1;
+    }
+    (n > 0).then_some(n)
+}
+
+/// True when `local_size` processes share `cpus` CPUs with fewer than one CPU each.
+pub fn oversubscribed(local_size: u32, cpus: usize) -> bool {
+    local_size as usize > cpus
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn oversubscription_from_launcher_variables() {
+        let many = (3 * node_cpus()).to_string();
+        let slurm = format!("{many}(x2),1");
+        for (k, v) in [
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", many.as_str()),
+            ("MPI_LOCALNRANKS", many.as_str()),
+            ("SLURM_TASKS_PER_NODE", slurm.as_str()),
+        ] {
+            let o = oversubscription(|q| (q == k).then(|| v.to_owned())).unwrap();
+            assert_eq!(o.source, k);
+            assert_eq!(o.local_size.to_string(), many);
+            assert!(o.to_string().contains(k), "{o}");
+        }
+        assert_eq!(oversubscription(|_| None), None);
+        assert_eq!(oversubscription(|_| Some("1".into())), None);
+        assert_eq!(oversubscription(|_| Some("lots".into())), None);
+        assert!(oversubscribed(3, 2) && !oversubscribed(2, 2));
+        assert_eq!(count_cpu_list("0-3,8,10-11\n"), Some(7));
+        assert_eq!(count_cpu_list("0"), Some(1));
+        assert_eq!(count_cpu_list("3-1"), None);
+        assert_eq!(count_cpu_list("x"), None);
+    }
 
     fn vars(pairs: &[(&str, &str)]) -> Result<Option<RankInfo>, Error> {
         let m: HashMap<String, String> = pairs

@@ -15,7 +15,9 @@
 //!    address to bind each connecting socket to.
 //!
 //! [`Wireup::from_env`] picks the exchange the way HPC launchers expect:
-//! `RINGBTL_WIREUP=pmix|pmi|env|local` forces one; otherwise PMI-1 when `PMI_FD` is set
+//! `RINGBTL_WIREUP=pmix|pmi|env|local` forces one; otherwise PMIx when the launcher's
+//! PMIx server announced itself (`PMIX_NAMESPACE` / `PMIX_RANK`: Open MPI's `mpirun`,
+//! `srun --mpi=pmix`) and the cargo feature `pmix` is on, else PMI-1 when `PMI_FD` is set
 //! (MPICH `mpiexec.hydra`, Flux), else the rendezvous when `RINGBTL_ROOT` is set, else a
 //! single local process. Every exchange gives up after `RINGBTL_WIREUP_TIMEOUT`
 //! milliseconds (default 60 000).
@@ -32,6 +34,8 @@ use crate::wire::PeerId;
 pub mod env;
 pub mod ifaces;
 pub mod pmi;
+#[cfg(feature = "pmix")]
+pub mod pmix;
 pub mod rendezvous;
 pub mod route;
 pub mod uri;
@@ -149,7 +153,7 @@ impl<S: Read + Write> Modex for PmiModex<S> {
 /// The ways ranks can exchange addresses (`RINGBTL_WIREUP`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WireupKind {
-    /// PMIx (Open MPI's `mpirun`, `srun --mpi=pmix`); not compiled in yet.
+    /// PMIx (Open MPI's `mpirun`, `srun --mpi=pmix`); needs the cargo feature `pmix`.
     Pmix,
     /// PMI-1 over `PMI_FD`.
     Pmi,
@@ -204,6 +208,8 @@ pub struct Wireup {
 
 #[derive(Debug)]
 enum Inner {
+    #[cfg(feature = "pmix")]
+    Pmix(pmix::PmixModex),
     Pmi(PmiModex<UnixStream>),
     Env(Rendezvous),
     Local(LocalModex),
@@ -223,14 +229,34 @@ impl Wireup {
         let timeout = timeout_from_vars(&get)?;
         let kind = match var("RINGBTL_WIREUP") {
             Some(v) => WireupKind::from_str(&v)?,
+            None if cfg!(feature = "pmix")
+                && (var("PMIX_NAMESPACE").is_some() || var("PMIX_RANK").is_some()) =>
+            {
+                WireupKind::Pmix
+            }
             None if var("PMI_FD").is_some() => WireupKind::Pmi,
             None if var("RINGBTL_ROOT").is_some() => WireupKind::Env,
             None => WireupKind::Local,
         };
         let (info, inner) = match kind {
+            #[cfg(feature = "pmix")]
+            WireupKind::Pmix => {
+                let m = pmix::PmixModex::init(timeout)?;
+                let launcher = RankInfo::from_vars(&get).ok().flatten();
+                let info = RankInfo {
+                    rank: m.rank(),
+                    size: m.size(),
+                    local_rank: launcher.as_ref().and_then(|i| i.local_rank),
+                    local_size: launcher.as_ref().and_then(|i| i.local_size),
+                    source: "PMIx",
+                };
+                (info, Inner::Pmix(m))
+            }
+            #[cfg(not(feature = "pmix"))]
             WireupKind::Pmix => {
                 return Err(Error::Config(
-                    "RINGBTL_WIREUP=pmix: PMIx support is not compiled in; use pmi, env or local"
+                    "RINGBTL_WIREUP=pmix: PMIx support is not compiled in (cargo feature \
+                     `pmix`); use pmi, env or local"
                         .into(),
                 ))
             }
@@ -324,6 +350,8 @@ impl Wireup {
 
     fn modex(&mut self) -> &mut dyn Modex {
         match &mut self.inner {
+            #[cfg(feature = "pmix")]
+            Inner::Pmix(m) => m,
             Inner::Pmi(m) => m,
             Inner::Env(m) => m,
             Inner::Local(m) => m,
@@ -431,7 +459,6 @@ mod tests {
     fn bad_settings_name_the_variable() {
         for (pairs, needle) in [
             (&[("RINGBTL_WIREUP", "mpi")][..], "RINGBTL_WIREUP=\"mpi\""),
-            (&[("RINGBTL_WIREUP", "pmix")][..], "not compiled in"),
             (
                 &[("RINGBTL_WIREUP_TIMEOUT", "5")][..],
                 "RINGBTL_WIREUP_TIMEOUT",
@@ -466,6 +493,13 @@ mod tests {
         ] {
             let e = wireup(pairs).unwrap_err().to_string();
             assert!(e.contains(needle), "{e:?} should contain {needle:?}");
+        }
+        #[cfg(not(feature = "pmix"))]
+        {
+            let e = wireup(&[("RINGBTL_WIREUP", "pmix")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("not compiled in"), "{e}");
         }
         assert_eq!(
             timeout_from_vars(|_| Some("1500".into())).unwrap(),

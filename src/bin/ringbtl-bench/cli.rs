@@ -28,6 +28,49 @@ pub(crate) struct Cli {
 pub(crate) enum Cmd {
     /// Ping-pong latency, one-way = round trip / 2 (the default).
     Latency(LatencyArgs),
+    /// Every rank sends checked messages to every other rank; prints wire-up and
+    /// exchange times (under mpirun / mpiexec / srun / RINGBTL_ROOT, or with --np).
+    Alltoall(AlltoallArgs),
+}
+
+/// Options of `ringbtl-bench alltoall`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct AlltoallArgs {
+    /// Ranks to start on this host when not run under a launcher.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=1024))]
+    pub(crate) np: u32,
+
+    /// Message sizes (as for latency). [default: 8,64K,1M]
+    #[arg(long, value_name = "LIST|MIN:MAX", value_parser = parse_sizes)]
+    pub(crate) sizes: Option<SizeList>,
+
+    /// Messages of each size from every rank to every other rank.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) rounds: u32,
+
+    /// poll or block [default: RINGBTL_PROGRESS, else block when the node is
+    /// oversubscribed, else poll]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub(crate) mode: Option<ModeArg>,
+
+    /// Backend [default: RINGBTL_BACKEND, else auto]
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub(crate) backend: Option<BackendArg>,
+
+    /// Give up after this many seconds in any phase.
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub(crate) timeout: u64,
+}
+
+impl AlltoallArgs {
+    /// Sizes to run, in order.
+    pub(crate) fn sizes(&self) -> Vec<usize> {
+        match &self.sizes {
+            Some(s) => s.0.clone(),
+            None => vec![8, 64 << 10, 1 << 20],
+        }
+    }
 }
 
 /// Options of `ringbtl-bench latency`.
@@ -91,8 +134,8 @@ pub(crate) struct LatencyArgs {
     #[arg(long, hide = true, value_name = "PARENT_PID")]
     pub(crate) internal_peer: Option<u32>,
 
-    /// Launched by mpirun / srun (one rank per process); rank from the launcher's
-    /// environment.
+    /// Require a launcher (mpirun, mpiexec, srun, RINGBTL_ROOT): fail instead of starting
+    /// a peer when none is found. Under a launcher this is automatic.
     #[arg(long, hide = true)]
     pub(crate) mpi: bool,
 }
@@ -247,5 +290,13 @@ mod tests {
         assert!(matches!(b.command, Some(Cmd::Latency(ref l)) if l.pin));
         assert!(Cli::try_parse_from(["b", "--baseline-only", "--baseline"]).is_err());
         assert!(Cli::try_parse_from(["b", "--mode", "spin"]).is_err());
+        let c = Cli::try_parse_from(["b", "alltoall", "--np", "8", "--sizes", "8,1M"]).unwrap();
+        assert!(matches!(c.command, Some(Cmd::Alltoall(ref a))
+            if a.np == 8 && a.sizes() == [8, 1 << 20] && a.rounds == 1));
+        let d = Cli::try_parse_from(["b", "alltoall"]).unwrap();
+        assert!(
+            matches!(d.command, Some(Cmd::Alltoall(ref a)) if a.sizes() == [8, 65536, 1 << 20])
+        );
+        assert!(Cli::try_parse_from(["b", "alltoall", "--np", "1"]).is_err());
     }
 }

@@ -1,0 +1,873 @@
+//! Runs across ranks started by a launcher (`mpirun`, `mpiexec.hydra`, `srun`, or the
+//! env + root form `RINGBTL_RANK` / `RINGBTL_SIZE` / `RINGBTL_ROOT`), or by the benchmark
+//! itself (`alltoall --np N`).
+//!
+//! Every rank creates its transport (interface selection, unless `RINGBTL_LISTEN` says
+//! where to listen), exchanges `tcp://` URI lists through the [`Modex`] the environment
+//! provides, adds every peer, and opens every connection with one small message to each
+//! peer: the wire-up time runs from start-up to the moment every connection is up. A
+//! barrier (gather to rank 0, release from it, over the transport) separates the phases.
+//!
+//! - `latency`: ranks `i` and `i + N/2` ping-pong (as `osu_multi_lat`); rank 0 prints the
+//!   average one-way latency over the pairs.
+//! - `alltoall`: every rank sends one checked message per size (and round) to every other
+//!   rank: source, sequence number and a pattern that depends on both; every receiver
+//!   checks length, content, order and that nothing is missing or duplicated.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ringbtl::wireup::env::{node_cpus, oversubscribed, oversubscription};
+use ringbtl::wireup::{Modex, Rendezvous, Wireup};
+use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
+
+use crate::cli::{AlltoallArgs, BackendArg, LatencyArgs, ModeArg};
+use crate::report::Recorder;
+use crate::Mode;
+
+/// Connection set-up messages.
+const TAG_HELLO: Tag = Tag(60);
+/// Barrier arrivals (to rank 0) and releases (from rank 0): payload = epoch.
+const TAG_BARRIER: Tag = Tag(61);
+/// Checked all-to-all data.
+const TAG_DATA: Tag = Tag(62);
+/// Latency ping-pong.
+const TAG_PING: Tag = Tag(63);
+/// Results gathered at rank 0.
+const TAG_REPORT: Tag = Tag(64);
+/// Time given to `Transport::shutdown`.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the launcher (or the self-launch) provides.
+pub(crate) enum Launch {
+    /// `Wireup::from_env` found a multi-rank job.
+    Launched(Box<Wireup>),
+    /// This process starts the other ranks: it is rank 0, serving the rendezvous.
+    SelfLaunched {
+        modex: Rendezvous,
+        children: Vec<Child>,
+    },
+}
+
+/// When wire-up began: the first call of [`launched`] or [`self_launch`], before the
+/// launcher's library is initialized.
+static START: OnceLock<Instant> = OnceLock::new();
+
+/// Reads the wire-up environment: `Some` when this process is one rank of several.
+pub(crate) fn launched() -> Result<Option<Box<Wireup>>, String> {
+    START.get_or_init(Instant::now);
+    let w = Wireup::from_env().map_err(|e| e.to_string())?;
+    Ok((w.info().size > 1).then(|| Box::new(w)))
+}
+
+/// Starts ranks 1..np of a self-launched job on this host (loopback only): each gets
+/// the env + root variables and the same command line.
+pub(crate) fn self_launch(np: u32, timeout: Duration) -> Result<Launch, String> {
+    START.get_or_init(Instant::now);
+    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .map_err(|e| format!("rendezvous root on 127.0.0.1: {e}"))?;
+    let root = listener
+        .local_addr()
+        .map_err(|e| format!("rendezvous root: {e}"))?;
+    let token = Config::new(PeerId(0)).token;
+    let modex = Rendezvous::root(listener, np, token, timeout);
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let mut children = Vec::new();
+    for r in 1..np {
+        let child = Command::new(&exe)
+            .args(std::env::args_os().skip(1))
+            .env("RINGBTL_RANK", r.to_string())
+            .env("RINGBTL_SIZE", np.to_string())
+            .env("RINGBTL_LOCAL_RANK", r.to_string())
+            .env("RINGBTL_LOCAL_SIZE", np.to_string())
+            .env("RINGBTL_ROOT", root.to_string())
+            .env("RINGBTL_WIREUP", "env")
+            .env("RINGBTL_LISTEN", "127.0.0.1:0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn();
+        match child {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                kill_all(&mut children);
+                return Err(format!("starting rank {r}: {e}"));
+            }
+        }
+    }
+    Ok(Launch::SelfLaunched { modex, children })
+}
+
+fn kill_all(children: &mut [Child]) {
+    for c in children.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Waits for the self-launched ranks; any that fails or outlives `timeout` is an error.
+fn reap(children: &mut Vec<Child>, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let mut failed = Vec::new();
+    for (i, c) in children.iter_mut().enumerate() {
+        let r = i + 1;
+        loop {
+            match c.try_wait() {
+                Ok(Some(st)) if st.success() => break,
+                Ok(Some(st)) => {
+                    failed.push(format!("rank {r} exited with {st}"));
+                    break;
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok(None) => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    failed.push(format!("rank {r} did not exit in time (killed)"));
+                    break;
+                }
+                Err(e) => {
+                    failed.push(format!("rank {r}: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    children.clear();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
+/// Options shared by the multi-rank runs.
+pub(crate) struct JobOpts {
+    pub(crate) backend: Option<BackendKind>,
+    pub(crate) mode: Option<Mode>,
+    pub(crate) timeout: Duration,
+}
+
+/// State the handlers share with the loops.
+#[derive(Default)]
+struct Shared {
+    hellos: u32,
+    /// Barrier arrivals at rank 0 per epoch, releases seen elsewhere (highest epoch).
+    arrivals: BTreeMap<u32, u32>,
+    released: Option<u32>,
+    completed: u64,
+    pongs: u64,
+    failure: Option<String>,
+    /// Alltoall: next expected sequence number per source, messages and bytes checked.
+    next_seq: Vec<u32>,
+    checked: u64,
+    bytes: u64,
+    reports: Vec<(u32, Vec<u8>)>,
+    /// Alltoall: the size of each sequence number.
+    plan: Vec<usize>,
+}
+
+impl Shared {
+    fn fail(&mut self, why: String) {
+        self.failure.get_or_insert(why);
+    }
+}
+
+/// One rank of a job: its transport, its place, its exchange.
+pub(crate) struct Job {
+    tr: Transport,
+    rank: u32,
+    size: u32,
+    mode: Mode,
+    st: Rc<RefCell<Shared>>,
+    modex: Box<dyn Modex>,
+    children: Vec<Child>,
+    epoch: u32,
+    timeout: Duration,
+    /// From the start of wire-up (before the launcher's library is initialized) to every
+    /// connection up.
+    pub(crate) wireup: Duration,
+    /// How the rank found its peers (`PMIx`, `PMI`, `env + root`...).
+    pub(crate) how: String,
+    /// Why the progress mode is what it is.
+    pub(crate) mode_note: String,
+}
+
+impl Job {
+    /// Wire-up: transport, address exchange, peers, every connection opened.
+    pub(crate) fn start(launch: Launch, opts: &JobOpts) -> Result<Self, String> {
+        let t0 = *START.get_or_init(Instant::now);
+        let (modex, children, how, local_size, loopback): (Box<dyn Modex>, _, String, _, _) =
+            match launch {
+                Launch::Launched(w) => {
+                    let how = format!("{} ({})", w.kind(), w.info().source);
+                    let ls = w.info().local_size;
+                    (w, Vec::new(), how, ls, false)
+                }
+                Launch::SelfLaunched { modex, children } => {
+                    let n = modex.size();
+                    let how = "env + root (self-launched on loopback)".into();
+                    (Box::new(modex), children, how, Some(n), true)
+                }
+            };
+        let mut job = Self::build(modex, children, how, local_size, loopback, opts)
+            .map_err(|e| format!("rank {}: {e}", rank_of_env()))?;
+        job.connect_all()?;
+        job.wireup = t0.elapsed();
+        Ok(job)
+    }
+
+    fn build(
+        mut modex: Box<dyn Modex>,
+        mut children: Vec<Child>,
+        how: String,
+        local_size: Option<u32>,
+        loopback: bool,
+        opts: &JobOpts,
+    ) -> Result<Self, String> {
+        let (rank, size) = (modex.rank(), modex.size());
+        let run = || -> Result<(Transport, Mode, String), String> {
+            let mut base = Config::new(PeerId(rank));
+            // Interface selection unless RINGBTL_LISTEN says where; a self-launched job
+            // stays on loopback, as its other ranks do.
+            if !loopback {
+                base.listen = None;
+            }
+            let mut cfg = base.from_env().map_err(|e| e.to_string())?;
+            if let Some(b) = opts.backend {
+                cfg.backend = b;
+            }
+            let cpus = node_cpus();
+            let over = oversubscription(|k| std::env::var(k).ok())
+                .map(|o| o.to_string())
+                .or_else(|| {
+                    local_size
+                        .filter(|&n| oversubscribed(n, cpus))
+                        .map(|n| format!("{n} ranks on this node for {cpus} CPU(s)"))
+                });
+            let mode_explicit =
+                opts.mode.is_some() || std::env::var_os("RINGBTL_PROGRESS").is_some();
+            let (mode, note) = match (opts.mode, &over) {
+                (Some(m), _) => (m, "--mode".to_owned()),
+                (None, Some(o)) if !mode_explicit => (Mode::Block, format!("oversubscribed: {o}")),
+                (None, _) => match cfg.progress {
+                    ProgressMode::Block => (Mode::Block, "RINGBTL_PROGRESS".to_owned()),
+                    ProgressMode::Poll => (Mode::Poll, "default".to_owned()),
+                },
+            };
+            cfg.progress = match mode {
+                Mode::Poll => ProgressMode::Poll,
+                Mode::Block => ProgressMode::Block,
+            };
+            let tr = Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))?;
+            Ok((tr, mode, note))
+        };
+        let (mut tr, mode, mode_note) = match run() {
+            Ok(x) => x,
+            Err(e) => {
+                kill_all(&mut children);
+                let _ = modex.finalize();
+                return Err(e);
+            }
+        };
+        let table = match modex.exchange(&tr.uris()) {
+            Ok(t) => t,
+            Err(e) => {
+                kill_all(&mut children);
+                return Err(format!("address exchange: {e}"));
+            }
+        };
+        for (r, uris) in table.iter().enumerate() {
+            if r as u32 != rank {
+                tr.add_peer_uris(PeerId(r as u32), uris)
+                    .map_err(|e| format!("adding rank {r}: {e}"))?;
+            }
+        }
+        let st: Rc<RefCell<Shared>> = Rc::default();
+        st.borrow_mut().next_seq = vec![0; size as usize];
+        install_handlers(&mut tr, rank, &st)?;
+        Ok(Self {
+            tr,
+            rank,
+            size,
+            mode,
+            st,
+            modex,
+            children,
+            epoch: 0,
+            timeout: opts.timeout,
+            wireup: Duration::ZERO,
+            how,
+            mode_note,
+        })
+    }
+
+    pub(crate) fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    pub(crate) fn size(&self) -> u32 {
+        self.size
+    }
+
+    pub(crate) fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub(crate) fn backend(&self) -> &'static str {
+        self.tr.backend_name()
+    }
+
+    pub(crate) fn uris(&self) -> String {
+        self.tr.uris()
+    }
+
+    /// One small message to every peer, and one from each: every connection is up (in
+    /// both directions, whichever side dialed) when it returns.
+    fn connect_all(&mut self) -> Result<(), String> {
+        let others = self.size - 1;
+        let hello = [Bytes::from(self.rank.to_be_bytes().to_vec())];
+        for p in self.peers() {
+            self.tr
+                .send(PeerId(p), TAG_HELLO, &hello, 0)
+                .map_err(|e| format!("hello to rank {p}: {e}"))?;
+        }
+        let deadline = Instant::now() + self.timeout;
+        self.progress_until(deadline, "connecting to every rank", |s| {
+            s.hellos >= others && s.completed >= u64::from(others)
+        })
+    }
+
+    fn peers(&self) -> impl Iterator<Item = u32> {
+        let (me, n) = (self.rank, self.size);
+        // Start after our own rank so that not every rank dials rank 0 first.
+        (1..n).map(move |i| (me + i) % n)
+    }
+
+    /// Progresses until `done` holds; fails on a handler's failure or past `deadline`.
+    fn progress_until(
+        &mut self,
+        deadline: Instant,
+        what: &str,
+        mut done: impl FnMut(&Shared) -> bool,
+    ) -> Result<(), String> {
+        let mut spins = 0u32;
+        loop {
+            {
+                let s = self.st.borrow();
+                if let Some(f) = &s.failure {
+                    return Err(format!("rank {}: {f}", self.rank));
+                }
+                if done(&s) {
+                    return Ok(());
+                }
+            }
+            match self.mode {
+                Mode::Poll => {
+                    self.tr.progress().map_err(|e| format!("progress: {e}"))?;
+                    spins = spins.wrapping_add(1);
+                    if spins.is_multiple_of(1024) && Instant::now() >= deadline {
+                        return Err(self.late(what));
+                    }
+                }
+                Mode::Block => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(self.late(what));
+                    }
+                    self.tr
+                        .wait(left.min(Duration::from_millis(50)))
+                        .map_err(|e| format!("wait: {e}"))?;
+                }
+            }
+        }
+    }
+
+    fn late(&self, what: &str) -> String {
+        let s = self.st.borrow();
+        format!(
+            "rank {}: timed out {what} after {:?} ({} hellos, {} sends completed, {} messages \
+             checked)",
+            self.rank, self.timeout, s.hellos, s.completed, s.checked
+        )
+    }
+
+    /// All ranks arrive at rank 0, which releases them.
+    pub(crate) fn barrier(&mut self) -> Result<(), String> {
+        self.epoch += 1;
+        let e = self.epoch;
+        let msg = [Bytes::from(e.to_be_bytes().to_vec())];
+        let deadline = Instant::now() + self.timeout;
+        if self.rank == 0 {
+            let n = self.size - 1;
+            self.progress_until(deadline, "in a barrier", |s| {
+                s.arrivals.get(&e).copied().unwrap_or(0) >= n
+            })?;
+            self.st.borrow_mut().arrivals.remove(&e);
+            for p in 1..self.size {
+                self.tr
+                    .send(PeerId(p), TAG_BARRIER, &msg, 0)
+                    .map_err(|err| format!("barrier release to rank {p}: {err}"))?;
+            }
+        } else {
+            self.tr
+                .send(PeerId(0), TAG_BARRIER, &msg, 0)
+                .map_err(|err| format!("barrier arrival: {err}"))?;
+            self.progress_until(deadline, "in a barrier", |s| {
+                s.released.is_some_and(|r| r >= e)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Sends `data` to rank 0 (rank 0 keeps its own); rank 0 returns every rank's.
+    pub(crate) fn gather(&mut self, data: Vec<u8>) -> Result<Vec<Vec<u8>>, String> {
+        if self.rank != 0 {
+            self.tr
+                .send(PeerId(0), TAG_REPORT, &[Bytes::from(data)], 0)
+                .map_err(|e| format!("report to rank 0: {e}"))?;
+            return Ok(Vec::new());
+        }
+        let n = self.size as usize - 1;
+        let deadline = Instant::now() + self.timeout;
+        self.progress_until(deadline, "gathering results", |s| s.reports.len() >= n)?;
+        let mut got = std::mem::take(&mut self.st.borrow_mut().reports);
+        got.push((0, data));
+        got.sort_by_key(|(r, _)| *r);
+        Ok(got.into_iter().map(|(_, d)| d).collect())
+    }
+
+    /// All-to-all: one checked message of each size (per round) to every other rank,
+    /// after a barrier. Returns the messages and bytes this rank received and checked.
+    pub(crate) fn alltoall(&mut self, sizes: &[usize], rounds: u32) -> Result<(u64, u64), String> {
+        self.st.borrow_mut().plan = sizes
+            .iter()
+            .flat_map(|&s| std::iter::repeat_n(s, rounds as usize))
+            .collect();
+        // Every rank knows the plan before anyone sends.
+        self.barrier()?;
+        let peers: Vec<u32> = self.peers().collect();
+        let deadline = Instant::now() + self.timeout;
+        let mut seq = 0u32;
+        let sent0 = self.st.borrow().completed;
+        for &size in sizes {
+            for _ in 0..rounds {
+                for &p in &peers {
+                    let msg = Bytes::from(pattern(self.rank, p, seq, size));
+                    self.tr
+                        .send(PeerId(p), TAG_DATA, &[msg], u64::from(seq))
+                        .map_err(|e| format!("send to rank {p}: {e}"))?;
+                }
+                seq += 1;
+                // Let the transport drain between messages so large ones do not pile up.
+                self.tr.progress().map_err(|e| format!("progress: {e}"))?;
+            }
+        }
+        let seq_end = seq;
+        let total = u64::from(seq) * peers.len() as u64;
+        self.progress_until(deadline, "in the all-to-all", |s| {
+            s.completed >= sent0 + total && s.checked >= total
+        })?;
+        let s = self.st.borrow();
+        // Every other rank delivered every sequence number exactly once, in order.
+        for (r, &n) in s.next_seq.iter().enumerate() {
+            if r as u32 != self.rank && n != seq_end {
+                return Err(format!(
+                    "rank {}: received {n} of {seq_end} messages from rank {r}",
+                    self.rank
+                ));
+            }
+        }
+        Ok((s.checked, s.bytes))
+    }
+
+    /// Latency between ranks `i` and `i + N/2`, after a barrier: `warmup + iters` round
+    /// trips of `size` bytes; returns this rank's recorder when it is a sender (`i < N/2`).
+    pub(crate) fn pingpong(
+        &mut self,
+        size: usize,
+        warmup: u64,
+        iters: u64,
+    ) -> Result<Option<Recorder>, String> {
+        let half = self.size / 2;
+        let seg = [Bytes::from(vec![0xa5u8; size])];
+        // Counted before the barrier: the first ping may arrive while it completes.
+        let (p0, c0) = {
+            let s = self.st.borrow();
+            (s.pongs, s.completed)
+        };
+        self.barrier()?;
+        let deadline = Instant::now() + self.timeout;
+        if self.rank < half {
+            let peer = PeerId(self.rank + half);
+            let mut rec = Recorder::new();
+            for i in 0..warmup + iters {
+                let t0 = Instant::now();
+                self.tr
+                    .send(peer, TAG_PING, &seg, i)
+                    .map_err(|e| format!("send to {peer}: {e}"))?;
+                self.progress_until(deadline, "in the ping-pong", |s| s.pongs > p0 + i)?;
+                if i >= warmup {
+                    rec.record(t0.elapsed());
+                }
+            }
+            Ok(Some(rec))
+        } else if self.rank < 2 * half {
+            let n = warmup + iters;
+            // The handler echoes each ping.
+            self.progress_until(deadline, "in the ping-pong", |s| {
+                s.pongs >= p0 + n && s.completed >= c0 + n
+            })?;
+            Ok(None)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Final barrier, shutdown, end of the exchange; the self-launcher reaps its ranks.
+    pub(crate) fn finish(mut self) -> Result<(), String> {
+        let r = self.barrier();
+        let shut = self
+            .tr
+            .shutdown(SHUTDOWN_TIMEOUT)
+            .map_err(|e| format!("shutdown: {e}"));
+        let fin = self.modex.finalize().map_err(|e| e.to_string());
+        let reaped = if self.children.is_empty() {
+            Ok(())
+        } else {
+            reap(&mut self.children, self.timeout)
+        };
+        r.and(shut).and(fin).and(reaped)
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        kill_all(&mut self.children);
+    }
+}
+
+fn rank_of_env() -> String {
+    [
+        "RINGBTL_RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "SLURM_PROCID",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok())
+    .unwrap_or_else(|| "0".into())
+}
+
+/// The payload `src` sends `dst` as message `seq`: `src` and `seq` (big-endian) when
+/// there is room, then bytes that depend on all three and on the offset.
+pub(crate) fn pattern(src: u32, dst: u32, seq: u32, size: usize) -> Vec<u8> {
+    let mut v = vec![0u8; size];
+    let salt = src.wrapping_mul(0x9e37_79b9) ^ dst.wrapping_mul(0x85eb_ca6b) ^ seq;
+    for (i, b) in v.iter_mut().enumerate() {
+        *b = (salt.wrapping_add(i as u32).wrapping_mul(2_654_435_761) >> 24) as u8;
+    }
+    if size >= 8 {
+        v[..4].copy_from_slice(&src.to_be_bytes());
+        v[4..8].copy_from_slice(&seq.to_be_bytes());
+    }
+    v
+}
+
+/// Checks a received message against [`pattern`]; the sequence number is the next one
+/// expected from `src`.
+fn check(src: u32, dst: u32, seq: u32, payload: &[u8], size: Option<usize>) -> Result<(), String> {
+    let Some(size) = size else {
+        return Err(format!("message {seq} from rank {src} was never sent"));
+    };
+    if payload.len() != size {
+        return Err(format!(
+            "message {seq} from rank {src}: {} bytes, expected {size}",
+            payload.len()
+        ));
+    }
+    if payload.len() >= 8 {
+        let s = u32::from_be_bytes(payload[..4].try_into().expect("4 bytes"));
+        let q = u32::from_be_bytes(payload[4..8].try_into().expect("4 bytes"));
+        if s != src || q != seq {
+            return Err(format!(
+                "message {seq} from rank {src} says it is message {q} from rank {s} \
+                 (lost, duplicated or reordered)"
+            ));
+        }
+    }
+    let want = pattern(src, dst, seq, size);
+    if let Some(i) = payload.iter().zip(&want).position(|(a, b)| a != b) {
+        return Err(format!(
+            "message {seq} from rank {src}: byte {i} is {:#04x}, expected {:#04x}",
+            payload[i], want[i]
+        ));
+    }
+    Ok(())
+}
+
+fn install_handlers(tr: &mut Transport, rank: u32, st: &Rc<RefCell<Shared>>) -> Result<(), String> {
+    let reg = |e: ringbtl::Error| format!("registering a handler: {e}");
+    let s = st.clone();
+    tr.register(TAG_HELLO, move |_, _| s.borrow_mut().hellos += 1)
+        .map_err(reg)?;
+    let s = st.clone();
+    tr.register(TAG_BARRIER, move |_, am| {
+        let mut s = s.borrow_mut();
+        let Ok(b) = <[u8; 4]>::try_from(am.payload) else {
+            s.fail(format!("bad barrier message from {}", am.src));
+            return;
+        };
+        let e = u32::from_be_bytes(b);
+        if rank == 0 {
+            *s.arrivals.entry(e).or_insert(0) += 1;
+        } else {
+            s.released = Some(s.released.map_or(e, |r| r.max(e)));
+        }
+    })
+    .map_err(reg)?;
+    let s = st.clone();
+    tr.register(TAG_DATA, move |_, am| {
+        let mut s = s.borrow_mut();
+        let src = am.src.0;
+        let Some(&seq) = s.next_seq.get(src as usize) else {
+            s.fail(format!("data from unknown {}", am.src));
+            return;
+        };
+        let res = check(
+            src,
+            rank,
+            seq,
+            am.payload,
+            s.plan.get(seq as usize).copied(),
+        );
+        match res {
+            Ok(()) => {
+                s.next_seq[src as usize] += 1;
+                s.checked += 1;
+                s.bytes += am.payload.len() as u64;
+            }
+            Err(e) => s.fail(e),
+        }
+    })
+    .map_err(reg)?;
+    let s = st.clone();
+    tr.register(TAG_PING, move |t: &mut Transport, am| {
+        s.borrow_mut().pongs += 1;
+        // The lower half of the ranks sends pings; the upper half echoes them.
+        if am.src.0 < rank {
+            let seg = [Bytes::copy_from_slice(am.payload)];
+            if let Err(e) = t.send(am.src, TAG_PING, &seg, 0) {
+                s.borrow_mut().fail(format!("reply to {}: {e}", am.src));
+            }
+        }
+    })
+    .map_err(reg)?;
+    let s = st.clone();
+    tr.register(TAG_REPORT, move |_, am| {
+        s.borrow_mut().reports.push((am.src.0, am.payload.to_vec()));
+    })
+    .map_err(reg)?;
+    let s = st.clone();
+    tr.on_complete(move |c| {
+        let mut s = s.borrow_mut();
+        match c.result {
+            Ok(()) => s.completed += 1,
+            Err(e) => s.fail(format!("send to {} failed: {e}", c.peer)),
+        }
+    });
+    let s = st.clone();
+    tr.on_error(move |peer, why| s.borrow_mut().fail(format!("{peer} failed: {why}")));
+    Ok(())
+}
+
+/// Prints a line on rank 0's stdout.
+pub(crate) fn say(job: &Job, line: &str) {
+    if job.rank() == 0 {
+        let out = &mut std::io::stdout();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+fn backend_of(arg: Option<BackendArg>) -> Result<Option<BackendKind>, String> {
+    Ok(match arg {
+        None => None,
+        Some(BackendArg::Auto) => Some(BackendKind::Auto),
+        Some(BackendArg::Uring) => Some(BackendKind::Uring),
+        Some(BackendArg::Epoll) => Some(BackendKind::Epoll),
+        Some(BackendArg::Both) => {
+            return Err("--backend both is for the self-launched latency run only".into())
+        }
+    })
+}
+
+fn mode_arg(m: Option<ModeArg>) -> Option<Mode> {
+    m.map(|m| match m {
+        ModeArg::Poll => Mode::Poll,
+        ModeArg::Block => Mode::Block,
+    })
+}
+
+fn header(job: &Job, what: &str) {
+    say(
+        job,
+        &format!(
+            "# ringbtl-bench {what}: {} ranks, wire-up {}, backend {}, progress {} ({})",
+            job.size(),
+            job.how,
+            job.backend(),
+            job.mode().name(),
+            job.mode_note
+        ),
+    );
+    say(job, &format!("# rank 0 listens at {}", job.uris()));
+}
+
+/// `ringbtl-bench latency` under a launcher: pairs (i, i + N/2), rank 0 prints the
+/// average one-way latency over the pairs, and the fastest and slowest pair.
+pub(crate) fn run_latency(w: Box<Wireup>, args: &LatencyArgs) -> Result<(), String> {
+    let opts = JobOpts {
+        backend: backend_of(args.backend)?,
+        mode: mode_arg(args.mode),
+        timeout: Duration::from_secs(args.timeout),
+    };
+    let mut job = Job::start(Launch::Launched(w), &opts)?;
+    header(
+        &job,
+        "latency across ranks (pairs i <-> i + N/2, as osu_multi_lat)",
+    );
+    say(
+        &job,
+        &format!(
+            "# wire-up time (start to all connected): {:.3} ms on rank 0",
+            ms(job.wireup)
+        ),
+    );
+    if job.size() < 2 {
+        return Err("latency across ranks needs at least 2 ranks".into());
+    }
+    say(
+        &job,
+        &format!(
+            "{:<12}{:>18}{:>18}{:>18}",
+            "# Size", "Avg Latency(us)", "Min pair(us)", "Max pair(us)"
+        ),
+    );
+    for size in args.sizes() {
+        let (warmup, iters) = args.counts(size);
+        let rec = job.pingpong(size, warmup, iters)?;
+        let avg = rec.map(|r| r.finish(warmup).avg);
+        let mine = avg.map_or(Vec::new(), |a| a.to_be_bytes().to_vec());
+        let all = job.gather(mine)?;
+        if job.rank() == 0 {
+            let v: Vec<f64> = all
+                .iter()
+                .filter_map(|d| <[u8; 8]>::try_from(&d[..]).ok().map(f64::from_be_bytes))
+                .collect();
+            let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(0.0, f64::max);
+            say(&job, &format!("{size:<12}{mean:>18.2}{lo:>18.2}{hi:>18.2}"));
+        }
+    }
+    job.finish()
+}
+
+/// `ringbtl-bench alltoall`: under a launcher, or self-launched with `--np`.
+pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
+    let timeout = Duration::from_secs(args.timeout);
+    let launch = match launched()? {
+        Some(w) => Launch::Launched(w),
+        None if args.np < 2 => {
+            return Err("alltoall needs at least 2 ranks (--np, or a launcher)".into())
+        }
+        None => self_launch(args.np, timeout)?,
+    };
+    let opts = JobOpts {
+        backend: backend_of(args.backend)?,
+        mode: mode_arg(args.mode),
+        timeout,
+    };
+    let mut job = Job::start(launch, &opts)?;
+    let sizes = args.sizes();
+    header(&job, "alltoall");
+    say(
+        &job,
+        &format!(
+            "# every rank sends {} checked message(s) of each size ({}) to every other rank",
+            args.rounds,
+            sizes
+                .iter()
+                .map(|s| format!("{s} B"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    let t0 = Instant::now();
+    let (checked, bytes) = job.alltoall(&sizes, args.rounds)?;
+    job.barrier()?;
+    let exchange = t0.elapsed();
+    let mut rep = Vec::with_capacity(32);
+    for v in [
+        job.wireup.as_nanos() as u64,
+        exchange.as_nanos() as u64,
+        checked,
+        bytes,
+    ] {
+        rep.extend_from_slice(&v.to_be_bytes());
+    }
+    let all = job.gather(rep)?;
+    if job.rank() == 0 {
+        let cols: Vec<[u64; 4]> = all
+            .iter()
+            .filter(|d| d.len() == 32)
+            .map(|d| {
+                let f = |i: usize| u64::from_be_bytes(d[i * 8..i * 8 + 8].try_into().expect("8"));
+                [f(0), f(1), f(2), f(3)]
+            })
+            .collect();
+        let max = |i: usize| cols.iter().map(|c| c[i]).max().unwrap_or(0);
+        let sum = |i: usize| cols.iter().map(|c| c[i]).sum::<u64>();
+        let n = u64::from(job.size());
+        let expect = n * (n - 1) * sizes.len() as u64 * u64::from(args.rounds);
+        say(
+            &job,
+            &format!(
+                "wire-up time (start to all connected): {:.3} ms (slowest rank), {:.3} ms (rank 0)",
+                max(0) as f64 / 1e6,
+                ms(job.wireup)
+            ),
+        );
+        say(
+            &job,
+            &format!(
+                "exchange time: {:.3} ms (slowest rank); {} of {expect} messages, {} bytes checked",
+                max(1) as f64 / 1e6,
+                sum(2),
+                sum(3)
+            ),
+        );
+        if sum(2) != expect || cols.len() as u64 != n {
+            return Err(format!(
+                "{} of {expect} messages checked ({} of {n} ranks reported)",
+                sum(2),
+                cols.len()
+            ));
+        }
+        say(&job, "all messages received and checked: OK");
+    }
+    job.finish()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

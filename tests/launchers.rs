@@ -1,0 +1,301 @@
+//! `ringbtl-bench alltoall` (and `latency`) under the launchers HPC sites use: Open MPI's
+//! `mpirun` (PMIx with the `pmix` feature, else the env + root rendezvous), MPICH's
+//! `mpiexec.hydra` (PMI-1 over `PMI_FD`), the env + root form started by hand, and the
+//! benchmark's own `--np`. Every job stays on loopback (`RINGBTL_IF_INCLUDE=lo`, and the
+//! launchers' own traffic restricted to `lo`). A launcher that is not installed is
+//! skipped with a message (Debian: openmpi-bin, mpich, libpmix-dev).
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ringbtl-bench");
+/// A job that has not finished by then is killed and fails the test.
+const LIMIT: Duration = Duration::from_secs(120);
+
+struct Run {
+    ok: bool,
+    status: String,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd` to completion or kills it after [`LIMIT`].
+fn run(mut cmd: Command) -> Run {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + LIMIT;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{what} did not finish within {LIMIT:?}; stdout: {}; stderr: {}",
+                out.join().unwrap(),
+                err.join().unwrap()
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        ok: status.success(),
+        status: status.to_string(),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+/// Whether `prog --version` runs and mentions `needle`; prints why a test is skipped.
+fn launcher(prog: &str, needle: &str) -> bool {
+    let found = Command::new(prog)
+        .arg("--version")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).contains(needle)
+                || String::from_utf8_lossy(&o.stderr).contains(needle)
+        })
+        .unwrap_or(false);
+    if !found {
+        eprintln!("skipped: {prog} ({needle}) is not installed");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The job succeeded, every message was checked, and every published address is a
+/// loopback one.
+fn check_alltoall(r: &Run, ranks: u32, wireup: &str) {
+    assert!(
+        r.ok,
+        "job failed ({}): stdout: {}\nstderr: {}",
+        r.status, r.stdout, r.stderr
+    );
+    let n = u64::from(ranks);
+    let expect = n * (n - 1) * 3;
+    for needle in [
+        format!("{ranks} ranks, wire-up {wireup}"),
+        format!("{expect} of {expect} messages"),
+        "all messages received and checked: OK".to_owned(),
+        "wire-up time (start to all connected)".to_owned(),
+    ] {
+        assert!(r.stdout.contains(&needle), "no {needle:?} in: {}", r.stdout);
+    }
+    check_loopback(r);
+}
+
+fn check_loopback(r: &Run) {
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("# rank 0 listens at "))
+        .unwrap_or_else(|| panic!("no address line in {}", r.stdout));
+    for uri in line["# rank 0 listens at ".len()..].split(';') {
+        let ok = uri.starts_with("tcp://127.") || uri.starts_with("tcp://[::1]:");
+        assert!(ok, "{uri} is not a loopback address: {line}");
+    }
+}
+
+/// One Open MPI job at a time: concurrent `mpirun`s race creating their session
+/// directory.
+static MPIRUN: Mutex<()> = Mutex::new(());
+
+/// A session directory of our own for `mpirun` (removed on drop), so that jobs of other
+/// users of this machine cannot collide with ours.
+struct TmpDir(PathBuf);
+
+impl TmpDir {
+    fn new() -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "ringbtl-launchers-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        Self(d)
+    }
+}
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `mpirun` arguments that keep Open MPI's own traffic on loopback and allow 4 ranks
+/// on a 2-CPU machine (also as root, as in CI containers).
+fn mpirun(np: u32, tmp: &TmpDir) -> Command {
+    let mut c = Command::new("mpirun");
+    c.env("TMPDIR", &tmp.0);
+    c.args(["--allow-run-as-root", "--oversubscribe"])
+        .args(["--mca", "oob_tcp_if_include", "lo"])
+        .args(["--mca", "btl_tcp_if_include", "lo"])
+        .args(["-np", &np.to_string()])
+        .args(["-x", "RINGBTL_IF_INCLUDE=lo"]);
+    if !cfg!(feature = "pmix") {
+        // Without PMIx the ranks meet at a rendezvous hosted by rank 0.
+        c.args(["-x", &format!("RINGBTL_ROOT=127.0.0.1:{}", free_port())]);
+    }
+    c
+}
+
+fn mpirun_wireup() -> &'static str {
+    if cfg!(feature = "pmix") {
+        "pmix (PMIx)"
+    } else {
+        "env (Open MPI)"
+    }
+}
+
+fn hydra(np: u32) -> Command {
+    let mut c = Command::new("mpiexec.hydra");
+    c.args(["-iface", "lo", "-n", &np.to_string()])
+        .args(["-genv", "RINGBTL_IF_INCLUDE", "lo"]);
+    c
+}
+
+#[test]
+fn mpirun_alltoall() {
+    if !launcher("mpirun", "Open MPI") {
+        return;
+    }
+    let _one = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TmpDir::new();
+    let mut c = mpirun(4, &tmp);
+    c.args([BIN, "alltoall", "--timeout", "60"]);
+    check_alltoall(&run(c), 4, mpirun_wireup());
+}
+
+#[test]
+fn mpirun_latency_pairs() {
+    if !launcher("mpirun", "Open MPI") {
+        return;
+    }
+    let _one = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TmpDir::new();
+    let mut c = mpirun(4, &tmp);
+    c.args([
+        BIN, "latency", "--sizes", "8,4K", "--iters", "200", "--warmup", "10",
+    ]);
+    let r = run(c);
+    assert!(r.ok, "{}: {}\n{}", r.status, r.stdout, r.stderr);
+    assert!(r.stdout.contains("pairs i <-> i + N/2"), "{}", r.stdout);
+    let rows: Vec<&str> = r.stdout.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(rows.len(), 2, "{}", r.stdout);
+    for row in rows {
+        let v: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert!(v[1] > 0.0 && v[2] <= v[1] && v[1] <= v[3], "{row}");
+    }
+    check_loopback(&r);
+}
+
+#[test]
+fn hydra_alltoall() {
+    if !launcher("mpiexec.hydra", "HYDRA") {
+        return;
+    }
+    let mut c = hydra(4);
+    c.args([BIN, "alltoall", "--timeout", "60"]);
+    check_alltoall(&run(c), 4, "pmi (PMI)");
+}
+
+#[test]
+fn hydra_latency() {
+    if !launcher("mpiexec.hydra", "HYDRA") {
+        return;
+    }
+    let mut c = hydra(2);
+    c.args([
+        BIN, "latency", "--sizes", "8", "--iters", "200", "--warmup", "10",
+    ]);
+    let r = run(c);
+    assert!(r.ok, "{}: {}\n{}", r.status, r.stdout, r.stderr);
+    assert!(r.stdout.contains("2 ranks, wire-up pmi"), "{}", r.stdout);
+}
+
+#[test]
+fn env_and_root_alltoall() {
+    let n = 4u32;
+    let root = format!("127.0.0.1:{}", free_port());
+    let ranks: Vec<_> = (0..n)
+        .map(|r| {
+            let root = root.clone();
+            thread::spawn(move || {
+                let mut c = Command::new(BIN);
+                c.args(["alltoall", "--timeout", "60"])
+                    .env("RINGBTL_RANK", r.to_string())
+                    .env("RINGBTL_SIZE", n.to_string())
+                    .env("RINGBTL_ROOT", root)
+                    .env("RINGBTL_IF_INCLUDE", "lo");
+                run(c)
+            })
+        })
+        .collect();
+    let runs: Vec<Run> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+    for (r, run) in runs.iter().enumerate() {
+        assert!(run.ok, "rank {r} failed ({}): {}", run.status, run.stderr);
+    }
+    check_alltoall(&runs[0], n, "env (ringbtl)");
+}
+
+#[test]
+fn self_launched_alltoall() {
+    let mut c = Command::new(BIN);
+    c.args([
+        "alltoall",
+        "--np",
+        "3",
+        "--sizes",
+        "0,1,8,100K",
+        "--rounds",
+        "2",
+    ]);
+    let r = run(c);
+    assert!(r.ok, "{}: {}\n{}", r.status, r.stdout, r.stderr);
+    assert!(r.stdout.contains("48 of 48 messages"), "{}", r.stdout);
+    check_loopback(&r);
+}
+
+#[test]
+fn a_missing_rank_fails_with_its_number() {
+    // Rank 1 of 2 never starts: rank 0 gives up at the end of the wire-up timeout.
+    let mut c = Command::new(BIN);
+    c.args(["alltoall", "--timeout", "5"])
+        .env("RINGBTL_RANK", "0")
+        .env("RINGBTL_SIZE", "2")
+        .env("RINGBTL_ROOT", format!("127.0.0.1:{}", free_port()))
+        .env("RINGBTL_WIREUP_TIMEOUT", "500")
+        .env("RINGBTL_IF_INCLUDE", "lo");
+    let r = run(c);
+    assert!(!r.ok, "{}", r.stdout);
+    assert!(r.stderr.contains("missing ranks 1"), "{}", r.stderr);
+}
