@@ -144,8 +144,9 @@ impl RxBuf {
         self.pos += HEADER_LEN;
         let have = self.pending().min(len);
         if large.data.len() < len {
-            // Grows once per new maximum size; reused afterwards (no per-message allocation).
-            large.data.resize(len, 0);
+            // Grows once per new maximum size, to exactly that size (a doubling `resize`
+            // could hold twice the maximum frame); reused afterwards.
+            large.data = vec![0; len];
         }
         large.data[..have].copy_from_slice(&self.data[self.pos..self.pos + have]);
         self.pos += have;

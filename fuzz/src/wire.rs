@@ -1,0 +1,86 @@
+//! `Header::parse` and `Hello::parse` on arbitrary bytes.
+//!
+//! Properties: parsing never panics; a short buffer is `Truncated`; whatever parses is
+//! within the bounds it was parsed against, encodes back to the bytes it came from (the
+//! only byte a parse ignores is a non-REJECT record's reason byte) and parses again to the
+//! same value; a header built from arbitrary fields parses back exactly when it is valid.
+
+use arbitrary::Arbitrary;
+use ringbtl::error::WireError;
+use ringbtl::wire::{FrameKind, Header, Hello, HelloKind, Tag, HEADER_LEN, HELLO_LEN};
+
+/// One fuzz case.
+#[derive(Debug, Arbitrary)]
+pub struct Input {
+    /// Limit for `Header::parse`.
+    pub max_len: u32,
+    /// A header built field by field, encoded, then parsed.
+    pub fields: (bool, u8, u32),
+    /// Bytes handed to both parsers.
+    pub bytes: Vec<u8>,
+}
+
+/// Runs every check on `input`; panics on a violation.
+pub fn run(input: &Input) {
+    check_header_bytes(&input.bytes, input.max_len);
+    check_hello_bytes(&input.bytes);
+    check_header_fields(input.fields, input.max_len);
+}
+
+fn check_header_bytes(b: &[u8], max_len: u32) {
+    let parsed = Header::parse(b, max_len);
+    if b.len() < HEADER_LEN {
+        assert_eq!(parsed, Err(WireError::Truncated), "{b:02x?}");
+        return;
+    }
+    let Ok(h) = parsed else { return };
+    assert!(h.len <= max_len, "{h:?} parsed against {max_len}");
+    assert!(
+        h.kind == FrameKind::Send || h.len == 0,
+        "FIN with payload: {h:?}"
+    );
+    let enc = h.to_bytes();
+    assert_eq!(
+        &enc[..],
+        &b[..HEADER_LEN],
+        "encoding differs from the input"
+    );
+    assert_eq!(Header::parse(&enc, max_len), Ok(h));
+    assert_eq!(
+        Header::parse(&enc, h.len),
+        Ok(h),
+        "its own length must be enough"
+    );
+}
+
+fn check_hello_bytes(b: &[u8]) {
+    let parsed = Hello::parse(b);
+    if b.len() < HELLO_LEN {
+        assert_eq!(parsed, Err(WireError::Truncated), "{b:02x?}");
+        return;
+    }
+    let Ok(h) = parsed else { return };
+    let enc = h.to_bytes();
+    let mut want = [0u8; HELLO_LEN];
+    want.copy_from_slice(&b[..HELLO_LEN]);
+    if !matches!(h.kind, HelloKind::Reject(_)) {
+        // The reason byte means nothing outside a REJECT; it is written as zero.
+        want[11] = 0;
+    }
+    assert_eq!(enc, want, "encoding differs from the input");
+    assert_eq!(Hello::parse(&enc), Ok(h));
+}
+
+fn check_header_fields((fin, tag, len): (bool, u8, u32), max_len: u32) {
+    let h = Header {
+        kind: if fin { FrameKind::Fin } else { FrameKind::Send },
+        tag: Tag(tag),
+        len,
+    };
+    let parsed = Header::parse(&h.to_bytes(), max_len);
+    let valid = len <= max_len && (!fin || len == 0);
+    assert_eq!(parsed.is_ok(), valid, "{h:?} against {max_len}: {parsed:?}");
+    if valid {
+        assert_eq!(parsed, Ok(h));
+    }
+}
