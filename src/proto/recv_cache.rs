@@ -300,6 +300,32 @@ mod tests {
         assert_eq!(got, vec![(1, b"a".to_vec()), (2, big), (3, b"z".to_vec())]);
     }
 
+    /// A reused large-payload buffer grows to exactly the new frame, never to twice the
+    /// previous one (a peer must not make a connection hold more than the maximum frame).
+    #[test]
+    fn large_buffer_never_exceeds_the_largest_frame() {
+        let max = 64_511usize;
+        let mut spare = RxBuf::empty_large();
+        for len in [53_721usize, max] {
+            let mut rx = RxBuf::cache(68);
+            let h = Header {
+                kind: FrameKind::Send,
+                tag: Tag(0),
+                len: len as u32,
+            }
+            .to_bytes();
+            rx.spare_mut()[..8].copy_from_slice(&h);
+            rx.commit(8);
+            let Next::Large(h) = rx.next_frame(max as u32).unwrap() else {
+                panic!("expected a large frame");
+            };
+            let mut l = rx.into_large(h, spare);
+            assert!(l.allocated() <= max, "{} > {max}", l.allocated());
+            l.reset_large();
+            spare = l;
+        }
+    }
+
     #[test]
     fn oversize_length_is_an_error_not_an_allocation() {
         let mut rx = RxBuf::cache(64);
