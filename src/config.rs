@@ -72,6 +72,28 @@ pub struct Config {
     /// Most incoming connections still in their handshake at once; more are closed at
     /// once (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000).
     pub max_half_open: usize,
+    /// Multishot receive on a ring of provided buffers shared by every connection
+    /// (`RINGBTL_RECV_MULTISHOT=0|1`, default off). io_uring backend only, Linux 6.0+;
+    /// the epoll backend ignores it, and io_uring falls back to single-shot receives
+    /// (with a warning) when the ring cannot be set up.
+    ///
+    /// Off, each connection has its own [`recv_cache`](Self::recv_cache) (64 KiB by
+    /// default) and a poll-mode fast path that reads spun connections directly. On,
+    /// receive memory is the shared ring ([`recv_ring_bufs`](Self::recv_ring_bufs) x
+    /// [`recv_ring_buf_size`](Self::recv_ring_buf_size)) and frames are parsed in place
+    /// in it; the per-connection cache then only holds frames cut between two buffers and
+    /// is touched only then. Turn it on for many peers per process (hundreds of
+    /// connections, where per-connection caches add up) or many mostly idle connections;
+    /// leave it off for the lowest latency with a few peers, since the direct `recv`
+    /// fast path is not used and payloads larger than one buffer are copied once out of
+    /// the ring.
+    pub recv_multishot: bool,
+    /// Number of provided buffers in the ring (`RINGBTL_RECV_RING_BUFS`, a power of two
+    /// in 1..=32768, default 256).
+    pub recv_ring_bufs: u32,
+    /// Bytes per provided buffer (`RINGBTL_RECV_RING_BUF_SIZE`, 1 KiB..=1 MiB, default
+    /// 16 KiB).
+    pub recv_ring_buf_size: usize,
     /// Progress mode used by the benchmark and by [`Transport::wait`](crate::Transport::wait)
     /// (`RINGBTL_PROGRESS=poll|block`). [`from_env`](Self::from_env) makes it `Block`
     /// when the launcher says this node runs more of the job's ranks than it has CPUs
@@ -104,6 +126,9 @@ impl Config {
             handshake_timeout: Duration::from_secs(5),
             max_half_open: 1024,
             progress: ProgressMode::Poll,
+            recv_multishot: false,
+            recv_ring_bufs: 256,
+            recv_ring_buf_size: 16 * 1024,
         }
     }
 
@@ -198,6 +223,22 @@ impl Config {
         if let Some(v) = var("RINGBTL_MAX_HALF_OPEN") {
             self.max_half_open = parse_u64("RINGBTL_MAX_HALF_OPEN", &v, 1, 1_000_000)? as usize;
         }
+        if let Some(v) = var("RINGBTL_RECV_MULTISHOT") {
+            self.recv_multishot = parse_u64("RINGBTL_RECV_MULTISHOT", &v, 0, 1)? == 1;
+        }
+        if let Some(v) = var("RINGBTL_RECV_RING_BUFS") {
+            let n = parse_u64("RINGBTL_RECV_RING_BUFS", &v, 1, 32768)?;
+            if !n.is_power_of_two() {
+                return Err(Error::Config(format!(
+                    "RINGBTL_RECV_RING_BUFS={v:?}: expected a power of two in 1..=32768"
+                )));
+            }
+            self.recv_ring_bufs = n as u32;
+        }
+        if let Some(v) = var("RINGBTL_RECV_RING_BUF_SIZE") {
+            self.recv_ring_buf_size =
+                parse_u64("RINGBTL_RECV_RING_BUF_SIZE", &v, kib, kib * kib)? as usize;
+        }
         if let Some(v) = var("RINGBTL_LISTEN") {
             self.listen = match v.trim() {
                 "auto" => None,
@@ -230,6 +271,21 @@ impl Config {
             return Err(Error::Config(format!(
                 "max_iov = {} outside 8..=1024",
                 self.max_iov
+            )));
+        }
+        if self.recv_ring_bufs == 0
+            || self.recv_ring_bufs > 32768
+            || !self.recv_ring_bufs.is_power_of_two()
+        {
+            return Err(Error::Config(format!(
+                "recv_ring_bufs = {} is not a power of two in 1..=32768",
+                self.recv_ring_bufs
+            )));
+        }
+        if !(1024..=1 << 20).contains(&self.recv_ring_buf_size) {
+            return Err(Error::Config(format!(
+                "recv_ring_buf_size = {} outside 1024..=1048576",
+                self.recv_ring_buf_size
             )));
         }
         if self.connect_retries == 0 {
@@ -324,8 +380,13 @@ mod tests {
             ("RINGBTL_NODELAY", "0"),
             ("RINGBTL_SNDBUF", "0x10000"),
             ("RINGBTL_CONNECT_RETRIES", "3"),
+            ("RINGBTL_RECV_MULTISHOT", "1"),
+            ("RINGBTL_RECV_RING_BUFS", "64"),
+            ("RINGBTL_RECV_RING_BUF_SIZE", "4k"),
         ])
         .unwrap();
+        assert!(c.recv_multishot);
+        assert_eq!((c.recv_ring_bufs, c.recv_ring_buf_size), (64, 4096));
         assert_eq!(c.recv_cache, 128 * 1024);
         assert_eq!(c.backend, BackendKind::Epoll);
         assert!(!c.nodelay);
@@ -349,6 +410,9 @@ mod tests {
             ("RINGBTL_PORT", "1-2-3"),
             ("RINGBTL_PORT", "http"),
             ("RINGBTL_IF_INCLUDE", "10.0.0.0/99"),
+            ("RINGBTL_RECV_MULTISHOT", "yes"),
+            ("RINGBTL_RECV_RING_BUFS", "100"),
+            ("RINGBTL_RECV_RING_BUF_SIZE", "512"),
         ] {
             let e = with(&[(k, v)]).unwrap_err().to_string();
             assert!(e.contains(k), "{e} should name {k}");

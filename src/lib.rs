@@ -70,8 +70,10 @@
 //! ## Kernel requirements
 //!
 //! io_uring backend: Linux 5.19 or newer for multishot accept (older kernels use
-//! single-shot accept), 6.1 for `DEFER_TASKRUN`; the ring's memory counts against
-//! `RLIMIT_MEMLOCK` on kernels before 5.12. epoll backend: any Linux.
+//! single-shot accept), 6.0 for the opt-in multishot receive on provided buffers
+//! ([`Config::recv_multishot`]), 6.1 for `DEFER_TASKRUN`; the ring's memory (and the
+//! provided-buffer ring's descriptor page) counts against `RLIMIT_MEMLOCK` on kernels
+//! before 5.12. epoll backend: any Linux.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

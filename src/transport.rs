@@ -18,14 +18,19 @@ use bytes::Bytes;
 
 use crate::config::Config;
 use crate::error::{Error, FailReason, ProbeError, SendError};
-use crate::proto::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, Step};
-use crate::reactor::{AnyBackend, Backend, BackendKind, ConnId, Event, SockOpts};
+use crate::proto::core::{
+    Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, Source, Step,
+};
+use crate::reactor::{
+    AnyBackend, Backend, BackendKind, ConnId, Event, ProvidedBuf, RingGeometry, SockOpts,
+};
 use crate::wire::{Hello, HelloKind, PeerId, Tag, HELLO_LEN, VERSION};
 use crate::wireup::ifaces::{self, Interface};
 use crate::wireup::{route, uri};
 
 /// A received active message, valid during the handler call (the payload points into
-/// the connection's receive cache).
+/// the connection's receive cache, or, with multishot receive, into the provided buffer
+/// the kernel filled).
 #[derive(Debug)]
 pub struct Am<'a> {
     /// Sender.
@@ -68,6 +73,10 @@ pub struct Stats {
     pub batches: u64,
     /// Frames carried by those sends: `frames / batches` is the coalescing factor.
     pub frames: u64,
+    /// Times a multishot receive stopped because every provided buffer was in use
+    /// (`ENOBUFS`) and was re-armed once buffers came back; no data is lost. Always 0
+    /// without [`Config::recv_multishot`].
+    pub recv_starved: u64,
 }
 
 type Handler = Box<dyn FnMut(&mut Transport, &Am<'_>)>;
@@ -120,7 +129,18 @@ impl Transport {
             sndbuf: cfg.sndbuf,
             rcvbuf: cfg.rcvbuf,
         };
-        let (mut backend, backend_note) = make_backend(cfg.backend, opts)?;
+        let (mut backend, mut backend_note) = make_backend(cfg.backend, opts)?;
+        if cfg.recv_multishot {
+            let geo = RingGeometry {
+                count: cfg.recv_ring_bufs as u16,
+                size: cfg.recv_ring_buf_size as u32,
+            };
+            if let Err(e) = backend.provide_buffers(geo) {
+                let note = format!("multishot receive unavailable ({e}): single-shot receives");
+                tracing::warn!("{note}");
+                backend_note = Some(note);
+            }
+        }
         let (local, published, ifaces) = match cfg.listen {
             Some(addr) => {
                 let local = backend.listen(addr).map_err(|e| Error::io("listen", e))?;
@@ -427,6 +447,7 @@ impl Transport {
             accept_overload: c.accept_overload,
             batches: c.batches,
             frames: c.frames,
+            recv_starved: self.backend.recv_starved(),
         }
     }
 
@@ -499,8 +520,42 @@ impl Transport {
                     .core
                     .handle_recv_end(now, key(conn), Some(e.to_string())),
             },
+            Event::RecvProvided { conn, data, result } => match (data, result) {
+                (Some(buf), Ok(_)) => self.on_recv_provided(now, key(conn), buf),
+                (_, Ok(_)) => self.core.handle_recv_end(now, key(conn), None),
+                (_, Err(e)) => self
+                    .core
+                    .handle_recv_end(now, key(conn), Some(e.to_string())),
+            },
             Event::Closed { conn } => self.core.handle_closed(key(conn)),
         }
+    }
+
+    /// Parses a provided buffer in place: whole frames are dispatched from it, a frame cut
+    /// at its end is reassembled in the connection's cache. The buffer goes back to the
+    /// ring right after.
+    fn on_recv_provided(&mut self, now: Instant, k: ConnKey, buf: ProvidedBuf) {
+        if let Some(mut rx) = self.core.take_rx(k) {
+            let input = buf.bytes();
+            let mut at = 0;
+            loop {
+                match self.core.input_step(now, k, &mut rx, input, &mut at) {
+                    InputStep::Deliver { peer, tag, src } => {
+                        let payload = match src {
+                            Source::Input(r) => &input[r],
+                            Source::Cache(r) => rx.bytes(r),
+                        };
+                        self.dispatch(peer, tag, payload);
+                    }
+                    InputStep::Done => {
+                        self.core.input_done(k, rx);
+                        break;
+                    }
+                    InputStep::Drop => break,
+                }
+            }
+        }
+        self.backend.recycle(buf);
     }
 
     fn on_recv(&mut self, now: Instant, k: ConnKey, mut rx: crate::proto::recv_cache::RxBuf) {
@@ -544,6 +599,11 @@ impl Transport {
                     }
                 }
                 Action::Receive(k) => {
+                    // In multishot mode the receive is armed once on the shared ring and
+                    // stays armed; the cache stays with the engine for reassembly.
+                    if self.backend.recv_provided(conn_id(k)) {
+                        continue;
+                    }
                     if let Some(rx) = self.core.take_rx(k) {
                         self.backend.recv(conn_id(k), rx);
                     }

@@ -22,12 +22,14 @@ fn main() {
         child(&mode);
         return;
     }
+    // (backend, multishot receive)
     let mut kinds = Vec::new();
     if cfg!(feature = "uring") {
-        kinds.push(BackendKind::Uring);
+        kinds.push((BackendKind::Uring, false));
+        kinds.push((BackendKind::Uring, true));
     }
     if cfg!(feature = "epoll") {
-        kinds.push(BackendKind::Epoll);
+        kinds.push((BackendKind::Epoll, false));
     }
     type Case = (&'static str, fn(BackendKind));
     let tests: [Case; 2] = [
@@ -38,8 +40,13 @@ fn main() {
         ),
     ];
     let (mut passed, mut failed) = (0, 0);
-    for kind in kinds {
-        let name = backend_name(kind);
+    for (kind, multishot) in kinds {
+        common::set_multishot(multishot);
+        let name = if multishot {
+            "uring_multishot"
+        } else {
+            backend_name(kind)
+        };
         if !common::usable(kind) {
             continue;
         }
@@ -79,6 +86,10 @@ fn spawn_child(
     let mut child = Command::new(std::env::current_exe().unwrap())
         .env("RINGBTL_MP_CHILD", mode)
         .env("RINGBTL_BACKEND", backend_name(kind))
+        .env(
+            "RINGBTL_RECV_MULTISHOT",
+            if common::multishot() { "1" } else { "0" },
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

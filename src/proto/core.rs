@@ -9,7 +9,10 @@
 //! (completions and notices for the application), and calls [`Core::flush`] once per
 //! progress pass so that every frame queued during the pass leaves in one gathered send
 //! per connection. Received bytes are walked with [`Core::recv_step`] until it says
-//! [`Step::Rearm`], then handed back with [`Core::recv_done`].
+//! [`Step::Rearm`], then handed back with [`Core::recv_done`]. When bytes arrive in
+//! buffers the connection does not own (multishot receive on provided buffers), they are
+//! walked in place with [`Core::input_step`] instead, the connection's buffer serving only
+//! to reassemble frames cut between two inputs, and handed back with [`Core::input_done`].
 //!
 //! # Endpoint states (as in Open MPI's TCP BTL)
 //!
@@ -48,7 +51,7 @@ use crate::error::{FailReason, ProtoError, SendError};
 use crate::proto::recv_cache::{Next, RxBuf};
 use crate::proto::tx::TxBatch;
 use crate::wire::{
-    FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, VERSION,
+    FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HEADER_LEN, HELLO_LEN, VERSION,
 };
 
 /// Most payload segments (iovecs) one message may have.
@@ -184,6 +187,35 @@ pub enum Step {
     },
     /// Nothing more in this buffer: give it back with [`Core::recv_done`].
     Rearm,
+    /// The connection is gone: drop the buffer.
+    Drop,
+}
+
+/// Where the payload of an [`InputStep::Deliver`] lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// In the input slice given to [`Core::input_step`]: `&input[range]` (zero copy).
+    Input(Range<usize>),
+    /// In the connection's reassembly buffer: `rx.bytes(range)`. Only frames cut by the
+    /// end of an input are delivered from here.
+    Cache(Range<usize>),
+}
+
+/// What [`Core::input_step`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputStep {
+    /// An active message whose payload lies at `src`.
+    Deliver {
+        /// Source.
+        peer: PeerId,
+        /// Tag.
+        tag: Tag,
+        /// Where the payload is.
+        src: Source,
+    },
+    /// The input is used up (its tail, if any, is kept for reassembly): give the buffer
+    /// back with [`Core::input_done`].
+    Done,
     /// The connection is gone: drop the buffer.
     Drop,
 }
@@ -690,6 +722,81 @@ impl Core {
         }
         c.rx = Some(rx);
         self.actions.push_back(Action::Receive(conn));
+    }
+
+    /// Walks bytes received into a buffer the connection does not own (a provided buffer
+    /// of a multishot receive), using `rx` (from [`Core::take_rx`]) only to reassemble
+    /// records cut by the end of an input. `at` is the offset in `input` where the walk
+    /// stands (start at 0). Call until [`InputStep::Done`] or [`InputStep::Drop`];
+    /// deliver each [`InputStep::Deliver`] payload (from `input` or `rx`) before the next
+    /// call, then give `rx` back with [`Core::input_done`]. No [`Action::Receive`] follows:
+    /// the driver's receive stays armed.
+    ///
+    /// A frame (or handshake record) wholly inside `input` is delivered as a range of
+    /// `input`. A record cut by the end of `input` has its bytes copied into `rx`, and
+    /// only the bytes it misses are copied from the next inputs, so the frames after it are
+    /// again delivered in place; a payload larger than the cache continues in the reused
+    /// large-payload buffer, which then stands in for `rx` until delivered.
+    pub fn input_step(
+        &mut self,
+        now: Instant,
+        conn: ConnKey,
+        rx: &mut RxBuf,
+        input: &[u8],
+        at: &mut usize,
+    ) -> InputStep {
+        loop {
+            let Some(c) = self.conn_mut(conn) else {
+                return InputStep::Drop;
+            };
+            match c.stage {
+                Stage::Dead | Stage::Connecting => return InputStep::Drop,
+                Stage::ExpectHello | Stage::ExpectAccept => {
+                    let stage = c.stage;
+                    let rest = &input[(*at).min(input.len())..];
+                    let parsed = if rx.pending() == 0 && rest.len() >= HELLO_LEN {
+                        *at += HELLO_LEN;
+                        Hello::parse(rest).map(Some)
+                    } else {
+                        *at += rx.append_upto(rest, HELLO_LEN);
+                        rx.next_hello()
+                    };
+                    match parsed {
+                        Ok(None) => return InputStep::Done,
+                        Ok(Some(h)) => {
+                            if stage == Stage::ExpectHello {
+                                self.on_hello(now, conn, h);
+                            } else {
+                                self.on_accept_record(now, conn, h);
+                            }
+                        }
+                        Err(e) => {
+                            self.handshake_garbage(conn, e.into());
+                            return InputStep::Drop;
+                        }
+                    }
+                }
+                Stage::Open => {
+                    let peer = c.peer.expect("open conn knows its peer");
+                    if !rx.wants_all() && rx.capacity() < self.cfg.recv_cache {
+                        // Adopted: from the handshake buffer to the full reassembly cache.
+                        rx.grow(self.cfg.recv_cache);
+                    }
+                    if let Some(s) = self.input_open_step(conn, peer, rx, input, at) {
+                        return s;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives back the reassembly buffer after [`InputStep::Done`]. Unlike
+    /// [`Core::recv_done`], queues no receive.
+    pub fn input_done(&mut self, conn: ConnKey, rx: RxBuf) {
+        let Some(c) = self.conn_mut(conn) else { return };
+        if c.stage != Stage::Dead {
+            c.rx = Some(rx);
+        }
     }
 
     /// The driver closed the socket and no operation of it remains: forget it.
@@ -1224,6 +1331,116 @@ impl Core {
                 Some(Step::Drop)
             }
         }
+    }
+
+    /// [`Core::input_step`] on an open connection. `Some(step)` to return, `None` to loop.
+    fn input_open_step(
+        &mut self,
+        conn: ConnKey,
+        peer: PeerId,
+        rx: &mut RxBuf,
+        input: &[u8],
+        at: &mut usize,
+    ) -> Option<InputStep> {
+        let max = self.cfg.max_frame;
+        let c = self.conn_mut(conn).expect("conn exists");
+        let rest = &input[(*at).min(input.len())..];
+        if rx.wants_all() {
+            // A large payload being reassembled in its own buffer.
+            if c.large_delivered {
+                c.large_delivered = false;
+                let cache = c.parked.take().expect("cache parked during a large read");
+                let mut large = mem::replace(rx, cache);
+                large.reset_large();
+                large.trim(LARGE_KEEP);
+                c.spare_large = Some(large);
+                return None;
+            }
+            *at += rx.append(rest);
+            return Some(match rx.large_complete() {
+                Some((h, p)) => {
+                    c.large_delivered = true;
+                    InputStep::Deliver {
+                        peer,
+                        tag: h.tag,
+                        src: Source::Cache(0..p.len()),
+                    }
+                }
+                None => InputStep::Done,
+            });
+        }
+        if rx.pending() == 0 {
+            if rest.is_empty() {
+                return Some(InputStep::Done);
+            }
+            // Fast path: a whole frame inside the input is delivered where it lies.
+            if rest.len() >= HEADER_LEN {
+                let h = match Header::parse(rest, max) {
+                    Ok(h) => h,
+                    Err(e) => return Some(self.input_protocol_error(peer, e)),
+                };
+                let need = HEADER_LEN + h.len as usize;
+                if rest.len() >= need {
+                    let start = *at + HEADER_LEN;
+                    *at += need;
+                    return match h.kind {
+                        FrameKind::Send => Some(InputStep::Deliver {
+                            peer,
+                            tag: h.tag,
+                            src: Source::Input(start..start + h.len as usize),
+                        }),
+                        FrameKind::Fin => {
+                            self.on_fin(peer, conn);
+                            None
+                        }
+                    };
+                }
+            }
+        }
+        // A frame cut by the end of an input: the header first, then exactly the bytes it
+        // still misses, so the next frame starts at the front of the next input.
+        *at += rx.append_upto(rest, HEADER_LEN);
+        let h = match rx.peek_header(max) {
+            Ok(Some(h)) => h,
+            Ok(None) => return Some(InputStep::Done),
+            Err(e) => return Some(self.input_protocol_error(peer, e)),
+        };
+        let need = HEADER_LEN + h.len as usize;
+        if need > rx.capacity() {
+            // Larger than the cache: continue in the large-payload buffer.
+            let spare = c.spare_large.take().unwrap_or_else(RxBuf::empty_large);
+            let large = rx.into_large(h, spare);
+            c.parked = Some(mem::replace(rx, large));
+            return None;
+        }
+        let rest = &input[(*at).min(input.len())..];
+        *at += rx.append_upto(rest, need);
+        match rx.next_frame(max) {
+            Ok(Next::Frame(h, range)) => match h.kind {
+                FrameKind::Send => Some(InputStep::Deliver {
+                    peer,
+                    tag: h.tag,
+                    src: Source::Cache(range),
+                }),
+                FrameKind::Fin => {
+                    self.on_fin(peer, conn);
+                    None
+                }
+            },
+            Ok(Next::NeedMore | Next::Large(_)) => Some(InputStep::Done),
+            Err(e) => Some(self.input_protocol_error(peer, e)),
+        }
+    }
+
+    fn input_protocol_error(&mut self, peer: PeerId, e: crate::error::WireError) -> InputStep {
+        self.fail_endpoint(
+            peer,
+            FailReason::Protocol {
+                peer,
+                err: e.into(),
+            },
+        );
+        InputStep::Drop
     }
 
     fn on_fin(&mut self, peer: PeerId, conn: ConnKey) {

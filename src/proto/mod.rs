@@ -8,4 +8,6 @@ pub mod recv_cache;
 pub mod tx;
 
 #[cfg(test)]
+mod input_tests;
+#[cfg(test)]
 mod tests;

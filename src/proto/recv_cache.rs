@@ -8,6 +8,12 @@
 //! ([`RxBuf::compact`]). A payload that cannot fit in the cache is read straight into a
 //! buffer of its own ([`RxBuf::into_large`]), so it is copied once, by the kernel.
 //!
+//! The same buffer also serves as a *reassembly* buffer when the bytes arrive in buffers
+//! the connection does not own (provided buffers of a multishot receive, see
+//! [`Core::input_step`](crate::proto::core::Core::input_step)): frames wholly inside
+//! such an input are parsed where they lie, and only a record cut by the end of an input
+//! is copied here, exactly up to its end ([`RxBuf::append_upto`], [`RxBuf::append`]).
+//!
 //! Invariants: `pos <= filled <= limit <= data.len()`; bytes `pos..filled` are received
 //! but not yet consumed; nothing here allocates except [`RxBuf::into_large`] growing a
 //! reused buffer to a larger payload than it held before. No I/O here.
@@ -121,6 +127,41 @@ impl RxBuf {
             return Ok(Next::Large(hdr));
         }
         Ok(Next::NeedMore)
+    }
+
+    /// Reassembly: copies bytes from `src` until `want` bytes are pending (or `src` or
+    /// the spare room runs out) and returns how many were taken. Starts from the front
+    /// when nothing is pending, so a record of up to [`capacity`](Self::capacity) bytes
+    /// always fits.
+    pub fn append_upto(&mut self, src: &[u8], want: usize) -> usize {
+        if self.pos == self.filled && self.large.is_none() {
+            self.pos = 0;
+            self.filled = 0;
+        }
+        let n = want
+            .saturating_sub(self.pending())
+            .min(src.len())
+            .min(self.limit - self.filled);
+        self.data[self.filled..self.filled + n].copy_from_slice(&src[..n]);
+        self.filled += n;
+        n
+    }
+
+    /// Reassembly into a large-payload buffer: copies as much of `src` as the payload
+    /// still misses; returns how many bytes were taken.
+    pub fn append(&mut self, src: &[u8]) -> usize {
+        let n = src.len().min(self.limit - self.filled);
+        self.data[self.filled..self.filled + n].copy_from_slice(&src[..n]);
+        self.filled += n;
+        n
+    }
+
+    /// The header of the pending frame, without consuming it (`None` if incomplete).
+    pub fn peek_header(&self, max_len: u32) -> Result<Option<Header>, WireError> {
+        if self.pending() < HEADER_LEN {
+            return Ok(None);
+        }
+        Header::parse(&self.data[self.pos..self.filled], max_len).map(Some)
     }
 
     /// Moves unconsumed bytes to the front so the next read has the most room. Called

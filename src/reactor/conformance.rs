@@ -211,6 +211,7 @@ fn conn_of(e: &Event) -> Option<ConnId> {
         | Event::Connected { conn, .. }
         | Event::Sent { conn, .. }
         | Event::Recv { conn, .. }
+        | Event::RecvProvided { conn, .. }
         | Event::Closed { conn } => Some(*conn),
         Event::AcceptError(_) => None,
     }

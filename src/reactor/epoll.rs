@@ -102,6 +102,13 @@ pub(crate) struct Epoll {
     passes: u32,
 }
 
+// SAFETY: the only part of `Epoll` that is not `Send` is the `Event::RecvProvided`
+// variant its `ready` queue could hold in principle: a `ProvidedBuf` shares its ring
+// through an `Rc`. This backend has no provided buffers (`provide_buffers` keeps the
+// trait's default), so it never creates such an event and never holds one; every other
+// field is `Send` (owned fds, heap buffers, plain data), as before provided buffers existed.
+unsafe impl Send for Epoll {}
+
 impl Epoll {
     /// Creates the epoll instance (`epoll_create1(EPOLL_CLOEXEC)`).
     pub(crate) fn new(opts: SockOpts) -> io::Result<Self> {

@@ -21,6 +21,15 @@
 //!   completes (usually with `ECANCELED` or the socket's error) and returns its buffer;
 //!   then exactly one [`Event::Closed`] follows, after which the id may be reused;
 //! - events of one connection are delivered in completion order.
+//!
+//! Provided-buffer receives (io_uring only, opt-in): after [`Backend::provide_buffers`]
+//! succeeded, [`Backend::recv_provided`] arms one multishot receive per connection that
+//! stays armed until end of stream, an error or [`Backend::close`]. Each read arrives as an
+//! [`Event::RecvProvided`] carrying a [`ProvidedBuf`] lent from a ring shared by every
+//! connection; the caller parses it in place and gives it back with
+//! [`Backend::recycle`] (dropping it does the same). When the ring runs empty the kernel
+//! stops that connection's receive (`ENOBUFS`); the backend re-arms it as soon as a
+//! buffer is back, and since the unread bytes stay in the socket nothing is lost.
 
 #![allow(unsafe_code)]
 
@@ -30,7 +39,9 @@ use std::time::Duration;
 
 pub(crate) use crate::proto::recv_cache::RxBuf;
 pub(crate) use crate::proto::tx::TxBatch;
+pub(crate) use bufring::{ProvidedBuf, RingGeometry};
 
+pub(crate) mod bufring;
 #[cfg(test)]
 mod conformance;
 #[cfg(feature = "epoll")]
@@ -78,6 +89,16 @@ pub(crate) enum Event {
         rx: RxBuf,
         result: io::Result<usize>,
     },
+    /// A provided-buffer receive produced data (`Ok(n)`, `data` holds the `n` bytes),
+    /// hit end of stream (`Ok(0)`, no data) or failed (no data). The receive stays armed
+    /// after data; give `data` back with [`Backend::recycle`] once parsed. Only the
+    /// io_uring backend produces it.
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
+    RecvProvided {
+        conn: ConnId,
+        data: Option<ProvidedBuf>,
+        result: io::Result<usize>,
+    },
     /// The socket is closed and no operation of it remains; the id may be reused.
     Closed { conn: ConnId },
 }
@@ -104,6 +125,30 @@ pub(crate) trait Backend {
     /// Submits what is queued and collects completions into `out`. `None` never blocks;
     /// `Some(t)` waits up to `t` when no event is ready.
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()>;
+    /// Sets up a ring of `geo.count` provided buffers of `geo.size` bytes shared by every
+    /// connection, for [`recv_provided`](Self::recv_provided). `Ok(false)`: this backend
+    /// has no provided buffers (epoll), receives stay single-shot. Call before any
+    /// connection exists.
+    fn provide_buffers(&mut self, geo: RingGeometry) -> io::Result<bool> {
+        let _ = geo;
+        Ok(false)
+    }
+    /// Arms the connection's multishot receive on the provided buffers (idempotent).
+    /// Returns false when the backend has no provided buffers: the caller then uses
+    /// [`recv`](Self::recv).
+    fn recv_provided(&mut self, conn: ConnId) -> bool {
+        let _ = conn;
+        false
+    }
+    /// Returns a buffer lent by [`Event::RecvProvided`] to the ring.
+    #[inline]
+    fn recycle(&mut self, buf: ProvidedBuf) {
+        drop(buf);
+    }
+    /// How many times a provided-buffer receive stopped because the ring was empty.
+    fn recv_starved(&self) -> u64 {
+        0
+    }
 }
 
 /// The backend kinds that can be asked for.
@@ -166,5 +211,19 @@ impl Backend for AnyBackend {
     #[inline]
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()> {
         forward!(self, b => b.poll(timeout, out))
+    }
+    fn provide_buffers(&mut self, geo: RingGeometry) -> io::Result<bool> {
+        forward!(self, b => b.provide_buffers(geo))
+    }
+    #[inline]
+    fn recv_provided(&mut self, conn: ConnId) -> bool {
+        forward!(self, b => b.recv_provided(conn))
+    }
+    #[inline]
+    fn recycle(&mut self, buf: ProvidedBuf) {
+        forward!(self, b => b.recycle(buf))
+    }
+    fn recv_starved(&self) -> u64 {
+        forward!(self, b => b.recv_starved())
     }
 }

@@ -18,6 +18,17 @@
 //! The ring must be driven from the thread that created it (`SINGLE_ISSUER`); the kernel
 //! refuses an enter from another task with `EEXIST`.
 //!
+//! Receives come in two modes. By default each receive is one `Recv` into the
+//! connection's own cache (an [`RxBuf`] rented from the engine), parked for a direct
+//! non-blocking `recv` while the caller spins. With [`Backend::provide_buffers`] (opt-in,
+//! kernel 6.0+), one ring of provided buffers (buffer group 0) serves every connection:
+//! each connection has one `RecvMulti` armed, each CQE lends a filled buffer to the caller
+//! as a [`ProvidedBuf`], and the caller gives it back after parsing. A multishot receive
+//! that ends without `IORING_CQE_F_MORE` is re-armed; one that ends with `ENOBUFS` (the
+//! ring ran empty) waits in `starved` until a buffer comes back, then is re-armed, the
+//! unread bytes waiting in the socket meanwhile. Receive memory is then shared instead of
+//! one cache per connection, at the price of the direct-`recv` fast path.
+//!
 //! `user_data` layout: bits 0..32 slot index, 32..56 slot generation, 56..64 operation
 //! kind. A connection has at most one op of each kind in flight, so the token names one
 //! SQE exactly and `AsyncCancel` can target it. The generation changes each time a slot
@@ -28,13 +39,15 @@ use std::io;
 use std::mem;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, EnterFlags, IoUring, Probe};
 use slab::Slab;
 use socket2::SockAddr;
 
-use super::{sys, Backend, ConnId, Event, RxBuf, SockOpts, TxBatch};
+use super::bufring::BufPool;
+use super::{sys, Backend, ConnId, Event, ProvidedBuf, RingGeometry, RxBuf, SockOpts, TxBatch};
 
 /// The io_uring completion-ring backend.
 pub(crate) struct Uring {
@@ -60,6 +73,15 @@ pub(crate) struct Uring {
     /// Slots whose receive is *parked*: requested but not yet armed in the ring (see
     /// [`DIRECT_RECV_MAX`]). At most that many.
     parked: Vec<usize>,
+    /// The provided-buffer ring (buffer group [`BGID`]), when receives are multishot.
+    /// Declared after `ring`; the kernel's registration is removed in `shutdown`, after
+    /// every receive selecting from it completed.
+    pool: Option<Rc<BufPool>>,
+    /// Slots whose multishot receive stopped with `ENOBUFS`, to re-arm once a buffer is
+    /// back in the ring.
+    starved: Vec<usize>,
+    /// Number of `ENOBUFS` completions seen.
+    starvations: u64,
 }
 
 /// Which set-up flags the kernel accepted.
@@ -85,6 +107,10 @@ struct Conn {
     batch: Option<TxBatch>,
     /// The buffer being filled; `Some` exactly while a `Recv` is in flight or queued.
     rx: Option<RxBuf>,
+    /// A multishot `RecvMulti` on the provided buffers is queued or in flight.
+    mshot: bool,
+    /// The multishot receive stopped because the ring was empty; it is in `starved`.
+    starved: bool,
     /// A requested receive not handed to the kernel yet: tried with a direct
     /// non-blocking `recv` on every non-blocking `poll`, armed as a `Recv` SQE before the
     /// backend waits in the kernel. Never seen by the kernel, so not "in flight".
@@ -128,6 +154,11 @@ const KIND_RECV: u8 = 4;
 const KIND_CANCEL: u8 = 5;
 /// Cancellation of a listener's accept (only in `Drop`); its CQE is ignored.
 const KIND_CANCEL_ACCEPT: u8 = 6;
+/// Multishot receive on the provided buffers.
+const KIND_RECV_MULTI: u8 = 7;
+
+/// Buffer group id of the provided-buffer ring.
+const BGID: u16 = 0;
 
 const GEN_MASK: u32 = (1 << 24) - 1;
 
@@ -243,6 +274,9 @@ impl Uring {
             enters: 0,
             resumes: 0,
             parked: Vec::with_capacity(DIRECT_RECV_MAX),
+            pool: None,
+            starved: Vec::new(),
+            starvations: 0,
         })
     }
 
@@ -280,6 +314,8 @@ impl Uring {
             batch: None,
             rx: None,
             parked_rx: None,
+            mshot: false,
+            starved: false,
             cancels: 0,
             closing: false,
             closed: false,
@@ -463,7 +499,7 @@ impl Uring {
             return;
         };
         let gen = c.gen;
-        let mut targets = [0u64; 3];
+        let mut targets = [0u64; 4];
         let mut n = 0;
         if c.connect.is_some() {
             targets[n] = token(KIND_CONNECT, idx, gen);
@@ -475,6 +511,10 @@ impl Uring {
         }
         if c.rx.is_some() {
             targets[n] = token(KIND_RECV, idx, gen);
+            n += 1;
+        }
+        if c.mshot {
+            targets[n] = token(KIND_RECV_MULTI, idx, gen);
             n += 1;
         }
         c.cancels += n as u32;
@@ -546,6 +586,7 @@ impl Uring {
             }
             out.push(ev);
         }
+        self.rearm_starved();
         self.flush_backlog();
         let sq = self.ring.submission();
         // All read in user space, no syscall: SQEs waiting to be submitted; the TASKRUN
@@ -586,16 +627,18 @@ impl Uring {
             KIND_CANCEL_ACCEPT => return,
             _ => {}
         }
-        let Some(c) = self.conns.get_mut(idx) else {
-            tracing::debug!(ud, res, "completion for a free slot ignored");
+        let Some(c) = self.conns.get_mut(idx).filter(|c| c.gen == gen) else {
+            // A slot is freed only after its multishot receive's final CQE, so no
+            // buffer is expected here; if one comes, it goes back to the ring.
+            if let (Some(pool), Some(bid)) = (self.pool.as_ref(), cqueue::buffer_select(flags)) {
+                pool.give_back(bid);
+            }
+            tracing::debug!(ud, res, "completion for a free or reused slot ignored");
             return;
         };
-        if c.gen != gen {
-            tracing::debug!(ud, res, "completion for a reused slot ignored");
-            return;
-        }
         let conn = ConnId(idx as u32);
         match kind {
+            KIND_RECV_MULTI => return self.complete_recv_multi(idx, res, flags, out),
             KIND_CONNECT => {
                 c.connect = None;
                 let result = if res < 0 { Err(errno(res)) } else { Ok(()) };
@@ -656,6 +699,111 @@ impl Uring {
             }
         }
         self.maybe_finish_close(idx, out);
+    }
+
+    /// A CQE of a connection's multishot receive: lend the buffer, re-arm when the kernel
+    /// ended the receive, park the connection when the ring ran empty.
+    fn complete_recv_multi(&mut self, idx: usize, res: i32, flags: u32, out: &mut Vec<Event>) {
+        let conn = ConnId(idx as u32);
+        // Invariant: `complete` found the slot with the right generation.
+        let Some(c) = self.conns.get_mut(idx) else {
+            return;
+        };
+        let more = cqueue::more(flags);
+        if !more {
+            c.mshot = false;
+        }
+        let bid = cqueue::buffer_select(flags);
+        let Some(pool) = self.pool.as_ref() else {
+            debug_assert!(false, "multishot receive without a buffer ring");
+            return;
+        };
+        if c.closing || self.shutting_down {
+            // Nobody waits for these bytes any more.
+            if let Some(bid) = bid {
+                pool.give_back(bid);
+            }
+            self.maybe_finish_close(idx, out);
+            return;
+        }
+        let (data, result) = if res > 0 {
+            match bid.and_then(|b| pool.lend(b, res as usize)) {
+                Some(buf) => (Some(buf), Ok(res as usize)),
+                None => {
+                    if let Some(b) = bid {
+                        pool.give_back(b);
+                    }
+                    debug_assert!(false, "receive CQE without a valid buffer");
+                    (None, Err(io::Error::from_raw_os_error(libc::EIO)))
+                }
+            }
+        } else {
+            if let Some(b) = bid {
+                pool.give_back(b);
+            }
+            if res == -libc::ENOBUFS {
+                // The ring is empty: the kernel stopped this receive. The bytes stay in
+                // the socket; re-armed by `rearm_starved` once a buffer is back.
+                self.starvations += 1;
+                if !c.starved {
+                    c.starved = true;
+                    self.starved.push(idx);
+                }
+                return;
+            }
+            if res == 0 {
+                (None, Ok(0))
+            } else {
+                (None, Err(errno(res)))
+            }
+        };
+        let rearm = !more && matches!(result, Ok(n) if n > 0);
+        out.push(Event::RecvProvided { conn, data, result });
+        if rearm {
+            // The kernel ended the multishot after data (for example on CQ pressure):
+            // the connection keeps receiving.
+            self.arm_recv_multi(idx);
+        }
+    }
+
+    /// Queues the connection's multishot receive on the provided buffers.
+    fn arm_recv_multi(&mut self, idx: usize) {
+        // Invariant: callers pass an existing, non-closing slot.
+        let Some(c) = self.conns.get_mut(idx) else {
+            return;
+        };
+        if c.mshot || c.closing {
+            return;
+        }
+        c.mshot = true;
+        let entry = opcode::RecvMulti::new(types::Fd(c.fd), BGID)
+            .build()
+            .user_data(token(KIND_RECV_MULTI, idx, c.gen));
+        // SAFETY: the SQE carries no user pointer: the kernel picks each destination
+        // buffer from the registered ring of group BGID, whose memory `self.pool` keeps
+        // mapped, and which is unregistered only after every receive completed (see
+        // `shutdown`). The fd stays open until the slot's last CQE (`c.mshot` counts in
+        // `in_flight`).
+        unsafe { self.push(entry) };
+    }
+
+    /// Re-arms the receives stopped by `ENOBUFS` when buffers came back to the ring.
+    fn rearm_starved(&mut self) {
+        if self.starved.is_empty() || !self.pool.as_ref().is_some_and(|p| p.has_spare()) {
+            return;
+        }
+        let mut starved = mem::take(&mut self.starved);
+        for idx in starved.drain(..) {
+            let Some(c) = self.conns.get_mut(idx) else {
+                continue;
+            };
+            // A slot freed and reused meanwhile has `starved == false`.
+            if c.starved {
+                c.starved = false;
+                self.arm_recv_multi(idx);
+            }
+        }
+        self.starved = starved;
     }
 
     fn complete_accept(&mut self, i: usize, res: i32, flags: u32, out: &mut Vec<Event>) {
@@ -738,6 +886,20 @@ impl Uring {
             sink.clear();
         }
         let leaked = self.total_in_flight();
+        if let Some(pool) = self.pool.take() {
+            if leaked == 0 {
+                // No receive may select a buffer any more.
+                if let Err(e) = self.ring.submitter().unregister_buf_ring(BGID) {
+                    tracing::debug!(error = %e, "unregistering the buffer ring failed");
+                }
+            } else {
+                // A receive may still write into the buffers: never unmap them.
+                mem::forget(Rc::clone(&pool));
+            }
+            // Buffers still lent to the caller keep the memory mapped until returned.
+            drop(pool);
+        }
+        self.starved.clear();
         for c in self.conns.drain() {
             if in_flight(&c) > 0 {
                 // The kernel may still write into these buffers: never free them.
@@ -772,7 +934,8 @@ impl Uring {
 }
 
 fn in_flight(c: &Conn) -> usize {
-    usize::from(c.connect.is_some())
+    usize::from(c.mshot)
+        + usize::from(c.connect.is_some())
         + usize::from(c.batch.is_some())
         + usize::from(c.rx.is_some())
         + c.cancels as usize
@@ -789,7 +952,13 @@ impl Backend for Uring {
             RingMode::CoopTaskrun => "COOP_TASKRUN|TASKRUN_FLAG",
             RingMode::Plain => "no task-run flags",
         };
-        format!("io_uring ring {flags}")
+        match self.pool.as_ref().map(|p| p.geometry()) {
+            Some(g) => format!(
+                "io_uring ring {flags}; multishot receive on {} provided buffers of {} B",
+                g.count, g.size
+            ),
+            None => format!("io_uring ring {flags}"),
+        }
     }
 
     fn listen(&mut self, addr: SocketAddr) -> io::Result<SocketAddr> {
@@ -887,6 +1056,8 @@ impl Backend for Uring {
             return;
         }
         c.closing = true;
+        // A starved receive is not in flight: nothing to cancel.
+        c.starved = false;
         if let Some(rx) = c.parked_rx.take() {
             self.parked.retain(|&i| i != idx);
             self.deferred.push_back(Event::Recv {
@@ -934,6 +1105,88 @@ impl Backend for Uring {
             }
         }
     }
+
+    fn provide_buffers(&mut self, geo: RingGeometry) -> io::Result<bool> {
+        if self.pool.is_some() {
+            return Ok(true);
+        }
+        if !self.conns.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "provided buffers must be set up before any connection exists",
+            ));
+        }
+        if !kernel_at_least(6, 0) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "multishot receive needs Linux 6.0 or newer",
+            ));
+        }
+        let pool = BufPool::new(geo)?;
+        // SAFETY: the ring memory (`count` descriptors, page-aligned) is owned by `pool`,
+        // which this backend keeps until `shutdown` unregisters the group after draining
+        // every receive (or leaks it); buffers lent out keep it alive beyond that.
+        unsafe {
+            self.ring.submitter().register_buf_ring_with_flags(
+                pool.ring_addr(),
+                geo.count,
+                BGID,
+                0,
+            )?;
+        }
+        tracing::debug!(?geo, "provided-buffer ring registered");
+        self.pool = Some(pool);
+        Ok(true)
+    }
+
+    fn recv_provided(&mut self, conn: ConnId) -> bool {
+        if self.pool.is_none() {
+            return false;
+        }
+        let idx = conn.0 as usize;
+        match self.conns.get(idx) {
+            None => self.deferred.push_back(Event::RecvProvided {
+                conn,
+                data: None,
+                result: Err(io::Error::from_raw_os_error(libc::EBADF)),
+            }),
+            // Closing: the close completes without it.
+            Some(c) if c.closing || c.mshot || c.starved => {}
+            Some(_) => self.arm_recv_multi(idx),
+        }
+        true
+    }
+
+    #[inline]
+    fn recycle(&mut self, buf: ProvidedBuf) {
+        // Dropping the handle publishes the buffer at the ring's tail.
+        drop(buf);
+    }
+
+    fn recv_starved(&self) -> u64 {
+        self.starvations
+    }
+}
+
+/// Whether the running kernel's release is at least `major.minor` (from `uname`).
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: `utsname` is plain C data for which all-zero bytes are valid.
+    let mut u: libc::utsname = unsafe { mem::zeroed() };
+    // SAFETY: `uname` writes a NUL-terminated release string into `u`, a live local.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return false;
+    }
+    let release: String = u
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (maj, min) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (maj, min) >= (major, minor)
 }
 
 impl Drop for Uring {
@@ -1175,6 +1428,176 @@ mod tests {
         });
         // Only the two receives beyond the parking limit went through the ring.
         assert!(u.enters() - enters <= 4, "{} enters", u.enters() - enters);
+    }
+
+    /// A server connection on a ring with provided buffers of `geo`, and its plain-socket
+    /// peer; `None` when the kernel has no multishot receive.
+    fn provided_pair(geo: RingGeometry) -> Option<(Uring, ConnId, std::net::TcpStream)> {
+        let mut u = make()?;
+        if let Err(e) = u.provide_buffers(geo) {
+            eprintln!("skipping multishot test: {e}");
+            return None;
+        }
+        let addr = u.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let peer = std::net::TcpStream::connect(addr).unwrap();
+        let mut server = None;
+        poll_until(&mut u, false, |ev| match ev {
+            Event::Accepted { conn, .. } => {
+                server = Some(conn);
+                true
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        let server = server.unwrap();
+        assert!(u.recv_provided(server));
+        assert!(u.recv_provided(server), "arming twice is a no-op");
+        Some((u, server, peer))
+    }
+
+    /// Two buffers of 4 KiB and a peer writing 4 MiB: while the caller holds both
+    /// buffers the kernel stops the receive with ENOBUFS; once they are back it is
+    /// re-armed, and every byte arrives, in order. Closing drains the multishot receive.
+    #[test]
+    fn multishot_recovers_when_the_ring_runs_empty() {
+        use std::io::Write;
+        let geo = RingGeometry {
+            count: 2,
+            size: 4096,
+        };
+        let Some((mut u, server, mut peer)) = provided_pair(geo) else {
+            return;
+        };
+        let data: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 + (i >> 13)) as u8).collect();
+        let want = data.clone();
+        let writer = std::thread::spawn(move || {
+            peer.write_all(&data).unwrap();
+            peer
+        });
+        let mut got = Vec::with_capacity(want.len());
+        let mut held: Vec<ProvidedBuf> = Vec::new();
+        let mut holds = 0;
+        while got.len() < want.len() {
+            poll_until(&mut u, false, |ev| match ev {
+                Event::RecvProvided {
+                    conn,
+                    data: Some(buf),
+                    result,
+                } => {
+                    assert_eq!(conn, server);
+                    assert_eq!(result.unwrap(), buf.bytes().len());
+                    assert!(buf.bytes().len() <= 4096);
+                    got.extend_from_slice(buf.bytes());
+                    held.push(buf);
+                    true
+                }
+                other => panic!("unexpected {other:?}"),
+            });
+            if held.len() == 2 && holds < 20 {
+                // Both buffers are out: the ring is empty while more data waits.
+                holds += 1;
+                let mut out = Vec::new();
+                u.poll(Some(Duration::from_millis(2)), &mut out).unwrap();
+                assert!(out.is_empty(), "{out:?}");
+            }
+            for b in held.drain(..) {
+                u.recycle(b);
+            }
+        }
+        assert_eq!(got, want, "bytes lost or reordered");
+        assert!(u.recv_starved() > 0, "the ring never ran empty");
+        assert_eq!(u.pool.as_ref().unwrap().lent(), 0);
+        let peer = writer.join().unwrap();
+        u.close(server);
+        poll_until(&mut u, false, |ev| matches!(ev, Event::Closed { .. }));
+        drop(peer);
+        assert_eq!(u.shutdown(), 0, "ops leaked");
+    }
+
+    /// A connection whose receive stopped for lack of buffers closes at once (nothing of
+    /// it is in flight) and is not re-armed when the held buffer comes back.
+    #[test]
+    fn close_while_starved() {
+        use std::io::Write;
+        let geo = RingGeometry {
+            count: 1,
+            size: 1024,
+        };
+        let Some((mut u, server, mut peer)) = provided_pair(geo) else {
+            return;
+        };
+        peer.write_all(&[1u8; 1024]).unwrap();
+        let mut held = None;
+        poll_until(&mut u, false, |ev| match ev {
+            Event::RecvProvided {
+                data: Some(buf), ..
+            } => {
+                held = Some(buf);
+                true
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        peer.write_all(&[2u8; 100]).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut out = Vec::new();
+        while u.starvations == 0 {
+            assert!(Instant::now() < deadline, "no ENOBUFS");
+            u.poll(Some(Duration::from_millis(5)), &mut out).unwrap();
+            assert!(out.is_empty(), "{out:?}");
+        }
+        assert!(u.conns[server.0 as usize].starved);
+        u.close(server);
+        poll_until(
+            &mut u,
+            false,
+            |ev| matches!(ev, Event::Closed { conn } if conn == server),
+        );
+        u.recycle(held.take().unwrap());
+        u.poll(Some(Duration::from_millis(5)), &mut out).unwrap();
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(u.shutdown(), 0);
+    }
+
+    /// End of stream arrives as `RecvProvided` with `Ok(0)` and no buffer; a buffer still
+    /// held when the backend is dropped stays readable.
+    #[test]
+    fn multishot_end_of_stream_and_buffer_outliving_backend() {
+        use std::io::Write;
+        let geo = RingGeometry {
+            count: 4,
+            size: 1024,
+        };
+        let Some((mut u, server, mut peer)) = provided_pair(geo) else {
+            return;
+        };
+        peer.write_all(b"hello").unwrap();
+        drop(peer);
+        let mut kept = None;
+        let mut eof = false;
+        poll_until(&mut u, false, |ev| match ev {
+            Event::RecvProvided {
+                conn,
+                data: Some(buf),
+                result: Ok(n),
+            } => {
+                assert_eq!(conn, server);
+                assert_eq!(buf.bytes(), &b"hello"[..n]);
+                kept = Some(buf);
+                false
+            }
+            Event::RecvProvided {
+                data: None,
+                result: Ok(0),
+                ..
+            } => {
+                eof = true;
+                true
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        assert!(eof);
+        assert_eq!(u.shutdown(), 0);
+        drop(u);
+        assert_eq!(kept.unwrap().bytes(), b"hello");
     }
 
     /// More parts than IOV_MAX: the first `sendmsg` takes 1024 iovecs, the rest is resumed.

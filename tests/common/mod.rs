@@ -8,14 +8,25 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ringbtl::{BackendKind, Completion, Config, FailReason, PeerId, Transport};
 
-/// Generates one `#[test]` per compiled backend for each listed function
-/// `fn name(kind: BackendKind)`; the test names carry the backend (`uring::name`).
+/// Generates one `#[test]` per compiled backend and receive mode for each listed
+/// function `fn name(kind: BackendKind)`; the test names carry the backend (`uring::name`,
+/// `uring_multishot::name`, `epoll::name`). `uring_multishot` runs io_uring with
+/// [`Config::recv_multishot`] on (every transport made by [`cfg`] on that test's thread).
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
         #[cfg(feature = "uring")]
         mod uring {
             $( #[test] fn $name() {
+                if $crate::common::usable(ringbtl::BackendKind::Uring) {
+                    super::$name(ringbtl::BackendKind::Uring)
+                }
+            } )*
+        }
+        #[cfg(feature = "uring")]
+        mod uring_multishot {
+            $( #[test] fn $name() {
+                $crate::common::set_multishot(true);
                 if $crate::common::usable(ringbtl::BackendKind::Uring) {
                     super::$name(ringbtl::BackendKind::Uring)
                 }
@@ -39,10 +50,27 @@ pub fn usable(kind: BackendKind) -> bool {
     }
 }
 
+thread_local! {
+    static MULTISHOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes [`cfg`] on this thread turn on [`Config::recv_multishot`].
+pub fn set_multishot(on: bool) {
+    MULTISHOT.with(|m| m.set(on));
+}
+
+/// Whether [`cfg`] turns on multishot receive: [`set_multishot`] on this thread, or
+/// `RINGBTL_RECV_MULTISHOT=1` in the environment (to run the whole suite that way).
+pub fn multishot() -> bool {
+    MULTISHOT.with(|m| m.get())
+        || std::env::var("RINGBTL_RECV_MULTISHOT").is_ok_and(|v| v.trim() == "1")
+}
+
 /// A loopback config for process `pid`.
 pub fn cfg(pid: u32, kind: BackendKind) -> Config {
     let mut c = Config::new(PeerId(pid));
     c.backend = kind;
+    c.recv_multishot = multishot();
     c.connect_retries = 3;
     c.retry_delay = Duration::from_millis(5);
     c
@@ -61,6 +89,15 @@ pub fn pair_with(kind: BackendKind, f: impl Fn(&mut Config)) -> (Transport, Tran
     f(&mut c1);
     let mut a = Transport::new(c0).expect("transport 0");
     let mut b = Transport::new(c1).expect("transport 1");
+    for t in [&a, &b] {
+        if multishot() && kind == BackendKind::Uring && t.backend_note().is_none() {
+            assert!(
+                t.backend_detail().contains("multishot"),
+                "{}",
+                t.backend_detail()
+            );
+        }
+    }
     a.add_peer(PeerId(1), vec![b.local_addr()]).unwrap();
     b.add_peer(PeerId(0), vec![a.local_addr()]).unwrap();
     (a, b)
