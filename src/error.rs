@@ -79,6 +79,9 @@ pub enum ProtoError {
     /// The handshake did not finish in time.
     #[error("handshake timed out")]
     HandshakeTimeout,
+    /// Bytes arrived after the peer's FIN, which promised that nothing more follows.
+    #[error("data after FIN")]
+    DataAfterFin,
 }
 
 /// Why sending is impossible.

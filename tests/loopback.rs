@@ -25,6 +25,7 @@ backend_tests!(
     garbage_client_is_dropped,
     coalesced_small_messages_keep_order,
     connection_flood_is_bounded,
+    data_after_fin_is_a_protocol_error,
 );
 
 const WINDOW: usize = 128;
@@ -558,4 +559,65 @@ fn multishot_tiny_ring_flood_loses_nothing() {
     let starved = b.stats().recv_starved;
     println!("ring of 2 x 4 KiB: receive re-armed after ENOBUFS {starved} times");
     assert!(starved > 0, "the provided-buffer ring never ran empty");
+}
+
+/// A hand-made peer that completes the handshake, sends FIN, then more data: the
+/// transport fails that peer with a protocol error (FIN promises the end of the stream).
+fn data_after_fin_is_a_protocol_error(kind: BackendKind) {
+    use ringbtl::wire::{FrameKind, Header, Hello, HelloKind, VERSION};
+    use std::io::{Read, Write};
+    let (_a, mut b) = pair(kind);
+    let fails = failures(&mut b);
+    let mut s = std::net::TcpStream::connect(b.local_addr()).unwrap();
+    let hello = Hello {
+        kind: HelloKind::Hello,
+        version: VERSION,
+        pid: PeerId(0),
+        token: Config::new(PeerId(0)).token,
+    };
+    s.write_all(&hello.to_bytes()).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let mut ack = Vec::new();
+    drive(&mut [&mut b], Duration::from_secs(10), "ACCEPT", || {
+        let mut buf = [0u8; 64];
+        if let Ok(n) = s.read(&mut buf) {
+            ack.extend_from_slice(&buf[..n]);
+        }
+        ack.len() >= 24
+    });
+    assert_eq!(Hello::parse(&ack).unwrap().kind, HelloKind::Accept);
+    let fin = Header {
+        kind: FrameKind::Fin,
+        tag: Tag(0),
+        len: 0,
+    };
+    let send = Header {
+        kind: FrameKind::Send,
+        tag: Tag(1),
+        len: 3,
+    };
+    let mut bytes = fin.to_bytes().to_vec();
+    bytes.extend_from_slice(&send.to_bytes());
+    bytes.extend_from_slice(b"bad");
+    s.set_nonblocking(false).unwrap();
+    s.write_all(&bytes).unwrap();
+    drive(
+        &mut [&mut b],
+        Duration::from_secs(10),
+        "protocol error",
+        || !fails.borrow().is_empty(),
+    );
+    let f = fails.borrow();
+    assert_eq!(f.len(), 1);
+    assert!(
+        matches!(
+            &f[0].1,
+            FailReason::Protocol {
+                err: ringbtl::ProtoError::DataAfterFin,
+                ..
+            }
+        ),
+        "{:?}",
+        f[0]
+    );
 }

@@ -1273,6 +1273,12 @@ impl Core {
         rx: &mut RxBuf,
     ) -> Option<Step> {
         let max = self.cfg.max_frame;
+        if !rx.wants_all() && rx.pending() > 0 && self.ep(peer).is_some_and(|e| e.fin_rcvd) {
+            // FIN promised the end of the stream: anything after it breaks the protocol.
+            let err = ProtoError::DataAfterFin;
+            self.fail_endpoint(peer, FailReason::Protocol { peer, err });
+            return Some(Step::Drop);
+        }
         let c = self.conn_mut(conn).expect("conn exists");
         if rx.wants_all() {
             // A large payload buffer.
@@ -1343,8 +1349,14 @@ impl Core {
         at: &mut usize,
     ) -> Option<InputStep> {
         let max = self.cfg.max_frame;
-        let c = self.conn_mut(conn).expect("conn exists");
         let rest = &input[(*at).min(input.len())..];
+        if !rest.is_empty() && self.ep(peer).is_some_and(|e| e.fin_rcvd) {
+            // FIN promised the end of the stream: anything after it breaks the protocol.
+            let err = ProtoError::DataAfterFin;
+            self.fail_endpoint(peer, FailReason::Protocol { peer, err });
+            return Some(InputStep::Drop);
+        }
+        let c = self.conn_mut(conn).expect("conn exists");
         if rx.wants_all() {
             // A large payload being reassembled in its own buffer.
             if c.large_delivered {
