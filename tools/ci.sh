@@ -42,6 +42,12 @@ if [ "${1:-}" != quick ]; then
   cargo test --features pmix --test launchers
 fi
 
+# The fuzz targets' checks, on stable over a seeded corpus (libFuzzer itself needs
+# nightly: tools/fuzz.sh).
+step "fuzz checks (seeded, stable)"
+cargo fmt --check --manifest-path fuzz/Cargo.toml
+cargo test --manifest-path fuzz/Cargo.toml --no-default-features
+
 step "doc"
 RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --quiet
 

@@ -178,6 +178,7 @@ pub fn run(input: &Input) {
         connect_retries: 2,
         retry_delay: Duration::from_millis(20),
         handshake_timeout: Duration::from_secs(5),
+        max_half_open: 16,
     };
     let mut core = Core::new(cfg);
     core.add_peer(PEER, vec![SocketAddr::from(([10, 0, 0, 2], 7000))])
