@@ -69,6 +69,21 @@ pub struct Config {
     pub retry_delay: Duration,
     /// Time allowed for a connection's handshake (`RINGBTL_HANDSHAKE_TIMEOUT_MS`).
     pub handshake_timeout: Duration,
+    /// `TCP_USER_TIMEOUT` on every connection (`RINGBTL_TCP_USER_TIMEOUT_MS`, 0 = the
+    /// kernel's default): how long sent data may stay unacknowledged before the kernel
+    /// aborts the connection with `ETIMEDOUT`, which fails the endpoint and its pending
+    /// sends. Without it a dead peer holding unacknowledged data is noticed only after
+    /// the full retransmission schedule (`tcp_retries2`, about 15 minutes). With
+    /// keepalive on, it also ends the probing of an idle connection: the kernel gives up
+    /// at the first unanswered probe once this long has passed without an answer.
+    /// A live peer that stops reading (zero window) answers the kernel's window probes,
+    /// which do not count against the timeout since Linux 5.11; on older kernels such a
+    /// peer is dropped as well, so raise the timeout (or set 0) where a rank may compute
+    /// for a long time without making progress.
+    pub tcp_user_timeout: Option<Duration>,
+    /// TCP keepalive on every connection (`RINGBTL_KEEPALIVE=idle_s,intvl_s,cnt`, `0` =
+    /// off): finds a dead peer on a connection with nothing in flight.
+    pub keepalive: Option<Keepalive>,
     /// Most incoming connections still in their handshake at once; more are closed at
     /// once (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000).
     pub max_half_open: usize,
@@ -124,6 +139,8 @@ impl Config {
             connect_retries: 5,
             retry_delay: Duration::from_millis(20),
             handshake_timeout: Duration::from_secs(5),
+            tcp_user_timeout: Some(Duration::from_secs(30)),
+            keepalive: Some(Keepalive::DEFAULT),
             max_half_open: 1024,
             progress: ProgressMode::Poll,
             recv_multishot: false,
@@ -220,6 +237,13 @@ impl Config {
             self.handshake_timeout =
                 Duration::from_millis(parse_u64("RINGBTL_HANDSHAKE_TIMEOUT_MS", &v, 10, 600_000)?);
         }
+        if let Some(v) = var("RINGBTL_TCP_USER_TIMEOUT_MS") {
+            let ms = parse_u64("RINGBTL_TCP_USER_TIMEOUT_MS", &v, 0, i32::MAX as u64)?;
+            self.tcp_user_timeout = (ms > 0).then(|| Duration::from_millis(ms));
+        }
+        if let Some(v) = var("RINGBTL_KEEPALIVE") {
+            self.keepalive = Keepalive::parse("RINGBTL_KEEPALIVE", &v)?;
+        }
         if let Some(v) = var("RINGBTL_MAX_HALF_OPEN") {
             self.max_half_open = parse_u64("RINGBTL_MAX_HALF_OPEN", &v, 1, 1_000_000)? as usize;
         }
@@ -298,6 +322,17 @@ impl Config {
                     .into(),
             ));
         }
+        if let Some(t) = self.tcp_user_timeout {
+            if t.is_zero() || t.as_millis() > i32::MAX as u128 {
+                return Err(Error::Config(format!(
+                    "tcp_user_timeout = {t:?}: expected 1 ms..={} ms, or None",
+                    i32::MAX
+                )));
+            }
+        }
+        if let Some(k) = &self.keepalive {
+            k.validate()?;
+        }
         if let Some((lo, hi)) = self.ports {
             if lo == 0 || lo > hi {
                 return Err(Error::Config(format!(
@@ -312,6 +347,83 @@ impl Config {
     /// [`if_exclude`](Self::if_exclude).
     pub fn if_selection(&self) -> Result<IfSelection, Error> {
         IfSelection::from_lists(&self.if_include, &self.if_exclude)
+    }
+}
+
+/// TCP keepalive parameters (`TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`).
+///
+/// Without a user timeout, a connection idle for `idle` is probed every `interval` and
+/// aborted with `ETIMEDOUT` after `count` unanswered probes: a dead peer is found in
+/// `idle + interval * count`. With [`Config::tcp_user_timeout`] set, the kernel ends
+/// the probing by that timeout instead of by the count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Idle time before the first probe (whole seconds, 1..=32767).
+    pub idle: Duration,
+    /// Time between probes (whole seconds, 1..=32767).
+    pub interval: Duration,
+    /// Unanswered probes before the connection is dropped (1..=127).
+    pub count: u32,
+}
+
+impl Keepalive {
+    /// UCX's choice for its TCP transport: first probe after 10 s idle, then every 2 s,
+    /// 5 probes.
+    pub const DEFAULT: Self = Self {
+        idle: Duration::from_secs(10),
+        interval: Duration::from_secs(2),
+        count: 5,
+    };
+
+    /// Largest idle time and interval the kernel accepts, in seconds
+    /// (`MAX_TCP_KEEPIDLE`, `MAX_TCP_KEEPINTVL`).
+    const MAX_SECS: u64 = 32767;
+    /// Largest probe count the kernel accepts (`MAX_TCP_KEEPCNT`).
+    const MAX_COUNT: u32 = 127;
+
+    /// Parses `idle_s,intvl_s,cnt`, or `0` for no keepalive (`None`); `name` is the
+    /// variable quoted in errors.
+    pub fn parse(name: &str, v: &str) -> Result<Option<Self>, Error> {
+        let t = v.trim();
+        if t == "0" {
+            return Ok(None);
+        }
+        let parts: Vec<&str> = t.split(',').collect();
+        let [idle, intvl, cnt] = parts[..] else {
+            return Err(Error::Config(format!(
+                "{name}={v:?}: expected idle_s,intvl_s,cnt (e.g. 10,2,5) or 0 for off"
+            )));
+        };
+        let num = |what: &str, x: &str, hi: u64| {
+            parse_u64(name, x, 1, hi).map_err(|_| {
+                Error::Config(format!(
+                    "{name}={v:?}: {what} must be an integer in 1..={hi} \
+                     (idle_s,intvl_s,cnt, or 0 for off)"
+                ))
+            })
+        };
+        Ok(Some(Self {
+            idle: Duration::from_secs(num("idle_s", idle, Self::MAX_SECS)?),
+            interval: Duration::from_secs(num("intvl_s", intvl, Self::MAX_SECS)?),
+            count: num("cnt", cnt, Self::MAX_COUNT.into())? as u32,
+        }))
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let secs = 1..=Self::MAX_SECS;
+        let whole = |d: Duration| d.subsec_nanos() == 0 && secs.contains(&d.as_secs());
+        if !whole(self.idle)
+            || !whole(self.interval)
+            || !(1..=Self::MAX_COUNT).contains(&self.count)
+        {
+            return Err(Error::Config(format!(
+                "keepalive = {self:?}: idle and interval must be whole seconds in 1..={}, \
+                 count in 1..={}",
+                Self::MAX_SECS,
+                Self::MAX_COUNT
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -450,6 +562,78 @@ mod tests {
         c.if_exclude.clear();
         c.ports = Some((9, 8));
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn dead_peer_detection_settings() {
+        let d = with(&[]).unwrap();
+        assert_eq!(d.tcp_user_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(d.keepalive, Some(Keepalive::DEFAULT));
+        assert_eq!(
+            Keepalive::DEFAULT,
+            Keepalive {
+                idle: Duration::from_secs(10),
+                interval: Duration::from_secs(2),
+                count: 5
+            }
+        );
+        let c = with(&[
+            ("RINGBTL_TCP_USER_TIMEOUT_MS", "2000"),
+            ("RINGBTL_KEEPALIVE", " 1, 1 ,3 "),
+        ])
+        .unwrap();
+        assert_eq!(c.tcp_user_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(
+            c.keepalive,
+            Some(Keepalive {
+                idle: Duration::from_secs(1),
+                interval: Duration::from_secs(1),
+                count: 3
+            })
+        );
+        let off = with(&[
+            ("RINGBTL_TCP_USER_TIMEOUT_MS", "0"),
+            ("RINGBTL_KEEPALIVE", "0"),
+        ])
+        .unwrap();
+        assert_eq!(off.tcp_user_timeout, None);
+        assert_eq!(off.keepalive, None);
+        // An empty value leaves the default, as for every variable.
+        assert_eq!(
+            with(&[("RINGBTL_KEEPALIVE", "")]).unwrap().keepalive,
+            Some(Keepalive::DEFAULT)
+        );
+    }
+
+    #[test]
+    fn bad_dead_peer_detection_settings_are_refused() {
+        for (k, v, part) in [
+            ("RINGBTL_TCP_USER_TIMEOUT_MS", "-1", ""),
+            ("RINGBTL_TCP_USER_TIMEOUT_MS", "3000000000", ""),
+            ("RINGBTL_TCP_USER_TIMEOUT_MS", "soon", ""),
+            ("RINGBTL_KEEPALIVE", "10,2", "idle_s,intvl_s,cnt"),
+            ("RINGBTL_KEEPALIVE", "10,2,5,1", "idle_s,intvl_s,cnt"),
+            ("RINGBTL_KEEPALIVE", "on", "idle_s,intvl_s,cnt"),
+            ("RINGBTL_KEEPALIVE", "0,2,5", "idle_s"),
+            ("RINGBTL_KEEPALIVE", "10,40000,5", "intvl_s"),
+            ("RINGBTL_KEEPALIVE", "10,2,0", "cnt"),
+            ("RINGBTL_KEEPALIVE", "10,2,128", "cnt"),
+            ("RINGBTL_KEEPALIVE", "10,,5", "intvl_s"),
+        ] {
+            let e = with(&[(k, v)]).unwrap_err().to_string();
+            assert!(e.contains(k) && e.contains(part), "{k}={v}: {e}");
+        }
+        let mut c = Config::new(PeerId(0));
+        c.keepalive = Some(Keepalive {
+            interval: Duration::from_millis(1500),
+            ..Keepalive::DEFAULT
+        });
+        assert!(c.validate().is_err(), "sub-second keepalive interval");
+        c.keepalive = None;
+        c.tcp_user_timeout = Some(Duration::ZERO);
+        assert!(c.validate().is_err(), "zero user timeout");
+        c.tcp_user_timeout = Some(Duration::from_millis(1));
+        c.validate().unwrap();
     }
 
     #[test]

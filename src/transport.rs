@@ -128,6 +128,8 @@ impl Transport {
             nodelay: cfg.nodelay,
             sndbuf: cfg.sndbuf,
             rcvbuf: cfg.rcvbuf,
+            user_timeout: cfg.tcp_user_timeout,
+            keepalive: cfg.keepalive,
         };
         let (mut backend, mut backend_note) = make_backend(cfg.backend, opts)?;
         if cfg.recv_multishot {
@@ -514,7 +516,12 @@ impl Transport {
                     .handle_sent(now, key(conn), batch, result.map_err(|e| e.to_string()));
             }
             Event::Recv { conn, rx, result } => match result {
-                Ok(0) => self.core.handle_recv_end(now, key(conn), None),
+                Ok(0) => {
+                    // A connection the kernel aborted may show only as end of stream:
+                    // ask the socket for the cause.
+                    let cause = self.backend.end_cause(conn).map(|e| e.to_string());
+                    self.core.handle_recv_end(now, key(conn), cause)
+                }
                 Ok(_) => self.on_recv(now, key(conn), rx),
                 Err(e) => self
                     .core

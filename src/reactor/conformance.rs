@@ -247,6 +247,7 @@ fn small_bufs() -> SockOpts {
         nodelay: true,
         sndbuf: Some(16 * 1024),
         rcvbuf: Some(16 * 1024),
+        ..SockOpts::default()
     }
 }
 

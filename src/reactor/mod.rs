@@ -63,6 +63,10 @@ pub(crate) struct SockOpts {
     pub(crate) sndbuf: Option<usize>,
     /// SO_RCVBUF when set (else kernel autotuning).
     pub(crate) rcvbuf: Option<usize>,
+    /// TCP_USER_TIMEOUT when set (else the kernel's retransmission limit).
+    pub(crate) user_timeout: Option<Duration>,
+    /// SO_KEEPALIVE with TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT when set.
+    pub(crate) keepalive: Option<crate::config::Keepalive>,
 }
 
 /// A completed operation.
@@ -149,6 +153,13 @@ pub(crate) trait Backend {
     fn recv_starved(&self) -> u64 {
         0
     }
+    /// Why an open connection whose receive just reported end of stream ended, when the
+    /// kernel aborted it rather than the peer closing it (see
+    /// `sys::timeout_abort`). `None` by default: a backend whose operations always
+    /// report a connection's error needs no second look.
+    fn end_cause(&self, _conn: ConnId) -> Option<io::Error> {
+        None
+    }
 }
 
 /// The backend kinds that can be asked for.
@@ -225,5 +236,8 @@ impl Backend for AnyBackend {
     }
     fn recv_starved(&self) -> u64 {
         forward!(self, b => b.recv_starved())
+    }
+    fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
+        forward!(self, b => b.end_cause(conn))
     }
 }

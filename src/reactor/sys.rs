@@ -17,6 +17,20 @@ pub(crate) fn apply_opts(sock: &Socket, opts: &SockOpts) -> io::Result<()> {
     if let Some(n) = opts.rcvbuf {
         sock.set_recv_buffer_size(n)?;
     }
+    // Dead-peer detection: unacknowledged data is given up on after the user timeout,
+    // an idle connection is probed; either way the kernel ends the connection with
+    // ETIMEDOUT, which fails the endpoint.
+    if opts.user_timeout.is_some() {
+        sock.set_tcp_user_timeout(opts.user_timeout)?;
+    }
+    if let Some(k) = &opts.keepalive {
+        sock.set_tcp_keepalive(
+            &socket2::TcpKeepalive::new()
+                .with_time(k.idle)
+                .with_interval(k.interval)
+                .with_retries(k.count),
+        )?;
+    }
     Ok(())
 }
 
@@ -68,6 +82,49 @@ pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts) -> io::Result<()> {
     // borrow ends before we return, and `SockRef` never closes the descriptor.
     let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     apply_opts(&socket2::SockRef::from(&bfd), opts)
+}
+
+#[cfg(feature = "uring")]
+/// `ETIMEDOUT` with the kernel's retry counts when the connection on `fd` was aborted by
+/// its retransmission or keepalive timer (`TCP_USER_TIMEOUT`, `tcp_retries2`, keepalive
+/// count), else `None` (open, closed by a FIN, or reset).
+///
+/// The kernel reports such an abort once, to the first operation that looks at the
+/// socket's error. An io_uring `SendMsg` that had already moved part of its data
+/// reports that byte count instead and the error is lost, so the receive that follows
+/// sees a plain end of stream. The socket still tells the story: it is `TCP_CLOSE`
+/// (a peer's FIN leaves it in `CLOSE_WAIT`) and its timer had retried without an answer.
+pub(crate) fn timeout_abort(fd: RawFd) -> Option<io::Error> {
+    /// `TCP_CLOSE` in the kernel's `tcp_states.h`.
+    const TCP_STATE_CLOSE: u8 = 7;
+    // SAFETY: tcp_info is plain old data (integers only), so all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` is a writable tcp_info of `len` bytes; the kernel writes at most
+    // `len` bytes and updates `len`. The caller keeps `fd` open during the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || info.tcpi_state != TCP_STATE_CLOSE {
+        return None;
+    }
+    let (retrans, probes) = (info.tcpi_retransmits, info.tcpi_probes);
+    if retrans == 0 && probes == 0 {
+        return None;
+    }
+    Some(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!(
+            "{} (the kernel gave up on the connection: no answer from the peer)",
+            io::Error::from_raw_os_error(libc::ETIMEDOUT)
+        ),
+    ))
 }
 
 #[cfg(feature = "uring")]
@@ -142,4 +199,67 @@ pub(crate) fn accept(
         .as_socket()
         .ok_or_else(|| io::Error::other("accepted socket has no inet address"))?;
     Ok((owned, peer))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Keepalive;
+
+    fn tcp() -> Socket {
+        Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket")
+    }
+
+    #[test]
+    fn dead_peer_detection_options_reach_the_socket() {
+        let opts = SockOpts {
+            nodelay: true,
+            user_timeout: Some(Duration::from_millis(2500)),
+            keepalive: Some(Keepalive {
+                idle: Duration::from_secs(7),
+                interval: Duration::from_secs(3),
+                count: 4,
+            }),
+            ..SockOpts::default()
+        };
+        let s = tcp();
+        apply_opts(&s, &opts).unwrap();
+        assert_eq!(
+            s.tcp_user_timeout().unwrap(),
+            Some(Duration::from_millis(2500))
+        );
+        assert!(s.keepalive().unwrap());
+        assert_eq!(s.tcp_keepalive_time().unwrap(), Duration::from_secs(7));
+        assert_eq!(s.tcp_keepalive_interval().unwrap(), Duration::from_secs(3));
+        assert_eq!(s.tcp_keepalive_retries().unwrap(), 4);
+    }
+
+    #[cfg(feature = "uring")]
+    #[test]
+    fn open_and_finished_connections_are_not_timeouts() {
+        use std::io::Read;
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsRawFd;
+
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        assert!(timeout_abort(a.as_raw_fd()).is_none(), "established");
+        drop(b);
+        // The peer's FIN leaves `a` in CLOSE_WAIT: an end of stream, not an abort.
+        let mut buf = [0u8; 1];
+        assert_eq!((&a).read(&mut buf).unwrap(), 0);
+        assert!(timeout_abort(a.as_raw_fd()).is_none(), "closed by the peer");
+        assert!(timeout_abort(l.as_raw_fd()).is_none(), "listener");
+    }
+
+    #[test]
+    fn unset_options_leave_the_kernel_defaults() {
+        let s = tcp();
+        apply_opts(&s, &SockOpts::default()).unwrap();
+        assert_eq!(s.tcp_user_timeout().unwrap(), None);
+        assert!(!s.keepalive().unwrap());
+    }
 }

@@ -946,6 +946,14 @@ impl Backend for Uring {
         "uring"
     }
 
+    fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
+        let c = self.conns.get(conn.0 as usize)?;
+        if c.closed {
+            return None;
+        }
+        sys::timeout_abort(c.fd)
+    }
+
     fn describe(&self) -> String {
         let flags = match self.mode {
             RingMode::DeferTaskrun => "SINGLE_ISSUER|DEFER_TASKRUN|TASKRUN_FLAG",

@@ -164,6 +164,8 @@ struct Shared {
     arrivals: BTreeMap<u32, u32>,
     released: Option<u32>,
     completed: u64,
+    /// Sends that completed with an error (a failed peer fails each pending send once).
+    failed_sends: u64,
     pongs: u64,
     failure: Option<String>,
     /// Alltoall: next expected sequence number per source, messages and bytes checked.
@@ -362,10 +364,10 @@ impl Job {
         let mut spins = 0u32;
         loop {
             {
-                let s = self.st.borrow();
-                if let Some(f) = &s.failure {
-                    return Err(format!("rank {}: {f}", self.rank));
+                if let Some(f) = self.failure() {
+                    return Err(f);
                 }
+                let s = self.st.borrow();
                 if done(&s) {
                     return Ok(());
                 }
@@ -389,6 +391,17 @@ impl Job {
                 }
             }
         }
+    }
+
+    /// The first failure a handler or callback recorded, with the number of sends that
+    /// completed with an error.
+    fn failure(&self) -> Option<String> {
+        let s = self.st.borrow();
+        let f = s.failure.as_ref()?;
+        Some(match s.failed_sends {
+            0 => format!("rank {}: {f}", self.rank),
+            n => format!("rank {}: {f} ({n} pending send(s) failed)", self.rank),
+        })
     }
 
     fn late(&self, what: &str) -> String {
@@ -462,9 +475,13 @@ impl Job {
             for _ in 0..rounds {
                 for &p in &peers {
                     let msg = Bytes::from(pattern(self.rank, p, seq, size));
+                    // A refused send follows a failure: report its cause.
                     self.tr
                         .send(PeerId(p), TAG_DATA, &[msg], u64::from(seq))
-                        .map_err(|e| format!("send to rank {p}: {e}"))?;
+                        .map_err(|e| {
+                            self.failure()
+                                .unwrap_or_else(|| format!("send to rank {p}: {e}"))
+                        })?;
                 }
                 seq += 1;
                 // Let the transport drain between messages so large ones do not pile up.
@@ -681,7 +698,10 @@ fn install_handlers(tr: &mut Transport, rank: u32, st: &Rc<RefCell<Shared>>) -> 
         let mut s = s.borrow_mut();
         match c.result {
             Ok(()) => s.completed += 1,
-            Err(e) => s.fail(format!("send to {} failed: {e}", c.peer)),
+            Err(e) => {
+                s.failed_sends += 1;
+                s.fail(format!("send to {} failed: {e}", c.peer));
+            }
         }
     });
     let s = st.clone();

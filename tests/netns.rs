@@ -1,0 +1,504 @@
+//! Ranks on different hosts: four network namespaces made by `tools/netns.sh`, each host
+//! with interface `ra` on subnet A (10.231.1.0/24) and `rb` on subnet B (10.231.2.0/24),
+//! joined by one bridge per subnet in a switch namespace. Nothing in the root namespace
+//! is touched; each test builds a network of its own (unique name prefix) and removes it
+//! at the end, also when it fails.
+//!
+//! - `alltoall_across_hosts`: `ringbtl-bench alltoall`, one rank per host, default
+//!   interface selection, every message checked.
+//! - `excluding_a_subnet_moves_the_traffic`: the same with `RINGBTL_IF_EXCLUDE=ra`; the
+//!   per-interface byte counters show the exchange on `rb` and nothing on `ra`.
+//! - `a_link_going_down_fails_the_sends_in_bounded_time`: two ranks stream over `rb`
+//!   only; one host's `rb` goes down mid-stream; with `TCP_USER_TIMEOUT` at 2 s both ranks
+//!   fail every pending send (`ETIMEDOUT`, or `ENETUNREACH` on the host whose route went
+//!   with the link) and exit non-zero within a bound.
+//!
+//! Needs root and iproute2 (`ip`); skipped with the reason otherwise, or when this
+//! machine cannot create network namespaces, veth pairs or bridges.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use ringbtl::BackendKind;
+
+mod common;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ringbtl-bench");
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tools/netns.sh");
+/// A rank still running after this long is killed and fails the test.
+const JOB_LIMIT: Duration = Duration::from_secs(60);
+/// Payload bytes one rank sends in the default alltoall (8 B, 64 KiB and 1 MiB to each
+/// of 3 peers).
+const ALLTOALL_BYTES_PER_RANK: u64 = 3 * (8 + (64 << 10) + (1 << 20));
+
+/// One test at a time: the link-down timing and the counters are then not disturbed by
+/// another test's ranks competing for the CPUs.
+static ONE: Mutex<()> = Mutex::new(());
+
+fn ip(args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("ip {args:?}: {e}"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).trim().to_owned()
+}
+
+/// Why these tests cannot run here, if they cannot: not root, no `ip`, or the kernel
+/// (or the container) refuses namespaces, veth pairs or bridges.
+fn unsupported() -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (network namespaces)".into());
+    }
+    match Command::new("ip").arg("-V").output() {
+        Ok(o) if o.status.success() => {}
+        _ => return Some("`ip` (iproute2) is not installed".into()),
+    }
+    let ns = format!("rbtl{}tprobe", std::process::id());
+    let add = ip(&["netns", "add", &ns]);
+    if !add.status.success() {
+        return Some(format!(
+            "cannot create a network namespace here (`ip netns add` said: {})",
+            text(&add.stderr)
+        ));
+    }
+    let tries: [(&str, &[&str]); 2] = [
+        (
+            "a veth pair",
+            &[
+                "-n", &ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1",
+            ],
+        ),
+        (
+            "a bridge",
+            &["-n", &ns, "link", "add", "b0", "type", "bridge"],
+        ),
+    ];
+    let mut why = None;
+    for (what, args) in tries {
+        let o = ip(args);
+        if !o.status.success() {
+            why = Some(format!(
+                "cannot create {what} in a network namespace here (`ip link add` said: {})",
+                text(&o.stderr)
+            ));
+            break;
+        }
+    }
+    let _ = ip(&["netns", "delete", &ns]);
+    why
+}
+
+/// Takes the test lock, or returns `None` (after saying why) when the tests cannot run.
+fn prepare() -> Option<std::sync::MutexGuard<'static, ()>> {
+    static UNSUPPORTED: OnceLock<Option<String>> = OnceLock::new();
+    let why = UNSUPPORTED.get_or_init(|| {
+        let why = unsupported();
+        if why.is_none() {
+            remove_stale();
+        }
+        why
+    });
+    if let Some(why) = why {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    Some(ONE.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Removes the namespaces of test processes that ended without cleaning up (killed by
+/// a time limit, say): every `rbtl<pid>t...` whose process is gone.
+fn remove_stale() {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for name in dir
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+    {
+        let pid = name
+            .strip_prefix("rbtl")
+            .and_then(|r| r.split_once('t'))
+            .and_then(|(p, _)| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                eprintln!("removing {name}, left by process {pid}");
+                let _ = ip(&["netns", "delete", &name]);
+            }
+        }
+    }
+}
+
+/// A test network made by `tools/netns.sh up PREFIX`, removed on drop.
+struct Net {
+    prefix: String,
+}
+
+impl Net {
+    fn up() -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let prefix = format!(
+            "rbtl{}t{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        // Created before the script runs, so that a half-made network is removed too.
+        let net = Self { prefix };
+        let o = Command::new("bash")
+            .arg(SCRIPT)
+            .args(["up", &net.prefix])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{SCRIPT}: {e}"));
+        assert!(
+            o.status.success(),
+            "{SCRIPT} up {} failed: {}\n{}",
+            net.prefix,
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        net
+    }
+
+    fn host(&self, i: u32) -> String {
+        format!("{}-h{i}", self.prefix)
+    }
+
+    /// Transmitted and received bytes of `iface` on host `i`.
+    fn counters(&self, i: u32, iface: &str) -> (u64, u64) {
+        let read = |what: &str| -> u64 {
+            let path = format!("/sys/class/net/{iface}/statistics/{what}");
+            let o = ip(&["netns", "exec", &self.host(i), "cat", &path]);
+            assert!(
+                o.status.success(),
+                "{path} on {}: {}",
+                self.host(i),
+                text(&o.stderr)
+            );
+            text(&o.stdout)
+                .parse()
+                .unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        (read("tx_bytes"), read("rx_bytes"))
+    }
+
+    fn set_link(&self, i: u32, iface: &str, state: &str) {
+        let o = ip(&["-n", &self.host(i), "link", "set", iface, state]);
+        assert!(
+            o.status.success(),
+            "link {iface} {state}: {}",
+            text(&o.stderr)
+        );
+    }
+
+    /// Starts rank `rank` of `size` on host `rank`: `ringbtl-bench alltoall` with the
+    /// env + root wire-up and `env` on top.
+    fn rank(&self, rank: u32, size: u32, root: &str, env: &[(&str, &str)], args: &[&str]) -> Rank {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.host(rank), BIN, "alltoall"])
+            .args(["--mode", "block", "--timeout", "50"])
+            .args(args)
+            .env("RINGBTL_RANK", rank.to_string())
+            .env("RINGBTL_SIZE", size.to_string())
+            .env("RINGBTL_ROOT", root)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting rank {rank}: {e}"));
+        let drain = |r: Option<Box<dyn Read + Send>>| {
+            let mut r = r.expect("piped");
+            thread::spawn(move || {
+                let mut s = String::new();
+                let _ = r.read_to_string(&mut s);
+                s
+            })
+        };
+        let out = drain(child.stdout.take().map(|s| Box::new(s) as _));
+        let err = drain(child.stderr.take().map(|s| Box::new(s) as _));
+        Rank {
+            rank,
+            child,
+            out: Some(out),
+            err: Some(err),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        let o = Command::new("bash")
+            .arg(SCRIPT)
+            .args(["down", &self.prefix])
+            .stdin(Stdio::null())
+            .output();
+        match o {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!("{SCRIPT} down {}: {}", self.prefix, text(&o.stderr)),
+            Err(e) => eprintln!("{SCRIPT} down {}: {e}", self.prefix),
+        }
+    }
+}
+
+/// A running rank; killed on drop if it is still running.
+struct Rank {
+    rank: u32,
+    child: Child,
+    out: Option<JoinHandle<String>>,
+    err: Option<JoinHandle<String>>,
+    started: Instant,
+}
+
+/// How a rank ended.
+struct Done {
+    ok: bool,
+    status: String,
+    stdout: String,
+    stderr: String,
+    /// When it was seen to have exited.
+    at: Instant,
+}
+
+impl Rank {
+    /// Waits for the rank to exit; kills it and fails the test past [`JOB_LIMIT`].
+    fn wait(mut self) -> Done {
+        let deadline = self.started + JOB_LIMIT;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                break st;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let (out, err) = self.output();
+                panic!(
+                    "rank {} still running after {JOB_LIMIT:?} (killed); stdout: {out}\nstderr: {err}",
+                    self.rank
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        let at = Instant::now();
+        let (stdout, stderr) = self.output();
+        Done {
+            ok: status.success(),
+            status: status.to_string(),
+            stdout,
+            stderr,
+            at,
+        }
+    }
+
+    fn output(&mut self) -> (String, String) {
+        let join = |h: Option<JoinHandle<String>>| h.map(|h| h.join().unwrap()).unwrap_or_default();
+        (join(self.out.take()), join(self.err.take()))
+    }
+}
+
+impl Drop for Rank {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs a 4-rank default alltoall, one rank per host; returns rank 0's output.
+fn alltoall4(net: &Net, root: &str, env: &[(&str, &str)]) -> String {
+    let ranks: Vec<Rank> = (0..4).map(|r| net.rank(r, 4, root, env, &[])).collect();
+    let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
+    for (r, d) in done.iter().enumerate() {
+        assert!(
+            d.ok,
+            "rank {r} failed ({}): stdout: {}\nstderr: {}",
+            d.status, d.stdout, d.stderr
+        );
+    }
+    let out = done[0].stdout.clone();
+    for needle in [
+        "4 ranks, wire-up env (ringbtl)",
+        "36 of 36 messages",
+        "all messages received and checked: OK",
+    ] {
+        assert!(out.contains(needle), "no {needle:?} in: {out}");
+    }
+    out
+}
+
+/// The addresses rank 0 published.
+fn published(out: &str) -> Vec<String> {
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("# rank 0 listens at "))
+        .unwrap_or_else(|| panic!("no address line in {out}"));
+    line.split(';').map(str::to_owned).collect()
+}
+
+#[test]
+fn alltoall_across_hosts() {
+    let Some(_one) = prepare() else { return };
+    let net = Net::up();
+    let before: Vec<_> = (0..4)
+        .map(|h| (net.counters(h, "ra"), net.counters(h, "rb")))
+        .collect();
+    let out = alltoall4(&net, "10.231.1.10:23001", &[]);
+    // Both subnets are selected and published; loopback is not.
+    let uris = published(&out);
+    assert!(
+        uris.iter().any(|u| u.starts_with("tcp://10.231.1.10:"))
+            && uris.iter().any(|u| u.starts_with("tcp://10.231.2.10:"))
+            && uris.len() == 2,
+        "{uris:?}"
+    );
+    // The data crossed the hosts' links.
+    for (h, (ra0, rb0)) in before.into_iter().enumerate() {
+        let (ra, rb) = (net.counters(h as u32, "ra"), net.counters(h as u32, "rb"));
+        let tx = (ra.0 - ra0.0) + (rb.0 - rb0.0);
+        println!(
+            "host {h}: ra tx {} rx {} bytes; rb tx {} rx {} bytes",
+            ra.0 - ra0.0,
+            ra.1 - ra0.1,
+            rb.0 - rb0.0,
+            rb.1 - rb0.1
+        );
+        assert!(
+            tx >= ALLTOALL_BYTES_PER_RANK,
+            "host {h} sent {tx} bytes, less than its {ALLTOALL_BYTES_PER_RANK} payload bytes"
+        );
+    }
+}
+
+#[test]
+fn excluding_a_subnet_moves_the_traffic() {
+    let Some(_one) = prepare() else { return };
+    let net = Net::up();
+    let before: Vec<_> = (0..4)
+        .map(|h| (net.counters(h, "ra"), net.counters(h, "rb")))
+        .collect();
+    // The rendezvous is on subnet B as well, so subnet A should carry nothing at all.
+    let out = alltoall4(&net, "10.231.2.10:23002", &[("RINGBTL_IF_EXCLUDE", "ra")]);
+    let uris = published(&out);
+    assert!(
+        uris.len() == 1 && uris[0].starts_with("tcp://10.231.2.10:"),
+        "{uris:?}"
+    );
+    // Nothing is expected on the excluded link (the script keeps the links quiet: no
+    // IPv6 addresses, no multicast snooping); a few stray frames are tolerated.
+    const STRAY: u64 = 1024;
+    for (h, (ra0, rb0)) in before.into_iter().enumerate() {
+        let (ra, rb) = (net.counters(h as u32, "ra"), net.counters(h as u32, "rb"));
+        let (ra_tx, ra_rx) = (ra.0 - ra0.0, ra.1 - ra0.1);
+        let (rb_tx, rb_rx) = (rb.0 - rb0.0, rb.1 - rb0.1);
+        println!("host {h}: ra tx {ra_tx} rx {ra_rx} bytes; rb tx {rb_tx} rx {rb_rx} bytes");
+        assert!(
+            rb_tx >= ALLTOALL_BYTES_PER_RANK && rb_rx >= ALLTOALL_BYTES_PER_RANK,
+            "host {h}: rb carried tx {rb_tx} / rx {rb_rx} bytes, less than the \
+             {ALLTOALL_BYTES_PER_RANK} payload bytes each way"
+        );
+        assert!(
+            ra_tx + ra_rx <= STRAY,
+            "host {h}: the excluded ra carried tx {ra_tx} / rx {ra_rx} bytes"
+        );
+    }
+}
+
+#[test]
+fn a_link_going_down_fails_the_sends_in_bounded_time() {
+    let Some(_one) = prepare() else { return };
+    let mut backends = Vec::new();
+    if cfg!(feature = "uring") && common::usable(BackendKind::Uring) {
+        backends.push("uring");
+    }
+    if cfg!(feature = "epoll") {
+        backends.push("epoll");
+    }
+    for backend in backends {
+        link_down(backend);
+    }
+}
+
+/// Two ranks (hosts 0 and 1) stream to each other over `rb`, host 1's `rb` goes down.
+fn link_down(backend: &str) {
+    let net = Net::up();
+    let env = [
+        ("RINGBTL_BACKEND", backend),
+        ("RINGBTL_IF_INCLUDE", "rb"),
+        ("RINGBTL_TCP_USER_TIMEOUT_MS", "2000"),
+        ("RINGBTL_KEEPALIVE", "1,1,2"),
+    ];
+    // About 190 MiB each way: far longer than it takes to see the stream flowing.
+    let args = ["--sizes", "64K", "--rounds", "3000"];
+    let root = "10.231.2.10:23003";
+    let base = net.counters(1, "rb").0;
+    let ranks: Vec<Rank> = (0..2).map(|r| net.rank(r, 2, root, &env, &args)).collect();
+    // Wait for the stream to flow (a few MiB out of host 1), then cut host 1's link.
+    let flowing = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sent = net.counters(1, "rb").0 - base;
+        if sent >= 4 << 20 {
+            break;
+        }
+        assert!(
+            Instant::now() < flowing,
+            "the stream did not start within 30 s ({sent} bytes sent)"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    net.set_link(1, "rb", "down");
+    let down = Instant::now();
+    let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
+    const BOUND: Duration = Duration::from_secs(15);
+    for (r, d) in done.iter().enumerate() {
+        let took = d.at.saturating_duration_since(down);
+        println!(
+            "{backend}: rank {r} exited {:.2} s after the link went down ({}): {}",
+            took.as_secs_f64(),
+            d.status,
+            d.stderr.trim()
+        );
+        assert!(
+            !d.ok,
+            "rank {r} completed although its only link went down mid-stream \
+             (raise --rounds): {}",
+            d.stdout
+        );
+        assert!(
+            took < BOUND,
+            "rank {r} took {took:?} to fail (bound {BOUND:?}): {}",
+            d.stderr
+        );
+        // Every pending send failed, with the kernel's verdict on the connection: timed
+        // out, or on host 1, whose retransmissions found no route, the error they met.
+        let peer = 1 - r;
+        for needle in [
+            format!("rank {r}: send to peer {peer} failed: connection to peer {peer} lost"),
+            "pending send(s) failed".to_owned(),
+        ] {
+            assert!(
+                d.stderr.contains(&needle),
+                "rank {r}: no {needle:?} in: {}",
+                d.stderr
+            );
+        }
+        let why = ["Connection timed out", "Network is unreachable"];
+        let why = if r == 0 { &why[..1] } else { &why[..] };
+        assert!(
+            why.iter().any(|w| d.stderr.contains(w)),
+            "rank {r}: none of {why:?} in: {}",
+            d.stderr
+        );
+    }
+}
