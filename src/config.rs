@@ -84,6 +84,17 @@ pub struct Config {
     /// TCP keepalive on every connection (`RINGBTL_KEEPALIVE=idle_s,intvl_s,cnt`, `0` =
     /// off): finds a dead peer on a connection with nothing in flight.
     pub keepalive: Option<Keepalive>,
+    /// Zero-copy sends (io_uring `SENDMSG_ZC`, Linux 6.1+) for gathered sends of at
+    /// least this many bytes (`RINGBTL_ZEROCOPY`, bytes, `0` = off; default off). The
+    /// kernel pins the caller's pages instead of copying them and the send completes
+    /// when its notification says the NIC is done with them. Pays only for large
+    /// payloads on a real NIC (the kernel's measurements put the break-even around
+    /// 10-16 KiB); never on loopback, where the kernel copies anyway, so loopback peers
+    /// keep plain sends. The epoll backend ignores it.
+    pub zerocopy_min: Option<usize>,
+    /// Use zero-copy sends on loopback peers too (`RINGBTL_ZEROCOPY_LOOPBACK=0|1`): only
+    /// for testing the path, since the kernel then copies and notifies later.
+    pub zerocopy_loopback: bool,
     /// Most incoming connections still in their handshake at once; more are closed at
     /// once (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000).
     pub max_half_open: usize,
@@ -141,6 +152,8 @@ impl Config {
             handshake_timeout: Duration::from_secs(5),
             tcp_user_timeout: Some(Duration::from_secs(30)),
             keepalive: Some(Keepalive::DEFAULT),
+            zerocopy_min: None,
+            zerocopy_loopback: false,
             max_half_open: 1024,
             progress: ProgressMode::Poll,
             recv_multishot: false,
@@ -243,6 +256,13 @@ impl Config {
         }
         if let Some(v) = var("RINGBTL_KEEPALIVE") {
             self.keepalive = Keepalive::parse("RINGBTL_KEEPALIVE", &v)?;
+        }
+        if let Some(v) = var("RINGBTL_ZEROCOPY") {
+            let n = parse_u64("RINGBTL_ZEROCOPY", &v, 0, 1 << 30)? as usize;
+            self.zerocopy_min = (n > 0).then_some(n);
+        }
+        if let Some(v) = var("RINGBTL_ZEROCOPY_LOOPBACK") {
+            self.zerocopy_loopback = parse_u64("RINGBTL_ZEROCOPY_LOOPBACK", &v, 0, 1)? == 1;
         }
         if let Some(v) = var("RINGBTL_MAX_HALF_OPEN") {
             self.max_half_open = parse_u64("RINGBTL_MAX_HALF_OPEN", &v, 1, 1_000_000)? as usize;

@@ -73,6 +73,10 @@ pub struct Stats {
     pub batches: u64,
     /// Frames carried by those sends: `frames / batches` is the coalescing factor.
     pub frames: u64,
+    /// Zero-copy sends completed (io_uring `SENDMSG_ZC`).
+    pub zerocopy_sends: u64,
+    /// Of those, how many the kernel copied after all (always, on loopback).
+    pub zerocopy_copied: u64,
     /// Times a multishot receive stopped because every provided buffer was in use
     /// (`ENOBUFS`) and was re-armed once buffers came back; no data is lost. Always 0
     /// without [`Config::recv_multishot`].
@@ -130,6 +134,8 @@ impl Transport {
             rcvbuf: cfg.rcvbuf,
             user_timeout: cfg.tcp_user_timeout,
             keepalive: cfg.keepalive,
+            zerocopy_min: cfg.zerocopy_min,
+            zerocopy_loopback: cfg.zerocopy_loopback,
         };
         let (mut backend, mut backend_note) = make_backend(cfg.backend, opts)?;
         if cfg.recv_multishot {
@@ -439,6 +445,7 @@ impl Transport {
     /// Counters.
     pub fn stats(&self) -> Stats {
         let c = self.core.counters();
+        let zc = self.backend.zerocopy_counts();
         Stats {
             unknown_tag: self.unknown_tag,
             bad_magic: c.bad_magic,
@@ -447,6 +454,8 @@ impl Transport {
             connect_retries: c.connect_retries,
             accept_errors: self.accept_errors,
             accept_overload: c.accept_overload,
+            zerocopy_sends: zc.0,
+            zerocopy_copied: zc.1,
             batches: c.batches,
             frames: c.frames,
             recv_starved: self.backend.recv_starved(),

@@ -67,6 +67,11 @@ pub(crate) struct SockOpts {
     pub(crate) user_timeout: Option<Duration>,
     /// SO_KEEPALIVE with TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT when set.
     pub(crate) keepalive: Option<crate::config::Keepalive>,
+    /// Zero-copy sends (io_uring `SENDMSG_ZC`) for batches of at least this many bytes;
+    /// `None` = never. The epoll backend ignores it.
+    pub(crate) zerocopy_min: Option<usize>,
+    /// Allow zero-copy on loopback peers too, where the kernel copies anyway (tests).
+    pub(crate) zerocopy_loopback: bool,
 }
 
 /// A completed operation.
@@ -160,6 +165,10 @@ pub(crate) trait Backend {
     fn end_cause(&self, _conn: ConnId) -> Option<io::Error> {
         None
     }
+    /// Zero-copy sends completed, and how many of them the kernel copied after all.
+    fn zerocopy_counts(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 /// The backend kinds that can be asked for.
@@ -239,5 +248,8 @@ impl Backend for AnyBackend {
     }
     fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
         forward!(self, b => b.end_cause(conn))
+    }
+    fn zerocopy_counts(&self) -> (u64, u64) {
+        forward!(self, b => b.zerocopy_counts())
     }
 }
