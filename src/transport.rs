@@ -419,6 +419,70 @@ impl Transport {
         self.pass(Some(timeout))
     }
 
+    /// Drives progress until `done(self)` holds (returns `Ok(true)`) or `deadline` passes
+    /// (`Ok(false)`), waiting as [`Config::progress`] says; `done` is checked before the
+    /// first pass and after each one.
+    ///
+    /// - [`Poll`](crate::ProgressMode::Poll): [`progress`](Self::progress) back to back.
+    /// - [`Block`](crate::ProgressMode::Block): [`wait`](Self::wait) until the deadline,
+    ///   in the kernel.
+    /// - [`SpinThenBlock(d)`](crate::ProgressMode::SpinThenBlock): `progress` while the
+    ///   last pass that handled an event (or the call) is less than `d` ago, then one
+    ///   `wait`, then spin again.
+    ///
+    /// The policy is above the reactor: every backend behaves the same. A program with
+    /// its own loop composes it the same way from `progress` (non-blocking) and `wait`
+    /// (blocking).
+    pub fn wait_until<F>(&mut self, deadline: Instant, mut done: F) -> Result<bool, Error>
+    where
+        F: FnMut(&Transport) -> bool,
+    {
+        use crate::config::ProgressMode;
+        /// Passes between two clock reads while spinning.
+        const PASSES_PER_CLOCK: u32 = 16;
+        if self.dispatching > 0 {
+            return Err(Error::Reentrant("wait_until"));
+        }
+        let spin = match self.cfg.progress {
+            ProgressMode::Poll => None,
+            ProgressMode::Block => Some(Duration::ZERO),
+            ProgressMode::SpinThenBlock(d) => Some(d),
+        };
+        // Poll mode needs the clock only for the deadline: start from the time of the last
+        // pass that handled events (never later than now) and read it every few passes.
+        let mut now = match spin {
+            None => self.last_now,
+            Some(_) => Instant::now(),
+        };
+        let mut spin_end = spin.map(|d| now + d);
+        let mut passes = 0u32;
+        loop {
+            if done(self) {
+                return Ok(true);
+            }
+            if now >= deadline {
+                return Ok(false);
+            }
+            match spin_end {
+                Some(end) if now >= end => {
+                    self.wait(deadline - now)?;
+                    now = Instant::now();
+                    spin_end = spin.map(|d| now + d);
+                }
+                _ => {
+                    let n = self.pass(None)?;
+                    passes = passes.wrapping_add(1);
+                    if n > 0 || passes.is_multiple_of(PASSES_PER_CLOCK) {
+                        now = Instant::now();
+                        if n > 0 {
+                            spin_end = spin.map(|d| now + d);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Sends FIN to every connected peer, waits (up to `timeout`) for their FINs and for
     /// every socket to close, then abandons whatever is left (pending sends complete with
     /// [`FailReason::Shutdown`]). Sends are refused from the first call on.

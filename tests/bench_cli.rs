@@ -205,7 +205,10 @@ fn bad_arguments_are_errors_not_panics() {
         (&["--sizes", "8,abc"][..], "--sizes"),
         (&["--sizes", "9:3"][..], "--sizes"),
         (&["--sizes", "4G"][..], "--sizes"),
-        (&["--mode", "spin"][..], "--mode"),
+        (&["--mode", "sometimes"][..], "--mode"),
+        (&["--mode", "spin:x"][..], "--mode"),
+        (&["bw", "--window", "0"][..], "--window"),
+        (&["rate", "--mode", "spin:-1"][..], "--mode"),
         (&["--backend", "kqueue"][..], "--backend"),
         (&["--iters", "0"][..], "--iters"),
         (&["--baseline-only", "--baseline"][..], "--baseline"),
@@ -318,4 +321,109 @@ fn ringbtl_latency_single_backend() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not compiled in"), "{err}");
+}
+
+/// Every line of a `bw` / `rate` run: the keys present, positive throughput.
+fn check_stream(stdout: &str, bench: &str, mode: &str) -> Vec<HashMap<String, Val>> {
+    let objs: Vec<_> = stdout.lines().map(parse_object).collect();
+    for o in &objs {
+        for k in [
+            "bench", "backend", "mode", "size", "window", "pairs", "iters", "warmup", "mb_s",
+            "msg_s", "pinned", "kernel",
+        ] {
+            assert!(o.contains_key(k), "missing key {k} in {o:?}");
+        }
+        assert_eq!(text(o, "bench"), bench);
+        assert_eq!(text(o, "mode"), mode);
+        assert_eq!(num(o, "pairs"), 1.0);
+        let (size, mb, msg) = (num(o, "size"), num(o, "mb_s"), num(o, "msg_s"));
+        assert!(mb > 0.0 && msg > 0.0, "{o:?}");
+        // MB = 10^6 bytes: the two figures describe the same run (JSON keeps 3 decimals).
+        let want = msg * size / 1e6;
+        assert!((mb - want).abs() <= 0.0006 + want * 1e-3, "{o:?}");
+    }
+    objs
+}
+
+#[test]
+fn bw_quick_json() {
+    let out = run_ok(&["bw", "--quick", "--sizes", "1,64K", "--json", "--baseline"]);
+    let objs = check_stream(&out, "bw", "poll");
+    assert_eq!(objs.len(), 2, "{out}");
+    // OSU's loops divided by 10: 100/10 up to 8 KiB, 20/2 above.
+    let counts: Vec<(f64, f64)> = objs
+        .iter()
+        .map(|o| (num(o, "iters"), num(o, "warmup")))
+        .collect();
+    assert_eq!(counts, [(10.0, 1.0), (2.0, 0.0)]);
+    for o in &objs {
+        assert_eq!(num(o, "window"), 64.0);
+        assert!(
+            num(o, "baseline_mb_s") > 0.0 && num(o, "ratio") > 0.0,
+            "{o:?}"
+        );
+    }
+}
+
+#[test]
+#[cfg(all(feature = "uring", feature = "epoll"))]
+fn rate_quick_json_both_backends() {
+    let out = run_ok(&[
+        "rate",
+        "--quick",
+        "--sizes",
+        "8,4K",
+        "--json",
+        "--backend",
+        "both",
+        "--window",
+        "16",
+    ]);
+    let objs = check_stream(&out, "rate", "poll");
+    assert_eq!(objs.len(), 4, "{out}");
+    let names: Vec<&str> = objs.iter().map(|o| text(o, "backend")).collect();
+    assert_eq!(names, ["uring", "epoll", "uring", "epoll"]);
+    assert_eq!(num(&objs[0], "window"), 16.0);
+    assert!(num(&objs[1], "ratio_vs_uring") > 0.0);
+}
+
+/// Spin-then-block runs every benchmark on every compiled backend.
+#[test]
+fn spin_mode_runs_everywhere() {
+    let (backend, series) = if cfg!(all(feature = "uring", feature = "epoll")) {
+        ("both", 2)
+    } else {
+        ("auto", 1)
+    };
+    for bench in ["latency", "bw", "rate"] {
+        let out = run_ok(&[
+            bench,
+            "--quick",
+            "--sizes",
+            "8",
+            "--json",
+            "--backend",
+            backend,
+            "--mode",
+            "spin:20",
+        ]);
+        let objs: Vec<_> = out.lines().map(parse_object).collect();
+        assert_eq!(objs.len(), series, "{out}");
+        for o in &objs {
+            assert_eq!(text(o, "bench"), bench);
+            assert_eq!(text(o, "mode"), "spin:20");
+        }
+    }
+    let out = Command::new(BIN)
+        .args(["rate", "--quick", "--sizes", "8", "--json"])
+        .env("RINGBTL_PROGRESS", "spin")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let o = parse_object(String::from_utf8_lossy(&out.stdout).lines().next().unwrap());
+    assert_eq!(text(&o, "mode"), "spin:50");
 }

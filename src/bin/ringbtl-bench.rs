@@ -15,6 +15,8 @@
 //! `alltoall` runs that way too, or self-launched with `--np N`.
 #![deny(unsafe_code)]
 
+#[path = "ringbtl-bench/bw.rs"]
+mod bw;
 #[path = "ringbtl-bench/cli.rs"]
 mod cli;
 #[path = "ringbtl-bench/control.rs"]
@@ -23,10 +25,14 @@ mod control;
 mod plain;
 #[path = "ringbtl-bench/ranks.rs"]
 mod ranks;
+#[path = "ringbtl-bench/rate.rs"]
+mod rate;
 #[path = "ringbtl-bench/report.rs"]
 mod report;
 #[path = "ringbtl-bench/ring.rs"]
 mod ring;
+#[path = "ringbtl-bench/stream.rs"]
+mod stream;
 #[path = "ringbtl-bench/sys.rs"]
 mod sys;
 
@@ -38,24 +44,39 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use ringbtl::{BackendKind, Config, PeerId, ProgressMode};
 
-use cli::{BackendArg, Cli, Cmd, LatencyArgs, ModeArg};
+use cli::{BackendArg, Cli, Cmd, LatencyArgs};
 use control::PeerProc;
 use plain::Plain;
 use report::{Row, RunInfo, Table};
 use ring::Ring;
 
-/// How both ranks wait for messages (ringbtl and the baseline alike).
+/// How both ranks wait for messages (ringbtl and the baseline alike; the latency
+/// baseline waits in the kernel in `Spin` mode, a socket offers nothing in between).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
     Poll,
     Block,
+    Spin(Duration),
 }
 
 impl Mode {
-    fn name(self) -> &'static str {
+    fn name(self) -> String {
+        self.progress().to_string()
+    }
+
+    pub(crate) fn progress(self) -> ProgressMode {
         match self {
-            Mode::Poll => "poll",
-            Mode::Block => "block",
+            Mode::Poll => ProgressMode::Poll,
+            Mode::Block => ProgressMode::Block,
+            Mode::Spin(d) => ProgressMode::SpinThenBlock(d),
+        }
+    }
+
+    pub(crate) fn from_progress(p: ProgressMode) -> Self {
+        match p {
+            ProgressMode::Poll => Mode::Poll,
+            ProgressMode::Block => Mode::Block,
+            ProgressMode::SpinThenBlock(d) => Mode::Spin(d),
         }
     }
 }
@@ -72,6 +93,8 @@ fn main() -> ExitCode {
     let args = match cli.command {
         Some(Cmd::Latency(a)) => a,
         Some(Cmd::Alltoall(a)) => return finish(ranks::run_alltoall(&a)),
+        Some(Cmd::Bw(a)) => return stream::main(stream::Bench::Bw, &a),
+        Some(Cmd::Rate(a)) => return stream::main(stream::Bench::Rate, &a),
         None => cli.latency,
     };
     let res = if let Some(ppid) = args.internal_peer {
@@ -115,14 +138,10 @@ fn finish(res: Result<(), String>) -> ExitCode {
 
 /// The mode: `--mode`, else `RINGBTL_PROGRESS`, else poll.
 fn mode_of(args: &LatencyArgs) -> Result<Mode, String> {
-    Ok(match args.mode {
-        Some(ModeArg::Poll) => Mode::Poll,
-        Some(ModeArg::Block) => Mode::Block,
-        None => match env_config()?.progress {
-            ProgressMode::Poll => Mode::Poll,
-            ProgressMode::Block => Mode::Block,
-        },
-    })
+    Ok(Mode::from_progress(match args.mode {
+        Some(m) => m,
+        None => env_config()?.progress,
+    }))
 }
 
 fn env_config() -> Result<Config, String> {
@@ -263,8 +282,10 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
         baseline: with_socket,
         baseline_how: match (mode, args.baseline_no_lowat) {
             (Mode::Poll, _) => "TCP_NODELAY, send/recv spun with MSG_DONTWAIT",
-            (Mode::Block, false) => "TCP_NODELAY, blocking send, recv MSG_WAITALL + SO_RCVLOWAT",
-            (Mode::Block, true) => "TCP_NODELAY, blocking send, recv MSG_WAITALL",
+            (Mode::Block | Mode::Spin(_), false) => {
+                "TCP_NODELAY, blocking send, recv MSG_WAITALL + SO_RCVLOWAT"
+            }
+            (Mode::Block | Mode::Spin(_), true) => "TCP_NODELAY, blocking send, recv MSG_WAITALL",
         },
     };
     let table = Table::new(&info);
@@ -374,7 +395,7 @@ fn phase(
     peer.expect_exact("OK", SETUP_TIMEOUT)?;
     let deadline = Instant::now() + timeout;
     let measured = match s {
-        Series::Ring(i) => rings[i].ping(size, warmup, iters, mode, deadline),
+        Series::Ring(i) => rings[i].ping(size, warmup, iters, deadline),
         Series::Socket => match plain {
             Some(p) => p.ping(size, warmup, iters, mode, deadline),
             None => Err("internal: no baseline socket".into()),
@@ -451,7 +472,7 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
                     Some(i) => rings
                         .get_mut(i)
                         .ok_or_else(|| format!("no transport {i}"))?
-                        .pong(size, count, mode, deadline)?,
+                        .pong(size, count, deadline)?,
                     None => plain
                         .as_mut()
                         .ok_or("no baseline socket")?

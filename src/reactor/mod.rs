@@ -69,8 +69,10 @@ pub(crate) struct SockOpts {
     pub(crate) keepalive: Option<crate::config::Keepalive>,
     /// Zero-copy sends (io_uring `SENDMSG_ZC`) for batches of at least this many bytes;
     /// `None` = never. The epoll backend ignores it.
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(crate) zerocopy_min: Option<usize>,
     /// Allow zero-copy on loopback peers too, where the kernel copies anyway (tests).
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(crate) zerocopy_loopback: bool,
 }
 

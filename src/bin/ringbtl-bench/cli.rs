@@ -1,6 +1,9 @@
 //! Command line: clap derive, size lists, OSU iteration defaults.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ringbtl::ProgressMode;
+
+use crate::stream::StreamArgs;
 
 /// Largest message the benchmark accepts (buffers are allocated up front).
 pub(crate) const MAX_SIZE: usize = 1 << 30;
@@ -28,6 +31,10 @@ pub(crate) struct Cli {
 pub(crate) enum Cmd {
     /// Ping-pong latency, one-way = round trip / 2 (the default).
     Latency(LatencyArgs),
+    /// Streaming bandwidth (osu_bw): windows of non-blocking sends, each acknowledged.
+    Bw(StreamArgs),
+    /// Message rate and bandwidth per size (osu_mbw_mr), summed over the rank pairs.
+    Rate(StreamArgs),
     /// Every rank sends checked messages to every other rank; prints wire-up and
     /// exchange times (under mpirun / mpiexec / srun / RINGBTL_ROOT, or with --np).
     Alltoall(AlltoallArgs),
@@ -48,10 +55,10 @@ pub(crate) struct AlltoallArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) rounds: u32,
 
-    /// poll or block [default: RINGBTL_PROGRESS, else block when the node is
-    /// oversubscribed, else poll]
-    #[arg(long, value_enum, value_name = "MODE")]
-    pub(crate) mode: Option<ModeArg>,
+    /// poll, block or spin[:USECS] [default: RINGBTL_PROGRESS, else block when the
+    /// node is oversubscribed, else poll]
+    #[arg(long, value_name = "poll|block|spin[:USECS]", value_parser = parse_mode)]
+    pub(crate) mode: Option<ProgressMode>,
 
     /// Backend [default: RINGBTL_BACKEND, else auto]
     #[arg(long, value_enum, value_name = "BACKEND")]
@@ -93,10 +100,11 @@ pub(crate) struct LatencyArgs {
     #[arg(long)]
     pub(crate) quick: bool,
 
-    /// poll: spin on non-blocking progress (HPC default); block: wait in the kernel.
+    /// poll: spin on non-blocking progress (HPC default); block: wait in the kernel;
+    /// spin or spin:USECS: spin USECS (50) after the last event, then wait in the kernel.
     /// [default: RINGBTL_PROGRESS, else poll]
-    #[arg(long, value_enum, value_name = "MODE")]
-    pub(crate) mode: Option<ModeArg>,
+    #[arg(long, value_name = "poll|block|spin[:USECS]", value_parser = parse_mode)]
+    pub(crate) mode: Option<ProgressMode>,
 
     /// Backend; `both` runs uring then epoll for each size and prints them side by side.
     /// [default: RINGBTL_BACKEND, else auto]
@@ -140,10 +148,9 @@ pub(crate) struct LatencyArgs {
     pub(crate) mpi: bool,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ModeArg {
-    Poll,
-    Block,
+/// Parses `--mode` (the syntax of `RINGBTL_PROGRESS`).
+pub(crate) fn parse_mode(s: &str) -> Result<ProgressMode, String> {
+    s.parse()
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,7 +296,6 @@ mod tests {
         let b = Cli::try_parse_from(["b", "latency", "--pin", "--backend", "both"]).unwrap();
         assert!(matches!(b.command, Some(Cmd::Latency(ref l)) if l.pin));
         assert!(Cli::try_parse_from(["b", "--baseline-only", "--baseline"]).is_err());
-        assert!(Cli::try_parse_from(["b", "--mode", "spin"]).is_err());
         let c = Cli::try_parse_from(["b", "alltoall", "--np", "8", "--sizes", "8,1M"]).unwrap();
         assert!(matches!(c.command, Some(Cmd::Alltoall(ref a))
             if a.np == 8 && a.sizes() == [8, 1 << 20] && a.rounds == 1));
@@ -298,5 +304,14 @@ mod tests {
             matches!(d.command, Some(Cmd::Alltoall(ref a)) if a.sizes() == [8, 65536, 1 << 20])
         );
         assert!(Cli::try_parse_from(["b", "alltoall", "--np", "1"]).is_err());
+        assert!(Cli::try_parse_from(["b", "--mode", "sometimes"]).is_err());
+        assert!(Cli::try_parse_from(["b", "--mode", "spin:x"]).is_err());
+        let s = Cli::try_parse_from(["b", "--mode", "spin:20"]).unwrap();
+        assert_eq!(
+            s.latency.mode,
+            Some(ProgressMode::SpinThenBlock(
+                std::time::Duration::from_micros(20)
+            ))
+        );
     }
 }

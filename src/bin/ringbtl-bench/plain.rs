@@ -94,7 +94,7 @@ impl Plain {
 
     fn set_size(&mut self, size: usize, mode: Mode) -> Result<(), String> {
         let n = size.max(1);
-        if mode == Mode::Block && self.lowat {
+        if mode != Mode::Poll && self.lowat {
             sys::set_rcvlowat(self.sock.as_raw_fd(), n).map_err(|e| format!("SO_RCVLOWAT: {e}"))?;
         }
         self.tx.clear();
@@ -150,7 +150,7 @@ fn send_all(fd: i32, mut buf: &[u8], mode: Mode, deadline: Instant) -> Result<()
     let flags = libc::MSG_NOSIGNAL
         | match mode {
             Mode::Poll => libc::MSG_DONTWAIT,
-            Mode::Block => 0,
+            Mode::Block | Mode::Spin(_) => 0,
         };
     let mut spins = 0u32;
     while !buf.is_empty() {
@@ -165,7 +165,7 @@ fn send_all(fd: i32, mut buf: &[u8], mode: Mode, deadline: Instant) -> Result<()
 fn recv_all(fd: i32, buf: &mut [u8], mode: Mode, deadline: Instant) -> Result<(), String> {
     let flags = match mode {
         Mode::Poll => libc::MSG_DONTWAIT,
-        Mode::Block => libc::MSG_WAITALL,
+        Mode::Block | Mode::Spin(_) => libc::MSG_WAITALL,
     };
     let mut spins = 0u32;
     let mut got = 0;
@@ -192,7 +192,7 @@ fn again(
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
             *spins = spins.wrapping_add(1);
-            let check = mode == Mode::Block || spins.is_multiple_of(SPINS_PER_CLOCK);
+            let check = mode != Mode::Poll || spins.is_multiple_of(SPINS_PER_CLOCK);
             if check && Instant::now() >= deadline {
                 return Err(format!("{op} timed out"));
             }

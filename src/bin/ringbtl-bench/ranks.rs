@@ -28,7 +28,7 @@ use ringbtl::wireup::env::{node_cpus, oversubscribed, oversubscription};
 use ringbtl::wireup::{Modex, Rendezvous, Wireup};
 use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
 
-use crate::cli::{AlltoallArgs, BackendArg, LatencyArgs, ModeArg};
+use crate::cli::{AlltoallArgs, BackendArg, LatencyArgs};
 use crate::report::Recorder;
 use crate::Mode;
 
@@ -261,14 +261,11 @@ impl Job {
                 (Some(m), _) => (m, "--mode".to_owned()),
                 (None, Some(o)) if !mode_explicit => (Mode::Block, format!("oversubscribed: {o}")),
                 (None, _) => match cfg.progress {
-                    ProgressMode::Block => (Mode::Block, "RINGBTL_PROGRESS".to_owned()),
                     ProgressMode::Poll => (Mode::Poll, "default".to_owned()),
+                    p => (Mode::from_progress(p), "RINGBTL_PROGRESS".to_owned()),
                 },
             };
-            cfg.progress = match mode {
-                Mode::Poll => ProgressMode::Poll,
-                Mode::Block => ProgressMode::Block,
-            };
+            cfg.progress = mode.progress();
             let tr = Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))?;
             Ok((tr, mode, note))
         };
@@ -380,14 +377,20 @@ impl Job {
                         return Err(self.late(what));
                     }
                 }
-                Mode::Block => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
+                Mode::Block | Mode::Spin(_) => {
+                    // The configured policy (spin, then wait in the kernel) until the
+                    // condition or a failure, then the checks above again.
+                    let st = &self.st;
+                    let reached = self
+                        .tr
+                        .wait_until(deadline, |_| {
+                            let s = st.borrow();
+                            s.failure.is_some() || done(&s)
+                        })
+                        .map_err(|e| format!("wait: {e}"))?;
+                    if !reached {
                         return Err(self.late(what));
                     }
-                    self.tr
-                        .wait(left.min(Duration::from_millis(50)))
-                        .map_err(|e| format!("wait: {e}"))?;
                 }
             }
         }
@@ -730,11 +733,8 @@ fn backend_of(arg: Option<BackendArg>) -> Result<Option<BackendKind>, String> {
     })
 }
 
-fn mode_arg(m: Option<ModeArg>) -> Option<Mode> {
-    m.map(|m| match m {
-        ModeArg::Poll => Mode::Poll,
-        ModeArg::Block => Mode::Block,
-    })
+fn mode_arg(m: Option<ProgressMode>) -> Option<Mode> {
+    m.map(Mode::from_progress)
 }
 
 fn header(job: &Job, what: &str) {

@@ -92,7 +92,7 @@ pub(crate) struct Stats {
 
 /// What is printed in the header.
 pub(crate) struct RunInfo {
-    pub(crate) mode: &'static str,
+    pub(crate) mode: String,
     pub(crate) kernel: String,
     pub(crate) pinned: bool,
     /// Labels of the ringbtl series, in run order (empty with `--baseline-only`).
@@ -323,7 +323,7 @@ pub(crate) fn json_lines(info: &RunInfo, row: &Row) -> Vec<String> {
         let mut kv = vec![
             ("bench".to_string(), json_str("latency")),
             ("backend".into(), json_str(backend)),
-            ("mode".into(), json_str(info.mode)),
+            ("mode".into(), json_str(&info.mode)),
             ("size".into(), row.size.to_string()),
             ("iters".into(), st.iters.to_string()),
             ("warmup".into(), st.warmup.to_string()),
@@ -393,7 +393,7 @@ mod tests {
 
     fn info(rings: &[&str], baseline: bool) -> RunInfo {
         RunInfo {
-            mode: "poll",
+            mode: "poll".into(),
             kernel: "6.1\"x".into(),
             pinned: true,
             rings: rings.iter().map(|s| s.to_string()).collect(),

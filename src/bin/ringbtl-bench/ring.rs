@@ -7,15 +7,13 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
+use ringbtl::{BackendKind, Config, PeerId, Tag, Transport};
 
 use crate::report::{Recorder, Stats};
 use crate::Mode;
 
 /// The active-message tag of the ping-pong (both directions).
 pub(crate) const TAG: Tag = Tag(42);
-/// Polls between two deadline checks in poll mode.
-const SPINS_PER_CLOCK: u32 = 1024;
 
 /// One Transport and the state its callbacks share with the loops.
 pub(crate) struct Ring {
@@ -40,10 +38,7 @@ impl Ring {
             .from_env()
             .map_err(|e| e.to_string())?;
         cfg.backend = backend;
-        cfg.progress = match mode {
-            Mode::Poll => ProgressMode::Poll,
-            Mode::Block => ProgressMode::Block,
-        };
+        cfg.progress = mode.progress();
         let mut tr = Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))?;
         let received: Rc<Cell<u64>> = Rc::default();
         let completed: Rc<Cell<u64>> = Rc::default();
@@ -134,28 +129,22 @@ impl Ring {
         self.expect.set(size);
     }
 
-    /// One progress step: a non-blocking pass (poll) or a wait in the kernel (block);
-    /// fails on a callback's failure or past `deadline`.
+    /// Drives progress in the transport's mode until `received >= rx` and
+    /// `completed >= done`; fails on a callback's failure or past `deadline`.
     #[inline]
-    fn step(&mut self, mode: Mode, deadline: Instant, spins: &mut u32) -> Result<(), String> {
-        match mode {
-            Mode::Poll => {
-                self.tr.progress().map_err(|e| format!("progress: {e}"))?;
-                *spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(SPINS_PER_CLOCK) && Instant::now() >= deadline {
-                    return Err(self.timeout());
-                }
-            }
-            Mode::Block => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(self.timeout());
-                }
-                self.tr.wait(left).map_err(|e| format!("wait: {e}"))?;
-            }
-        }
+    fn wait_for(&mut self, rx: u64, done: u64, deadline: Instant) -> Result<(), String> {
+        let (received, completed, failure) = (&self.received, &self.completed, &self.failure);
+        let met = self
+            .tr
+            .wait_until(deadline, |_| {
+                (received.get() >= rx && completed.get() >= done) || failure.borrow().is_some()
+            })
+            .map_err(|e| format!("progress: {e}"))?;
         if let Some(f) = self.failure.borrow().as_ref() {
             return Err(f.clone());
+        }
+        if !met {
+            return Err(self.timeout());
         }
         Ok(())
     }
@@ -175,14 +164,12 @@ impl Ring {
         size: usize,
         warmup: u64,
         iters: u64,
-        mode: Mode,
         deadline: Instant,
     ) -> Result<Stats, String> {
         self.set_size(size);
         let segs: Vec<Bytes> = self.payload.borrow().clone();
         let peer = PeerId(1);
         let mut rec = Recorder::new();
-        let mut spins = 0u32;
         let rx0 = self.received.get();
         let done0 = self.completed.get();
         for i in 0..warmup + iters {
@@ -191,18 +178,14 @@ impl Ring {
                 .send(peer, TAG, &segs, i)
                 .map_err(|e| format!("send to {peer}: {e}"))?;
             // The reply to message i is the (i + 1)-th message received in this phase.
-            while self.received.get() < rx0 + i + 1 {
-                self.step(mode, deadline, &mut spins)?;
-            }
+            self.wait_for(rx0 + i + 1, 0, deadline)?;
             let rtt = t0.elapsed();
             if i >= warmup {
                 rec.record(rtt);
             }
         }
         // Every send of the phase has completed before the next phase starts.
-        while self.completed.get() < done0 + warmup + iters {
-            self.step(mode, deadline, &mut spins)?;
-        }
+        self.wait_for(0, done0 + warmup + iters, deadline)?;
         Ok(rec.finish(warmup))
     }
 
@@ -212,17 +195,12 @@ impl Ring {
         &mut self,
         size: usize,
         count: u64,
-        mode: Mode,
         deadline: Instant,
     ) -> Result<(), String> {
         self.set_size(size);
-        let mut spins = 0u32;
         let rx0 = self.received.get();
         let done0 = self.completed.get();
-        while self.received.get() < rx0 + count || self.completed.get() < done0 + count {
-            self.step(mode, deadline, &mut spins)?;
-        }
-        Ok(())
+        self.wait_for(rx0 + count, done0 + count, deadline)
     }
 
     /// FIN to the peer, drain, close.

@@ -1,0 +1,1067 @@
+//! The streaming benchmarks `bw` (osu_bw) and `rate` (osu_mbw_mr): each rank pair runs
+//! `warm-up + loops` windows; a window is `--window` (64) non-blocking sends from the
+//! sender, and one 4-byte acknowledgement from the receiver once it has the whole window.
+//! The sender's clock runs from the first measured window to the last acknowledgement.
+//!
+//! - MB/s = size x window x loops / 10^6 / seconds (OSU's MB, 10^6 bytes);
+//! - messages/s = window x loops / seconds;
+//! - with several pairs (`rate`), both are sums over the pairs of each pair's own figure,
+//!   as osu_mbw_mr adds the per-sender bandwidths.
+//!
+//! Run alone, the benchmark is one pair (rank 0 sends, rank 1 receives), over the same
+//! control channel as `latency`: `RUN ring <i> <size> <window> <loops>` or
+//! `RUN socket <size> <window> <loops>`, answered by `OK` when rank 1 is ready and `DONE`
+//! when it has received every window and every acknowledgement has left.
+//!
+//! With 2N ranks from a launcher, osu_mbw_mr's pairing applies: rank `r < N` sends to
+//! rank `r + N`. Each pair is a [`Streamer`] made with its own and its partner's id;
+//! every sender runs [`Streamer::send_windows`] after a common barrier and the
+//! [`PairTiming`]s, gathered on rank 0, give the row through [`Throughput::from_pairs`].
+
+use std::cell::{Cell, RefCell};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Args;
+use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
+
+use crate::cli::{parse_mode, parse_sizes, BackendArg, SizeList, LARGE_MESSAGE_SIZE};
+use crate::control::{self, PeerProc};
+use crate::report::{json_num, json_str};
+use crate::{bw, rate, Mode, SETUP_TIMEOUT, SHUTDOWN_TIMEOUT};
+
+/// Data messages, sender to receiver.
+pub(crate) const DATA: Tag = Tag(43);
+/// The acknowledgement of a window, receiver to sender.
+pub(crate) const ACK: Tag = Tag(44);
+/// Bytes of an acknowledgement (osu_bw's).
+pub(crate) const ACK_BYTES: usize = 4;
+/// osu_bw's and osu_mbw_mr's window.
+pub(crate) const DEFAULT_WINDOW: u64 = 64;
+
+/// Which streaming benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bench {
+    Bw,
+    Rate,
+}
+
+impl Bench {
+    fn name(self) -> &'static str {
+        match self {
+            Bench::Bw => "bw",
+            Bench::Rate => "rate",
+        }
+    }
+}
+
+/// Options of `ringbtl-bench bw` and `ringbtl-bench rate`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct StreamArgs {
+    /// Message sizes: a list (`8,64K,1M`) or a doubling range (`1:4M`).
+    /// Suffixes K, M, G are binary. [default: 1:4M]
+    #[arg(long, value_name = "LIST|MIN:MAX", value_parser = parse_sizes)]
+    pub(crate) sizes: Option<SizeList>,
+
+    /// Measured windows per size [default: 100 up to 8 KiB, 20 above (OSU)].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub(crate) iters: Option<u64>,
+
+    /// Warm-up windows per size, not measured [default: 10 up to 8 KiB, 2 above].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    pub(crate) warmup: Option<u64>,
+
+    /// Messages per window (each window is acknowledged once).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_WINDOW,
+          value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub(crate) window: u64,
+
+    /// Divide the default loop and warm-up counts by 10 (at least one measured window).
+    #[arg(long)]
+    pub(crate) quick: bool,
+
+    /// poll: spin on non-blocking progress; block: wait in the kernel; spin or
+    /// spin:USECS: spin USECS (50) after the last event, then wait.
+    /// [default: RINGBTL_PROGRESS, else poll]
+    #[arg(long, value_name = "poll|block|spin[:USECS]", value_parser = parse_mode)]
+    pub(crate) mode: Option<ProgressMode>,
+
+    /// Backend; `both` runs uring then epoll for each size. [default: RINGBTL_BACKEND, else auto]
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub(crate) backend: Option<BackendArg>,
+
+    /// Pin rank 0 to CPU 0 and rank 1 to CPU 1.
+    #[arg(long)]
+    pub(crate) pin: bool,
+
+    /// Also stream with plain sockets between the same processes and cores, and print
+    /// the ratio ringbtl / baseline. bw: blocking socket, one writev per window; rate:
+    /// non-blocking socket spun, one send per message.
+    #[arg(long)]
+    pub(crate) baseline: bool,
+
+    /// One JSON object per line (per backend and size) instead of the OSU table.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Give up on a size (and abort the run) after this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub(crate) timeout: u64,
+
+    /// Internal: run as rank 1 under the rank-0 process with this pid.
+    #[arg(long, hide = true, value_name = "PARENT_PID")]
+    pub(crate) internal_peer: Option<u32>,
+}
+
+impl StreamArgs {
+    /// Sizes to run, in order (1 B .. 4 MiB by default; OSU's bandwidth tests start at 1).
+    pub(crate) fn sizes(&self) -> Vec<usize> {
+        match &self.sizes {
+            Some(s) => s.0.clone(),
+            None => parse_sizes("1:4M").map(|s| s.0).unwrap_or_default(),
+        }
+    }
+
+    /// (warm-up, measured) windows for `size`: osu_bw's 10/100 up to 8 KiB, 2/20 above.
+    pub(crate) fn counts(&self, size: usize) -> (u64, u64) {
+        let (w, n) = if size <= LARGE_MESSAGE_SIZE {
+            (10, 100)
+        } else {
+            (2, 20)
+        };
+        let div = if self.quick { 10 } else { 1 };
+        (
+            self.warmup.unwrap_or(w / div),
+            self.iters.unwrap_or((n / div).max(1)),
+        )
+    }
+
+    fn mode(&self) -> Result<Mode, String> {
+        Ok(Mode::from_progress(match self.mode {
+            Some(m) => m,
+            None => crate::env_config()?.progress,
+        }))
+    }
+
+    fn backends(&self) -> Result<Vec<BackendKind>, String> {
+        Ok(match self.backend {
+            Some(BackendArg::Auto) => vec![BackendKind::Auto],
+            Some(BackendArg::Uring) => vec![BackendKind::Uring],
+            Some(BackendArg::Epoll) => vec![BackendKind::Epoll],
+            Some(BackendArg::Both) => vec![BackendKind::Uring, BackendKind::Epoll],
+            None => vec![crate::env_config()?.backend],
+        })
+    }
+}
+
+/// The entry point of both subcommands, rank 0 or (hidden argument) rank 1.
+pub(crate) fn main(bench: Bench, args: &StreamArgs) -> ExitCode {
+    let res = match args.internal_peer {
+        Some(ppid) => match control::Child::open(ppid) {
+            Ok(mut ctl) => {
+                let r = run_receiver(bench, args, &mut ctl);
+                if let Err(e) = &r {
+                    if ctl.send(&format!("ERR {}", e.replace('\n', " "))).is_err() {
+                        eprintln!("ringbtl-bench (rank 1): error: {e}");
+                    }
+                }
+                return if r.is_ok() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                };
+            }
+            Err(e) => Err(e),
+        },
+        None => run_sender(bench, args),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = std::io::stdout().flush();
+            eprintln!("ringbtl-bench {}: error: {e}", bench.name());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ----- measurements ----------------------------------------------------------------------
+
+/// What one sender measured in one phase.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PairTiming {
+    /// Messages timed (window x loops).
+    pub(crate) msgs: u64,
+    /// Payload bytes timed.
+    pub(crate) bytes: u64,
+    /// From the first measured window to the last acknowledgement.
+    pub(crate) secs: f64,
+}
+
+/// One series at one size, summed over the pairs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Throughput {
+    pub(crate) pairs: usize,
+    pub(crate) loops: u64,
+    pub(crate) warmup: u64,
+    /// Megabytes (10^6 bytes) per second.
+    pub(crate) mb_s: f64,
+    /// Messages per second.
+    pub(crate) msg_s: f64,
+}
+
+impl Throughput {
+    /// osu_mbw_mr's aggregate: the sum of each pair's own bandwidth and rate.
+    pub(crate) fn from_pairs(loops: u64, warmup: u64, pairs: &[PairTiming]) -> Self {
+        let per = |f: fn(&PairTiming) -> f64| -> f64 {
+            pairs
+                .iter()
+                .filter(|p| p.secs > 0.0)
+                .map(|p| f(p) / p.secs)
+                .sum()
+        };
+        Self {
+            pairs: pairs.len(),
+            loops,
+            warmup,
+            mb_s: per(|p| p.bytes as f64) / 1e6,
+            msg_s: per(|p| p.msgs as f64),
+        }
+    }
+}
+
+/// One size's results: one entry per ringbtl series, then the baseline if any.
+pub(crate) struct StreamRow {
+    pub(crate) size: usize,
+    pub(crate) rings: Vec<Throughput>,
+    pub(crate) base: Option<Throughput>,
+}
+
+/// What the header says.
+pub(crate) struct StreamInfo {
+    pub(crate) bench: Bench,
+    pub(crate) mode: String,
+    pub(crate) kernel: String,
+    pub(crate) pinned: bool,
+    pub(crate) window: u64,
+    pub(crate) pairs: usize,
+    pub(crate) rings: Vec<String>,
+    pub(crate) baseline: bool,
+}
+
+pub(crate) fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        f64::NAN
+    }
+}
+
+/// A column of a throughput table: its heading with one series (OSU's) and its value.
+pub(crate) struct Metric {
+    pub(crate) osu: &'static str,
+    pub(crate) short: &'static str,
+    pub(crate) get: fn(&Throughput) -> f64,
+}
+
+/// Width of a value column (OSU's `FIELD_WIDTH`).
+const W: usize = 20;
+/// Width of a ratio column.
+const RW: usize = 12;
+
+/// The column header line: OSU's exact one for a single series, else one column per
+/// series and metric, then the ratios (first metric): each backend / the baseline, and
+/// each later backend / the first.
+pub(crate) fn columns(info: &StreamInfo, metrics: &[Metric]) -> String {
+    let mut s = format!("{:<10}", "# Size");
+    if info.rings.len() == 1 && !info.baseline {
+        for m in metrics {
+            s.push_str(&format!("{:>W$}", m.osu));
+        }
+        return s;
+    }
+    let mut names: Vec<&str> = info.rings.iter().map(String::as_str).collect();
+    if info.baseline {
+        names.push("baseline");
+    }
+    for n in &names {
+        for m in metrics {
+            s.push_str(&format!("{:>W$}", format!("{n} {}", m.short)));
+        }
+    }
+    if info.baseline {
+        for r in &info.rings {
+            s.push_str(&format!("{:>RW$}", format!("{r}/base")));
+        }
+    }
+    if let [a, rest @ ..] = info.rings.as_slice() {
+        for b in rest {
+            s.push_str(&format!("{:>RW$}", format!("{b}/{a}")));
+        }
+    }
+    s
+}
+
+/// One table row, aligned under [`columns`].
+pub(crate) fn cells(info: &StreamInfo, row: &StreamRow, metrics: &[Metric]) -> String {
+    let mut s = format!("{:<10}", row.size);
+    let mut all: Vec<&Throughput> = row.rings.iter().collect();
+    all.extend(row.base.iter());
+    for t in &all {
+        for m in metrics {
+            s.push_str(&format!("{:>W$.2}", (m.get)(t)));
+        }
+    }
+    let first = metrics[0].get;
+    if let (Some(b), true) = (row.base.as_ref(), info.baseline) {
+        for t in &row.rings {
+            s.push_str(&format!("{:>RW$.2}", ratio(first(t), first(b))));
+        }
+    }
+    if let [a, rest @ ..] = row.rings.as_slice() {
+        for t in rest {
+            s.push_str(&format!("{:>RW$.2}", ratio(first(t), first(a))));
+        }
+    }
+    s
+}
+
+/// The header lines common to both benchmarks.
+pub(crate) fn common_header(info: &StreamInfo, title: &str, counts: &str) -> String {
+    let pinned = if info.pinned { "cpu0/cpu1" } else { "no" };
+    format!(
+        "# {title}\n\
+         # backend: {}  mode: {}  kernel: {}  pinned: {pinned}\n\
+         # [ pairs: {} ] [ window size: {} ]; each window acknowledged by a {ACK_BYTES}-byte \
+         message; loops: {counts}; MB = 10^6 bytes",
+        info.rings.join(", "),
+        info.mode,
+        info.kernel,
+        info.pairs,
+        info.window,
+    )
+}
+
+/// JSON lines of one size: one object per ringbtl series, the baseline folded in.
+pub(crate) fn json_lines(info: &StreamInfo, row: &StreamRow) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, t) in row.rings.iter().enumerate() {
+        let mut kv: Vec<(String, String)> = vec![
+            ("bench".into(), json_str(info.bench.name())),
+            ("backend".into(), json_str(&info.rings[k])),
+            ("mode".into(), json_str(&info.mode)),
+            ("size".into(), row.size.to_string()),
+            ("window".into(), info.window.to_string()),
+            ("pairs".into(), t.pairs.to_string()),
+            ("iters".into(), t.loops.to_string()),
+            ("warmup".into(), t.warmup.to_string()),
+            ("mb_s".into(), json_num(t.mb_s)),
+            ("msg_s".into(), json_num(t.msg_s)),
+            ("pinned".into(), info.pinned.to_string()),
+            ("kernel".into(), json_str(&info.kernel)),
+        ];
+        if let Some(b) = row.base {
+            kv.push(("baseline_mb_s".into(), json_num(b.mb_s)));
+            kv.push(("baseline_msg_s".into(), json_num(b.msg_s)));
+            kv.push(("ratio".into(), json_num(ratio(t.mb_s, b.mb_s))));
+        }
+        if k > 0 {
+            let first = &info.rings[0];
+            kv.push((format!("{first}_mb_s"), json_num(row.rings[0].mb_s)));
+            kv.push((
+                format!("ratio_vs_{first}"),
+                json_num(ratio(t.mb_s, row.rings[0].mb_s)),
+            ));
+        }
+        let body: Vec<String> = kv
+            .iter()
+            .map(|(key, val)| format!("{}:{val}", json_str(key)))
+            .collect();
+        out.push(format!("{{{}}}", body.join(",")));
+    }
+    out
+}
+
+// ----- the ringbtl side ------------------------------------------------------------------
+
+/// State shared between a [`Streamer`]'s callbacks and its loops.
+#[derive(Default)]
+struct Shared {
+    /// DATA messages received (cumulative).
+    received: Cell<u64>,
+    /// DATA messages received in the current window (receiver).
+    in_window: Cell<u64>,
+    /// Acknowledgements received (cumulative, sender).
+    acks: Cell<u64>,
+    /// Sends completed successfully (cumulative).
+    completed: Cell<u64>,
+    /// Messages per window in the current phase.
+    window: Cell<u64>,
+    /// Length every DATA message must have in the current phase.
+    expect: Cell<usize>,
+    /// First failure a callback saw; ends the run.
+    failure: RefCell<Option<String>>,
+}
+
+impl Shared {
+    fn fail(&self, why: impl FnOnce() -> String) {
+        self.failure.borrow_mut().get_or_insert_with(why);
+    }
+}
+
+/// One transport of one rank of a pair.
+pub(crate) struct Streamer {
+    tr: Transport,
+    rank: u32,
+    peer: PeerId,
+    sh: Rc<Shared>,
+}
+
+impl Streamer {
+    /// Creates the transport of `rank`, paired with `peer` (the sender of a pair runs
+    /// [`send_windows`](Self::send_windows), the receiver [`serve`](Self::serve)), and
+    /// registers the handlers.
+    pub(crate) fn new(
+        rank: u32,
+        peer: u32,
+        backend: BackendKind,
+        mode: Mode,
+    ) -> Result<Self, String> {
+        let mut cfg = Config::new(PeerId(rank))
+            .from_env()
+            .map_err(|e| e.to_string())?;
+        cfg.backend = backend;
+        cfg.progress = mode.progress();
+        let mut tr = Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))?;
+        let sh: Rc<Shared> = Rc::default();
+        let ack = [Bytes::from_static(&[0x41; ACK_BYTES])];
+        let s = sh.clone();
+        tr.register(DATA, move |t: &mut Transport, am| {
+            if am.payload.len() != s.expect.get() {
+                s.fail(|| {
+                    format!(
+                        "received {} bytes from {}, expected {}",
+                        am.payload.len(),
+                        am.src,
+                        s.expect.get()
+                    )
+                });
+                return;
+            }
+            s.received.set(s.received.get() + 1);
+            let n = s.in_window.get() + 1;
+            if n < s.window.get() {
+                s.in_window.set(n);
+                return;
+            }
+            s.in_window.set(0);
+            if let Err(e) = t.send(am.src, ACK, &ack, s.received.get()) {
+                s.fail(|| format!("acknowledgement to {}: {e}", am.src));
+            }
+        })
+        .map_err(|e| format!("registering tag {}: {e}", DATA.0))?;
+        let s = sh.clone();
+        tr.register(ACK, move |_: &mut Transport, am| {
+            if am.payload.len() == ACK_BYTES {
+                s.acks.set(s.acks.get() + 1);
+            } else {
+                s.fail(|| format!("a {}-byte acknowledgement", am.payload.len()));
+            }
+        })
+        .map_err(|e| format!("registering tag {}: {e}", ACK.0))?;
+        let s = sh.clone();
+        tr.on_complete(move |c| match c.result {
+            Ok(()) => s.completed.set(s.completed.get() + 1),
+            Err(e) => s.fail(|| format!("send to {} failed: {e}", c.peer)),
+        });
+        let s = sh.clone();
+        tr.on_error(move |peer, why| s.fail(|| format!("{peer} failed: {why}")));
+        Ok(Self {
+            tr,
+            rank,
+            peer: PeerId(peer),
+            sh,
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.tr.local_addr()
+    }
+
+    pub(crate) fn backend_name(&self) -> &'static str {
+        self.tr.backend_name()
+    }
+
+    pub(crate) fn add_peer(&mut self, addr: SocketAddr) -> Result<(), String> {
+        self.tr
+            .add_peer(self.peer, vec![addr])
+            .map_err(|e| format!("adding {} at {addr}: {e}", self.peer))
+    }
+
+    /// Progress (in the transport's mode) until `acks`, `received` and `completed` reach
+    /// the targets; a callback's failure or the deadline ends it with an error.
+    fn wait_for(
+        &mut self,
+        acks: u64,
+        received: u64,
+        completed: u64,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let sh = &self.sh;
+        let met = self
+            .tr
+            .wait_until(deadline, |_| {
+                (sh.acks.get() >= acks
+                    && sh.received.get() >= received
+                    && sh.completed.get() >= completed)
+                    || sh.failure.borrow().is_some()
+            })
+            .map_err(|e| format!("progress: {e}"))?;
+        if let Some(f) = sh.failure.borrow().as_ref() {
+            return Err(f.clone());
+        }
+        if !met {
+            return Err(format!(
+                "timed out (rank {}: {} messages and {} acknowledgements received, {} sends \
+                 completed)",
+                self.rank,
+                sh.received.get(),
+                sh.acks.get(),
+                sh.completed.get()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sender: `warmup + loops` windows of `window` messages of `size` bytes.
+    pub(crate) fn send_windows(
+        &mut self,
+        size: usize,
+        window: u64,
+        warmup: u64,
+        loops: u64,
+        deadline: Instant,
+    ) -> Result<PairTiming, String> {
+        let seg = [Bytes::from(vec![0xa5u8; size])];
+        let acks0 = self.sh.acks.get();
+        let done0 = self.sh.completed.get();
+        let mut t0 = Instant::now();
+        let mut cookie = 0u64;
+        for i in 0..warmup + loops {
+            if i == warmup {
+                t0 = Instant::now();
+            }
+            for _ in 0..window {
+                self.tr
+                    .send(self.peer, DATA, &seg, cookie)
+                    .map_err(|e| format!("send to {}: {e}", self.peer))?;
+                cookie += 1;
+            }
+            // As osu_bw: every send of the window has completed and the ack is in.
+            self.wait_for(acks0 + i + 1, 0, done0 + cookie, deadline)?;
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        Ok(PairTiming {
+            msgs: window * loops,
+            bytes: window * loops * size as u64,
+            secs,
+        })
+    }
+
+    /// Receiver, first half: expect `size`-byte messages in windows of `window`.
+    fn arm(&mut self, size: usize, window: u64) {
+        self.sh.expect.set(size);
+        self.sh.window.set(window);
+        self.sh.in_window.set(0);
+    }
+
+    /// Receiver, second half: every message of `loops` windows is in and every
+    /// acknowledgement has left.
+    fn serve(
+        &mut self,
+        window: u64,
+        loops: u64,
+        rx0: u64,
+        done0: u64,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        self.wait_for(0, rx0 + window * loops, done0 + loops, deadline)
+    }
+
+    pub(crate) fn shutdown(&mut self) -> Result<(), String> {
+        self.tr
+            .shutdown(SHUTDOWN_TIMEOUT)
+            .map_err(|e| format!("shutdown: {e}"))
+    }
+}
+
+// ----- the plain-socket side -------------------------------------------------------------
+
+/// The baseline's connected socket and buffers (sized for the current phase).
+pub(crate) struct PlainStream {
+    pub(crate) sock: TcpStream,
+    pub(crate) buf: Vec<u8>,
+}
+
+/// SO_RCVTIMEO / SO_SNDTIMEO of the blocking baseline: bounds each call so the loops
+/// check their deadline at least once a second.
+pub(crate) const SOCKET_SLICE: Duration = Duration::from_secs(1);
+
+impl PlainStream {
+    fn setup(sock: TcpStream) -> Result<Self, String> {
+        sock.set_nodelay(true)
+            .and_then(|()| sock.set_read_timeout(Some(SOCKET_SLICE)))
+            .and_then(|()| sock.set_write_timeout(Some(SOCKET_SLICE)))
+            .map_err(|e| format!("baseline socket: {e}"))?;
+        Ok(Self {
+            sock,
+            buf: Vec::new(),
+        })
+    }
+
+    fn accept(l: &TcpListener) -> Result<Self, String> {
+        let deadline = Instant::now() + SETUP_TIMEOUT;
+        l.set_nonblocking(true)
+            .map_err(|e| format!("baseline listener: {e}"))?;
+        let sock = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err("baseline: the peer never connected".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("baseline: accept: {e}")),
+            }
+        };
+        sock.set_nonblocking(false)
+            .map_err(|e| format!("baseline socket: {e}"))?;
+        Self::setup(sock)
+    }
+
+    fn connect(addr: SocketAddr) -> Result<Self, String> {
+        let sock = TcpStream::connect_timeout(&addr, SETUP_TIMEOUT)
+            .map_err(|e| format!("baseline: connecting to {addr}: {e}"))?;
+        Self::setup(sock)
+    }
+
+    /// Makes the payload buffer `n` bytes long.
+    pub(crate) fn size_buf(&mut self, n: usize) {
+        self.buf.clear();
+        self.buf.resize(n.max(ACK_BYTES), 0x5a);
+    }
+}
+
+/// EAGAIN, a socket time-out or EINTR: retry unless the deadline has passed.
+pub(crate) fn retry(e: std::io::Error, op: &str, deadline: Instant) -> Result<(), String> {
+    use std::io::ErrorKind::{Interrupted, TimedOut, WouldBlock};
+    match e.kind() {
+        WouldBlock | TimedOut | Interrupted => {
+            if Instant::now() >= deadline {
+                Err(format!("baseline {op} timed out"))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Err(format!("baseline {op}: {e}")),
+    }
+}
+
+// ----- the two ranks ---------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Series {
+    Ring(usize),
+    Socket,
+}
+
+fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
+    let mode = args.mode()?;
+    let kinds = args.backends()?;
+    let sizes = args.sizes();
+    let phase_timeout = Duration::from_secs(args.timeout);
+    if args.pin {
+        crate::pin(0)?;
+    }
+    let mut rings = Vec::new();
+    for &k in &kinds {
+        rings.push(Streamer::new(0, 1, k, mode)?);
+    }
+    let listener = if args.baseline {
+        Some(
+            TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+                .map_err(|e| format!("baseline: listening on 127.0.0.1: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let mut peer = PeerProc::spawn()?;
+    let mut peer_addrs = Vec::new();
+    loop {
+        let line = peer.expect(SETUP_TIMEOUT)?;
+        let mut w = line.split_whitespace();
+        match (w.next(), w.next(), w.next()) {
+            (Some("READY"), None, None) => break,
+            (Some("ADDR"), Some(_), Some(a)) => peer_addrs.push(
+                a.parse::<SocketAddr>()
+                    .map_err(|e| format!("rank 1 sent a bad address {a:?}: {e}"))?,
+            ),
+            _ => return Err(format!("rank 1 sent an unexpected line: {line:?}")),
+        }
+    }
+    if peer_addrs.len() != rings.len() {
+        return Err(format!(
+            "rank 1 created {} transports, rank 0 {}",
+            peer_addrs.len(),
+            rings.len()
+        ));
+    }
+    for (i, r) in rings.iter_mut().enumerate() {
+        r.add_peer(peer_addrs[i])?;
+        peer.send(&format!("PEER {i} {}", r.local_addr()))?;
+    }
+    if let Some(l) = &listener {
+        let a = l
+            .local_addr()
+            .map_err(|e| format!("baseline listener: {e}"))?;
+        peer.send(&format!("BASE {a}"))?;
+    }
+    peer.send("SYNC")?;
+    peer.expect_exact("SYNCED", SETUP_TIMEOUT)?;
+    let mut plain = match &listener {
+        Some(l) => Some(PlainStream::accept(l)?),
+        None => None,
+    };
+    drop(listener);
+
+    let mut series: Vec<Series> = (0..rings.len()).map(Series::Ring).collect();
+    if plain.is_some() {
+        series.push(Series::Socket);
+    }
+    // One untimed window per series: connections are up before anything is measured.
+    for &s in &series {
+        phase(
+            bench,
+            &mut peer,
+            &mut rings,
+            &mut plain,
+            s,
+            1,
+            1,
+            0,
+            1,
+            phase_timeout,
+        )
+        .map_err(|e| format!("first exchange: {e}"))?;
+    }
+
+    let info = StreamInfo {
+        bench,
+        mode: mode.name(),
+        kernel: crate::kernel_release(),
+        pinned: args.pin,
+        window: args.window,
+        pairs: 1,
+        rings: rings.iter().map(|r| r.backend_name().to_string()).collect(),
+        baseline: plain.is_some(),
+    };
+    let out = &mut std::io::stdout();
+    if !args.json {
+        let counts = describe_counts(args, &sizes);
+        let header = match bench {
+            Bench::Bw => bw::header(&info, &counts),
+            Bench::Rate => rate::header(&info, &counts),
+        };
+        let _ = writeln!(out, "{header}");
+        let _ = out.flush();
+    }
+    let mut result = Ok(());
+    'sizes: for &size in &sizes {
+        let (warmup, loops) = args.counts(size);
+        let mut row = StreamRow {
+            size,
+            rings: Vec::new(),
+            base: None,
+        };
+        for &s in &series {
+            match phase(
+                bench,
+                &mut peer,
+                &mut rings,
+                &mut plain,
+                s,
+                size,
+                args.window,
+                warmup,
+                loops,
+                phase_timeout,
+            ) {
+                Ok(t) => {
+                    let t = Throughput::from_pairs(loops, warmup, &[t]);
+                    match s {
+                        Series::Socket => row.base = Some(t),
+                        Series::Ring(_) => row.rings.push(t),
+                    }
+                }
+                Err(e) => {
+                    result = Err(format!("size {size}: {e}"));
+                    break 'sizes;
+                }
+            }
+        }
+        if args.json {
+            for l in json_lines(&info, &row) {
+                let _ = writeln!(out, "{l}");
+            }
+        } else {
+            let line = match bench {
+                Bench::Bw => bw::row(&info, &row),
+                Bench::Rate => rate::row(&info, &row),
+            };
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
+    }
+    result?;
+
+    peer.send("QUIT")?;
+    let mut shut = Ok(());
+    for r in &mut rings {
+        if let Err(e) = r.shutdown() {
+            shut = Err(e);
+        }
+    }
+    peer.expect_exact("BYE", SETUP_TIMEOUT)?;
+    peer.finish(SETUP_TIMEOUT)?;
+    shut
+}
+
+fn describe_counts(args: &StreamArgs, sizes: &[usize]) -> String {
+    let small = args.counts(0);
+    let large = args.counts(LARGE_MESSAGE_SIZE + 1);
+    let has_small = sizes.iter().any(|&s| s <= LARGE_MESSAGE_SIZE);
+    let has_large = sizes.iter().any(|&s| s > LARGE_MESSAGE_SIZE);
+    let one = |(w, n): (u64, u64)| format!("{n} (warm-up {w})");
+    if has_small && has_large && small != large {
+        format!(
+            "{} up to {LARGE_MESSAGE_SIZE} bytes, {} above",
+            one(small),
+            one(large)
+        )
+    } else if has_large {
+        one(large)
+    } else {
+        one(small)
+    }
+}
+
+/// One phase on the sender, the receiver in lockstep: announce, wait until it is ready,
+/// measure, wait until it has received everything.
+#[allow(clippy::too_many_arguments)]
+fn phase(
+    bench: Bench,
+    peer: &mut PeerProc,
+    rings: &mut [Streamer],
+    plain: &mut Option<PlainStream>,
+    s: Series,
+    size: usize,
+    window: u64,
+    warmup: u64,
+    loops: u64,
+    timeout: Duration,
+) -> Result<PairTiming, String> {
+    let (which, label) = match s {
+        Series::Ring(i) => (format!("ring {i}"), rings[i].backend_name()),
+        Series::Socket => ("socket".to_string(), "baseline"),
+    };
+    peer.send(&format!("RUN {which} {size} {window} {}", warmup + loops))?;
+    peer.expect_exact("OK", SETUP_TIMEOUT)?;
+    let deadline = Instant::now() + timeout;
+    let measured = match (s, plain.as_mut()) {
+        (Series::Ring(i), _) => rings[i].send_windows(size, window, warmup, loops, deadline),
+        (Series::Socket, Some(p)) => match bench {
+            Bench::Bw => bw::plain_send(p, size, window, warmup, loops, deadline),
+            Bench::Rate => rate::plain_send(p, size, window, warmup, loops, deadline),
+        },
+        (Series::Socket, None) => Err("internal: no baseline socket".into()),
+    };
+    let t = match measured {
+        Ok(t) => t,
+        Err(e) => {
+            let theirs = peer.expect(Duration::from_secs(1)).err();
+            return Err(match theirs {
+                Some(t) if t.starts_with("rank 1") => format!("{label}: {e}; {t}"),
+                _ => format!("{label}: {e}"),
+            });
+        }
+    };
+    peer.expect_exact("DONE", timeout + SETUP_TIMEOUT)
+        .map_err(|e| format!("{label}: {e}"))?;
+    Ok(t)
+}
+
+fn run_receiver(bench: Bench, args: &StreamArgs, ctl: &mut control::Child) -> Result<(), String> {
+    let mode = args.mode()?;
+    let kinds = args.backends()?;
+    let phase_timeout = Duration::from_secs(args.timeout);
+    if args.pin {
+        crate::pin(1)?;
+    }
+    let mut rings = Vec::new();
+    for &k in &kinds {
+        rings.push(Streamer::new(1, 0, k, mode)?);
+    }
+    for (i, r) in rings.iter().enumerate() {
+        ctl.send(&format!("ADDR {i} {} {}", r.local_addr(), r.backend_name()))?;
+    }
+    ctl.send("READY")?;
+    let mut plain: Option<PlainStream> = None;
+    loop {
+        let line = ctl.recv()?;
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["PEER", i, addr] => {
+                let i: usize = crate::parse(i, &line)?;
+                rings
+                    .get_mut(i)
+                    .ok_or_else(|| format!("no transport {i}"))?
+                    .add_peer(crate::parse(addr, &line)?)?;
+            }
+            ["BASE", addr] => plain = Some(PlainStream::connect(crate::parse(addr, &line)?)?),
+            ["SYNC"] => ctl.send("SYNCED")?,
+            ["RUN", kind, rest @ ..] => {
+                let (which, nums) = match (*kind, rest) {
+                    ("ring", [i, nums @ ..]) => (Some(crate::parse::<usize>(i, &line)?), nums),
+                    ("socket", nums) => (None, nums),
+                    _ => return Err(format!("bad command {line:?}")),
+                };
+                let [size, window, loops] = nums else {
+                    return Err(format!("bad command {line:?}"));
+                };
+                let size: usize = crate::parse(size, &line)?;
+                let window: u64 = crate::parse(window, &line)?;
+                let loops: u64 = crate::parse(loops, &line)?;
+                match which {
+                    Some(i) => {
+                        let r = rings
+                            .get_mut(i)
+                            .ok_or_else(|| format!("no transport {i}"))?;
+                        r.arm(size, window);
+                        let (rx0, done0) = (r.sh.received.get(), r.sh.completed.get());
+                        ctl.send("OK")?;
+                        let deadline = Instant::now() + phase_timeout;
+                        r.serve(window, loops, rx0, done0, deadline)?;
+                    }
+                    None => {
+                        let p = plain.as_mut().ok_or("no baseline socket")?;
+                        ctl.send("OK")?;
+                        let deadline = Instant::now() + phase_timeout;
+                        match bench {
+                            Bench::Bw => bw::plain_recv(p, size, window, loops, deadline)?,
+                            Bench::Rate => rate::plain_recv(p, size, window, loops, deadline)?,
+                        }
+                    }
+                }
+                ctl.send("DONE")?;
+            }
+            ["QUIT"] => {
+                let mut res = Ok(());
+                for r in &mut rings {
+                    if let Err(e) = r.shutdown() {
+                        res = Err(e);
+                    }
+                }
+                ctl.send("BYE")?;
+                return res;
+            }
+            _ => return Err(format!("bad command {line:?}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Cmd};
+    use clap::Parser;
+
+    fn args(v: &[&str]) -> StreamArgs {
+        match Cli::try_parse_from(v).unwrap().command {
+            Some(Cmd::Bw(a) | Cmd::Rate(a)) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn osu_bw_counts() {
+        let a = args(&["b", "bw"]);
+        assert_eq!(a.counts(8192), (10, 100));
+        assert_eq!(a.counts(8193), (2, 20));
+        assert_eq!(a.window, 64);
+        assert_eq!(a.sizes().first(), Some(&1));
+        assert_eq!(a.sizes().last(), Some(&(4 << 20)));
+        let q = args(&["b", "rate", "--quick", "--window", "8"]);
+        assert_eq!(q.counts(8), (1, 10));
+        assert_eq!(q.counts(1 << 20), (0, 2));
+        assert_eq!(q.window, 8);
+        assert!(Cli::try_parse_from(["b", "bw", "--window", "0"]).is_err());
+        let m = args(&["b", "rate", "--mode", "spin:20"]);
+        assert_eq!(
+            m.mode,
+            Some(ProgressMode::SpinThenBlock(Duration::from_micros(20)))
+        );
+    }
+
+    #[test]
+    fn pairs_add_up() {
+        let p = PairTiming {
+            msgs: 6400,
+            bytes: 6400 * 8,
+            secs: 0.001,
+        };
+        let one = Throughput::from_pairs(100, 10, &[p]);
+        assert!((one.msg_s - 6.4e6).abs() < 1e-3);
+        assert!((one.mb_s - 51.2).abs() < 1e-9);
+        let two = Throughput::from_pairs(100, 10, &[p, PairTiming { secs: 0.002, ..p }]);
+        assert_eq!(two.pairs, 2);
+        assert!((two.msg_s - 9.6e6).abs() < 1e-3);
+    }
+
+    #[test]
+    fn json_keys() {
+        let info = StreamInfo {
+            bench: Bench::Rate,
+            mode: "spin:20".into(),
+            kernel: "6.18".into(),
+            pinned: true,
+            window: 64,
+            pairs: 1,
+            rings: vec!["uring".into(), "epoll".into()],
+            baseline: true,
+        };
+        let t = Throughput {
+            pairs: 1,
+            loops: 100,
+            warmup: 10,
+            mb_s: 40.0,
+            msg_s: 5e6,
+        };
+        let row = StreamRow {
+            size: 8,
+            rings: vec![t, Throughput { mb_s: 20.0, ..t }],
+            base: Some(Throughput { mb_s: 10.0, ..t }),
+        };
+        let l = json_lines(&info, &row);
+        assert_eq!(l.len(), 2);
+        assert!(l[0].starts_with("{\"bench\":\"rate\",\"backend\":\"uring\",\"mode\":\"spin:20\""));
+        assert!(l[0].contains("\"ratio\":4.000"), "{}", l[0]);
+        assert!(l[1].contains("\"ratio_vs_uring\":0.500"), "{}", l[1]);
+    }
+}
