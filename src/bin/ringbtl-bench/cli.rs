@@ -55,7 +55,7 @@ pub(crate) struct AlltoallArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) rounds: u32,
 
-    /// poll, block or spin[:USECS] [default: RINGBTL_PROGRESS, else block when the
+    /// poll, block, spin or spin:USECS [default: RINGBTL_PROGRESS, else block when the
     /// node is oversubscribed, else poll]
     #[arg(long, value_name = "poll|block|spin[:USECS]", value_parser = parse_mode)]
     pub(crate) mode: Option<ProgressMode>,
