@@ -1,10 +1,12 @@
 //! Micro-benchmarks of the sans-IO hot paths: header codec, receive-cache parsing of a
-//! 64 KiB read full of small frames, and coalescing 64 queued frames into one batch.
+//! 64 KiB read full of small frames, active-message dispatch of those frames, and
+//! coalescing 64 queued frames into one batch.
 
 use std::hint::black_box;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ringbtl::proto::am::AmTable;
 use ringbtl::proto::recv_cache::{Next, RxBuf};
 use ringbtl::proto::tx::TxBatch;
 use ringbtl::wire::{FrameKind, Header, Tag};
@@ -59,6 +61,57 @@ fn recv_cache(c: &mut Criterion) {
     g.finish();
 }
 
+/// Parse a 64 KiB read of 8-byte-payload frames on four tags and hand every payload to
+/// its handler through the AM table (taken out for the call, put back after), as the
+/// transport does.
+fn am_dispatch(c: &mut Criterion) {
+    let mut stream = Vec::new();
+    let mut frames = 0u64;
+    while stream.len() + 16 <= 64 * 1024 {
+        stream.extend_from_slice(
+            &Header {
+                kind: FrameKind::Send,
+                tag: Tag(1 + (frames % 4) as u8),
+                len: 8,
+            }
+            .to_bytes(),
+        );
+        stream.extend_from_slice(&frames.to_le_bytes());
+        frames += 1;
+    }
+    type H = Box<dyn FnMut(&[u8], &mut u64)>;
+    let mut table: AmTable<H> = AmTable::new();
+    for t in 1..=4u8 {
+        table
+            .register(
+                Tag(t),
+                Box::new(|p: &[u8], acc: &mut u64| *acc += p[0] as u64),
+            )
+            .ok()
+            .expect("fresh tag");
+    }
+    let mut g = c.benchmark_group("am");
+    g.throughput(Throughput::Elements(frames));
+    let mut rx = RxBuf::cache(64 * 1024);
+    g.bench_function("parse_and_dispatch_64KiB_of_8B_frames", |x| {
+        x.iter(|| {
+            let spare = rx.spare_mut();
+            spare[..stream.len()].copy_from_slice(&stream);
+            rx.commit(stream.len());
+            let mut acc = 0u64;
+            while let Next::Frame(h, r) = rx.next_frame(1 << 20).unwrap() {
+                if let Some(mut f) = table.take(h.tag) {
+                    f(rx.bytes(r), &mut acc);
+                    table.restore(h.tag, f);
+                }
+            }
+            rx.compact();
+            black_box(acc)
+        })
+    });
+    g.finish();
+}
+
 fn coalesce(c: &mut Criterion) {
     let small = Bytes::from_static(&[7u8; 8]);
     let big = Bytes::from(vec![1u8; 16 * 1024]);
@@ -102,7 +155,7 @@ fn coalesce(c: &mut Criterion) {
 #[allow(missing_docs)]
 mod group {
     use super::*;
-    criterion_group!(benches, header, recv_cache, coalesce);
+    criterion_group!(benches, header, recv_cache, am_dispatch, coalesce);
 }
 use group::benches;
 criterion_main!(benches);

@@ -18,6 +18,7 @@ use bytes::Bytes;
 
 use crate::config::Config;
 use crate::error::{Error, FailReason, ProbeError, SendError};
+use crate::proto::am::AmTable;
 use crate::proto::core::{
     Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, Source, Step,
 };
@@ -93,7 +94,7 @@ type ErrorFn = Box<dyn FnMut(PeerId, &FailReason)>;
 pub struct Transport {
     backend: AnyBackend,
     core: Core,
-    handlers: Vec<Option<Handler>>,
+    handlers: AmTable<Handler>,
     on_complete: Option<CompletionFn>,
     on_error: Option<ErrorFn>,
     events: Vec<Event>,
@@ -104,7 +105,6 @@ pub struct Transport {
     ifaces: Option<Vec<Interface>>,
     cfg: Config,
     dispatching: u32,
-    unknown_tag: u64,
     accept_errors: u64,
     backend_note: Option<String>,
     last_now: Instant,
@@ -180,12 +180,10 @@ impl Transport {
             handshake_timeout: cfg.handshake_timeout,
             max_half_open: cfg.max_half_open,
         });
-        let mut handlers = Vec::with_capacity(256);
-        handlers.resize_with(256, || None);
         Ok(Self {
             backend,
             core,
-            handlers,
+            handlers: AmTable::new(),
             on_complete: None,
             on_error: None,
             events: Vec::with_capacity(256),
@@ -194,7 +192,6 @@ impl Transport {
             ifaces,
             cfg,
             dispatching: 0,
-            unknown_tag: 0,
             accept_errors: 0,
             backend_note,
             last_now: Instant::now(),
@@ -356,17 +353,14 @@ impl Transport {
     where
         F: FnMut(&mut Transport, &Am<'_>) + 'static,
     {
-        let slot = &mut self.handlers[tag.0 as usize];
-        if slot.is_some() {
-            return Err(Error::TagInUse(tag));
-        }
-        *slot = Some(Box::new(f));
-        Ok(())
+        self.handlers
+            .register(tag, Box::new(f))
+            .map_err(|_| Error::TagInUse(tag))
     }
 
     /// Removes the handler for `tag`; returns whether there was one.
     pub fn unregister(&mut self, tag: Tag) -> bool {
-        self.handlers[tag.0 as usize].take().is_some()
+        self.handlers.unregister(tag).is_some()
     }
 
     /// Sets the callback that hears every send completion (once per accepted send).
@@ -511,7 +505,7 @@ impl Transport {
         let c = self.core.counters();
         let zc = self.backend.zerocopy_counts();
         Stats {
-            unknown_tag: self.unknown_tag,
+            unknown_tag: self.handlers.unknown(),
             bad_magic: c.bad_magic,
             refused: c.refused,
             simultaneous: c.simultaneous,
@@ -654,20 +648,16 @@ impl Transport {
     }
 
     fn dispatch(&mut self, src: PeerId, tag: Tag, payload: &[u8]) {
-        let slot = tag.0 as usize;
         // The handler is moved out for the call so it can borrow the transport mutably.
-        let Some(mut h) = self.handlers[slot].take() else {
-            self.unknown_tag += 1;
+        let Some(mut h) = self.handlers.take(tag) else {
             tracing::debug!("dropped a message from {src} for unregistered {tag:?}");
             return;
         };
         self.dispatching += 1;
         h(self, &Am { src, tag, payload });
         self.dispatching -= 1;
-        // Keep a handler registered from inside the call; else put this one back.
-        if self.handlers[slot].is_none() {
-            self.handlers[slot] = Some(h);
-        }
+        // A handler registered from inside the call wins; else this one goes back.
+        self.handlers.restore(tag, h);
     }
 
     fn run_actions(&mut self) {

@@ -3,6 +3,7 @@
 //! Time is passed in; bytes come in through [`recv_cache::RxBuf`] and go out through
 //! [`tx::TxBatch`].
 
+pub mod am;
 pub mod core;
 pub mod recv_cache;
 pub mod tx;
