@@ -211,38 +211,18 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
 
     let mut peer = PeerProc::spawn()?;
     // Rank 1 announces its transports: `ADDR <index> <ip:port> <backend>`, then `READY`.
-    let mut peer_addrs = Vec::new();
-    loop {
-        let line = peer.expect(SETUP_TIMEOUT)?;
-        let mut w = line.split_whitespace();
-        match (w.next(), w.next(), w.next()) {
-            (Some("READY"), None, None) => break,
-            (Some("ADDR"), Some(_), Some(a)) => peer_addrs.push(
-                a.parse::<SocketAddr>()
-                    .map_err(|e| format!("rank 1 sent a bad address {a:?}: {e}"))?,
-            ),
-            _ => return Err(format!("rank 1 sent an unexpected line: {line:?}")),
-        }
+    let ours: Vec<SocketAddr> = rings.iter().map(|r| r.local_addr()).collect();
+    let base = match &listener {
+        Some(l) => Some(
+            l.local_addr()
+                .map_err(|e| format!("baseline listener: {e}"))?,
+        ),
+        None => None,
+    };
+    let peer_addrs = peer.exchange(&ours, base)?;
+    for (r, a) in rings.iter_mut().zip(peer_addrs) {
+        r.add_peer(a)?;
     }
-    if peer_addrs.len() != rings.len() {
-        return Err(format!(
-            "rank 1 created {} transports, rank 0 {}",
-            peer_addrs.len(),
-            rings.len()
-        ));
-    }
-    for (i, r) in rings.iter_mut().enumerate() {
-        r.add_peer(peer_addrs[i])?;
-        peer.send(&format!("PEER {i} {}", r.local_addr()))?;
-    }
-    if let Some(l) = &listener {
-        let a = l
-            .local_addr()
-            .map_err(|e| format!("baseline listener: {e}"))?;
-        peer.send(&format!("BASE {a}"))?;
-    }
-    peer.send("SYNC")?;
-    peer.expect_exact("SYNCED", SETUP_TIMEOUT)?;
     let mut plain = match &listener {
         Some(l) => Some(Plain::accept(
             l,

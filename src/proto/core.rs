@@ -682,32 +682,54 @@ impl Core {
                 Stage::Dead | Stage::Connecting => return Step::Drop,
                 Stage::ExpectHello | Stage::ExpectAccept => {
                     let stage = c.stage;
-                    match rx.next_hello() {
-                        Ok(None) => return Step::Rearm,
-                        Ok(Some(h)) => {
-                            if stage == Stage::ExpectHello {
-                                self.on_hello(now, conn, h);
-                            } else {
-                                self.on_accept_record(now, conn, h);
-                            }
-                        }
-                        Err(e) => {
-                            self.handshake_garbage(conn, e.into());
-                            return Step::Drop;
-                        }
+                    match self.handshake_record(now, conn, stage, rx.next_hello()) {
+                        Some(true) => {}
+                        Some(false) => return Step::Rearm,
+                        None => return Step::Drop,
                     }
                 }
                 Stage::Open => {
                     let peer = c.peer.expect("open conn knows its peer");
-                    if !rx.wants_all() && rx.capacity() < self.cfg.recv_cache {
-                        // Adopted: from the handshake buffer to the full receive cache.
-                        rx.grow(self.cfg.recv_cache);
-                    }
+                    self.adopted_cache(rx);
                     if let Some(s) = self.open_step(now, conn, peer, rx) {
                         return s;
                     }
                 }
             }
+        }
+    }
+
+    /// Handles what a connection still in its handshake parsed: `Some(true)` a record was
+    /// handled (look again), `Some(false)` more bytes are needed, `None` the connection
+    /// is gone (garbage: closed and counted).
+    fn handshake_record(
+        &mut self,
+        now: Instant,
+        conn: ConnKey,
+        stage: Stage,
+        parsed: Result<Option<Hello>, crate::error::WireError>,
+    ) -> Option<bool> {
+        match parsed {
+            Ok(None) => Some(false),
+            Ok(Some(h)) => {
+                if stage == Stage::ExpectHello {
+                    self.on_hello(now, conn, h);
+                } else {
+                    self.on_accept_record(now, conn, h);
+                }
+                Some(true)
+            }
+            Err(e) => {
+                self.handshake_garbage(conn, e.into());
+                None
+            }
+        }
+    }
+
+    /// An adopted connection trades its handshake-sized buffer for the full cache.
+    fn adopted_cache(&self, rx: &mut RxBuf) {
+        if !rx.wants_all() && rx.capacity() < self.cfg.recv_cache {
+            rx.grow(self.cfg.recv_cache);
         }
     }
 
@@ -761,27 +783,15 @@ impl Core {
                         *at += rx.append_upto(rest, HELLO_LEN);
                         rx.next_hello()
                     };
-                    match parsed {
-                        Ok(None) => return InputStep::Done,
-                        Ok(Some(h)) => {
-                            if stage == Stage::ExpectHello {
-                                self.on_hello(now, conn, h);
-                            } else {
-                                self.on_accept_record(now, conn, h);
-                            }
-                        }
-                        Err(e) => {
-                            self.handshake_garbage(conn, e.into());
-                            return InputStep::Drop;
-                        }
+                    match self.handshake_record(now, conn, stage, parsed) {
+                        Some(true) => {}
+                        Some(false) => return InputStep::Done,
+                        None => return InputStep::Drop,
                     }
                 }
                 Stage::Open => {
                     let peer = c.peer.expect("open conn knows its peer");
-                    if !rx.wants_all() && rx.capacity() < self.cfg.recv_cache {
-                        // Adopted: from the handshake buffer to the full reassembly cache.
-                        rx.grow(self.cfg.recv_cache);
-                    }
+                    self.adopted_cache(rx);
                     if let Some(s) = self.input_open_step(conn, peer, rx, input, at) {
                         return s;
                     }

@@ -17,7 +17,9 @@ use std::process::{Child as Proc, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::sys;
+use std::net::SocketAddr;
+
+use crate::{sys, SETUP_TIMEOUT};
 
 /// Rank 0's handle on rank 1: killed and reaped on drop unless it exited cleanly.
 pub(crate) struct PeerProc {
@@ -27,6 +29,46 @@ pub(crate) struct PeerProc {
 }
 
 impl PeerProc {
+    /// The start-up exchange with a freshly spawned rank 1: learns its transports'
+    /// addresses (`ADDR <index> <ip:port> <backend>` lines until `READY`), tells it ours
+    /// (`PEER <index> <ip:port>`) and the baseline listener's (`BASE <ip:port>`), then
+    /// synchronises (`SYNC` / `SYNCED`). Returns rank 1's addresses, one per transport.
+    pub(crate) fn exchange(
+        &mut self,
+        ours: &[SocketAddr],
+        base: Option<SocketAddr>,
+    ) -> Result<Vec<SocketAddr>, String> {
+        let mut theirs = Vec::new();
+        loop {
+            let line = self.expect(SETUP_TIMEOUT)?;
+            let mut w = line.split_whitespace();
+            match (w.next(), w.next(), w.next()) {
+                (Some("READY"), None, None) => break,
+                (Some("ADDR"), Some(_), Some(a)) => theirs.push(
+                    a.parse::<SocketAddr>()
+                        .map_err(|e| format!("rank 1 sent a bad address {a:?}: {e}"))?,
+                ),
+                _ => return Err(format!("rank 1 sent an unexpected line: {line:?}")),
+            }
+        }
+        if theirs.len() != ours.len() {
+            return Err(format!(
+                "rank 1 created {} transports, rank 0 {}",
+                theirs.len(),
+                ours.len()
+            ));
+        }
+        for (i, a) in ours.iter().enumerate() {
+            self.send(&format!("PEER {i} {a}"))?;
+        }
+        if let Some(a) = base {
+            self.send(&format!("BASE {a}"))?;
+        }
+        self.send("SYNC")?;
+        self.expect_exact("SYNCED", SETUP_TIMEOUT)?;
+        Ok(theirs)
+    }
+
     /// Re-executes this binary with the same arguments plus `--internal-peer <our pid>`.
     pub(crate) fn spawn() -> Result<Self, String> {
         let exe = std::env::current_exe()
