@@ -218,6 +218,33 @@ fn mpirun_latency_pairs() {
     check_loopback(&r);
 }
 
+/// `rate` under mpirun with 4 ranks: 2 pairs (i <-> i + 2), summed as osu_mbw_mr.
+#[test]
+fn mpirun_rate_pairs() {
+    if !launcher("mpirun", "Open MPI") {
+        return;
+    }
+    let _one = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TmpDir::new();
+    let mut c = mpirun(4, &tmp);
+    c.args([BIN, "rate", "--quick", "--sizes", "8,64K", "--json"]);
+    let r = run(c);
+    assert!(r.ok, "{}: {}\n{}", r.status, r.stdout, r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with('{')).collect();
+    assert_eq!(lines.len(), 2, "{}", r.stdout);
+    for l in lines {
+        assert!(l.contains("\"bench\":\"rate\""), "{l}");
+        assert!(l.contains("\"pairs\":2"), "{l}");
+        let rate: f64 = l
+            .split("\"msg_s\":")
+            .nth(1)
+            .and_then(|x| x.split([',', '}']).next())
+            .and_then(|x| x.parse().ok())
+            .unwrap_or_else(|| panic!("no msg_s in {l}"));
+        assert!(rate > 0.0, "{l}");
+    }
+}
+
 #[test]
 fn hydra_alltoall() {
     if !launcher("mpiexec.hydra", "HYDRA") {

@@ -42,6 +42,10 @@ const TAG_DATA: Tag = Tag(62);
 const TAG_PING: Tag = Tag(63);
 /// Results gathered at rank 0.
 const TAG_REPORT: Tag = Tag(64);
+/// `bw` / `rate` across ranks: a streamed message (the receiver acknowledges each window).
+const TAG_STREAM: Tag = Tag(65);
+/// `bw` / `rate` across ranks: the acknowledgement of one window.
+const TAG_WINDOW_ACK: Tag = Tag(66);
 /// Time given to `Transport::shutdown`.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -175,6 +179,10 @@ struct Shared {
     reports: Vec<(u32, Vec<u8>)>,
     /// Alltoall: the size of each sequence number.
     plan: Vec<usize>,
+    /// Streams: messages received, the window the receiver acknowledges, acks received.
+    streamed: u64,
+    stream_window: u64,
+    window_acks: u64,
 }
 
 impl Shared {
@@ -552,6 +560,58 @@ impl Job {
         }
     }
 
+    /// Streaming across pairs `i <-> i + N/2` (osu_bw / osu_mbw_mr): after a barrier,
+    /// every rank `i < N/2` sends `warmup + loops` windows of `window` messages of `size`
+    /// bytes to `i + N/2`, which acknowledges each window. Returns a sender's timing of the
+    /// `loops` measured windows, `None` elsewhere.
+    pub(crate) fn stream(
+        &mut self,
+        size: usize,
+        window: u64,
+        warmup: u64,
+        loops: u64,
+    ) -> Result<Option<crate::stream::PairTiming>, String> {
+        let half = self.size / 2;
+        let seg = [Bytes::from(vec![0x5au8; size])];
+        let (r0, a0) = {
+            let mut s = self.st.borrow_mut();
+            s.stream_window = window;
+            (s.streamed, s.window_acks)
+        };
+        self.barrier()?;
+        let deadline = Instant::now() + self.timeout;
+        if self.rank < half {
+            let peer = PeerId(self.rank + half);
+            let mut t0 = Instant::now();
+            for w in 0..warmup + loops {
+                if w == warmup {
+                    t0 = Instant::now();
+                }
+                for _ in 0..window {
+                    self.tr
+                        .send(peer, TAG_STREAM, &seg, 0)
+                        .map_err(|e| format!("send to {peer}: {e}"))?;
+                }
+                self.progress_until(deadline, "waiting for a window's ack", |s| {
+                    s.window_acks > a0 + w
+                })?;
+            }
+            let msgs = loops * window;
+            Ok(Some(crate::stream::PairTiming {
+                msgs,
+                bytes: msgs * size as u64,
+                secs: t0.elapsed().as_secs_f64(),
+            }))
+        } else if self.rank < 2 * half {
+            let n = (warmup + loops) * window;
+            // The handler acknowledges every full window.
+            self.progress_until(deadline, "receiving the stream", |s| s.streamed >= r0 + n)?;
+            Ok(None)
+        } else {
+            Ok(None)
+        }
+    }
+
     /// Final barrier, shutdown, end of the exchange; the self-launcher reaps its ranks.
     pub(crate) fn finish(mut self) -> Result<(), String> {
         let r = self.barrier();
@@ -691,6 +751,24 @@ fn install_handlers(tr: &mut Transport, rank: u32, st: &Rc<RefCell<Shared>>) -> 
         }
     })
     .map_err(reg)?;
+    let s = st.clone();
+    tr.register(TAG_STREAM, move |t: &mut Transport, am| {
+        let ack = {
+            let mut s = s.borrow_mut();
+            s.streamed += 1;
+            s.stream_window > 0 && s.streamed.is_multiple_of(s.stream_window)
+        };
+        if ack {
+            if let Err(e) = t.send(am.src, TAG_WINDOW_ACK, &[Bytes::from_static(&[0; 4])], 0) {
+                s.borrow_mut()
+                    .fail(format!("window ack to {}: {e}", am.src));
+            }
+        }
+    })
+    .map_err(reg)?;
+    let s = st.clone();
+    tr.register(TAG_WINDOW_ACK, move |_, _| s.borrow_mut().window_acks += 1)
+        .map_err(reg)?;
     let s = st.clone();
     tr.register(TAG_REPORT, move |_, am| {
         s.borrow_mut().reports.push((am.src.0, am.payload.to_vec()));
@@ -884,6 +962,92 @@ pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
             ));
         }
         say(&job, "all messages received and checked: OK");
+    }
+    job.finish()
+}
+
+/// `ringbtl-bench bw` / `rate` under a launcher: pairs `i <-> i + N/2`, summed over the
+/// pairs as osu_mbw_mr does; rank 0 prints the table.
+pub(crate) fn run_stream(
+    w: Box<Wireup>,
+    bench: crate::stream::Bench,
+    args: &crate::stream::StreamArgs,
+) -> Result<(), String> {
+    use crate::stream::{json_lines, PairTiming, StreamInfo, StreamRow, Throughput};
+    if args.baseline {
+        return Err("--baseline is for the self-launched run (one process pair)".into());
+    }
+    let opts = JobOpts {
+        backend: backend_of(args.backend)?,
+        mode: mode_arg(args.mode),
+        timeout: Duration::from_secs(args.timeout),
+    };
+    let mut job = Job::start(Launch::Launched(w), &opts)?;
+    if job.size() < 2 {
+        return Err(format!(
+            "{} across ranks needs at least 2 ranks",
+            bench.name()
+        ));
+    }
+    let info = StreamInfo {
+        bench,
+        mode: job.mode().name(),
+        kernel: crate::kernel_release(),
+        pinned: false,
+        window: args.window,
+        pairs: (job.size() / 2) as usize,
+        rings: vec![job.backend().to_string()],
+        baseline: false,
+    };
+    if !args.json {
+        header(
+            &job,
+            &format!("{} across ranks (pairs i <-> i + N/2)", bench.name()),
+        );
+        let counts = format!("OSU loop counts, window {}", args.window);
+        let h = match bench {
+            crate::stream::Bench::Bw => crate::bw::header(&info, &counts),
+            crate::stream::Bench::Rate => crate::rate::header(&info, &counts),
+        };
+        say(&job, &h);
+    }
+    for size in args.sizes() {
+        let (warmup, loops) = args.counts(size);
+        let mine = job.stream(size, args.window, warmup, loops)?;
+        let data = mine.map_or(Vec::new(), |t| {
+            let mut v = t.msgs.to_be_bytes().to_vec();
+            v.extend_from_slice(&t.bytes.to_be_bytes());
+            v.extend_from_slice(&t.secs.to_be_bytes());
+            v
+        });
+        let all = job.gather(data)?;
+        if job.rank() == 0 {
+            let pairs: Vec<PairTiming> = all
+                .iter()
+                .filter(|d| d.len() == 24)
+                .map(|d| PairTiming {
+                    msgs: u64::from_be_bytes(d[0..8].try_into().expect("8 bytes")),
+                    bytes: u64::from_be_bytes(d[8..16].try_into().expect("8 bytes")),
+                    secs: f64::from_be_bytes(d[16..24].try_into().expect("8 bytes")),
+                })
+                .collect();
+            let row = StreamRow {
+                size,
+                rings: vec![Throughput::from_pairs(loops, warmup, &pairs)],
+                base: None,
+            };
+            if args.json {
+                for l in json_lines(&info, &row) {
+                    say(&job, &l);
+                }
+            } else {
+                let line = match bench {
+                    crate::stream::Bench::Bw => crate::bw::row(&info, &row),
+                    crate::stream::Bench::Rate => crate::rate::row(&info, &row),
+                };
+                say(&job, &line);
+            }
+        }
     }
     job.finish()
 }

@@ -51,7 +51,7 @@ pub(crate) enum Bench {
 }
 
 impl Bench {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Bench::Bw => "bw",
             Bench::Rate => "rate",
@@ -178,7 +178,12 @@ pub(crate) fn main(bench: Bench, args: &StreamArgs) -> ExitCode {
             }
             Err(e) => Err(e),
         },
-        None => run_sender(bench, args),
+        None => match crate::ranks::launched() {
+            // Under a launcher (or RINGBTL_RANK / RINGBTL_SIZE / RINGBTL_ROOT): pairs of ranks.
+            Ok(Some(w)) => crate::ranks::run_stream(w, bench, args),
+            Ok(None) => run_sender(bench, args),
+            Err(e) => Err(e),
+        },
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
