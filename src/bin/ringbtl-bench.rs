@@ -37,7 +37,7 @@ mod stream;
 mod sys;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -200,26 +200,12 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     for &k in &kinds {
         rings.push(Ring::new(0, k, mode)?);
     }
-    let listener = if with_socket {
-        Some(
-            TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-                .map_err(|e| format!("baseline: listening on 127.0.0.1: {e}"))?,
-        )
-    } else {
-        None
-    };
+    let listener = control::baseline_listener(with_socket)?;
 
     let mut peer = PeerProc::spawn()?;
     // Rank 1 announces its transports: `ADDR <index> <ip:port> <backend>`, then `READY`.
     let ours: Vec<SocketAddr> = rings.iter().map(|r| r.local_addr()).collect();
-    let base = match &listener {
-        Some(l) => Some(
-            l.local_addr()
-                .map_err(|e| format!("baseline listener: {e}"))?,
-        ),
-        None => None,
-    };
-    let peer_addrs = peer.exchange(&ours, base)?;
+    let peer_addrs = peer.exchange(&ours, listener.as_ref())?;
     for (r, a) in rings.iter_mut().zip(peer_addrs) {
         r.add_peer(a)?;
     }

@@ -17,7 +17,7 @@ use std::process::{Child as Proc, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 
 use crate::{sys, SETUP_TIMEOUT};
 
@@ -28,6 +28,16 @@ pub(crate) struct PeerProc {
     lines: Receiver<String>,
 }
 
+/// The plain-socket baseline's listener on loopback, when a baseline runs.
+pub(crate) fn baseline_listener(baseline: bool) -> Result<Option<TcpListener>, String> {
+    if !baseline {
+        return Ok(None);
+    }
+    TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .map(Some)
+        .map_err(|e| format!("baseline: listening on 127.0.0.1: {e}"))
+}
+
 impl PeerProc {
     /// The start-up exchange with a freshly spawned rank 1: learns its transports'
     /// addresses (`ADDR <index> <ip:port> <backend>` lines until `READY`), tells it ours
@@ -36,8 +46,15 @@ impl PeerProc {
     pub(crate) fn exchange(
         &mut self,
         ours: &[SocketAddr],
-        base: Option<SocketAddr>,
+        base: Option<&TcpListener>,
     ) -> Result<Vec<SocketAddr>, String> {
+        let base = match base {
+            Some(l) => Some(
+                l.local_addr()
+                    .map_err(|e| format!("baseline listener: {e}"))?,
+            ),
+            None => None,
+        };
         let mut theirs = Vec::new();
         loop {
             let line = self.expect(SETUP_TIMEOUT)?;

@@ -699,24 +699,10 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
     for &k in &kinds {
         rings.push(Streamer::new(0, 1, k, mode)?);
     }
-    let listener = if args.baseline {
-        Some(
-            TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-                .map_err(|e| format!("baseline: listening on 127.0.0.1: {e}"))?,
-        )
-    } else {
-        None
-    };
+    let listener = control::baseline_listener(args.baseline)?;
     let mut peer = PeerProc::spawn()?;
     let ours: Vec<SocketAddr> = rings.iter().map(|r| r.local_addr()).collect();
-    let base = match &listener {
-        Some(l) => Some(
-            l.local_addr()
-                .map_err(|e| format!("baseline listener: {e}"))?,
-        ),
-        None => None,
-    };
-    let peer_addrs = peer.exchange(&ours, base)?;
+    let peer_addrs = peer.exchange(&ours, listener.as_ref())?;
     for (r, a) in rings.iter_mut().zip(peer_addrs) {
         r.add_peer(a)?;
     }
