@@ -525,37 +525,8 @@ fn multishot_tiny_ring_flood_loses_nothing() {
         "{}",
         b.backend_detail()
     );
-    const N: u64 = 20_000;
-    const LARGE_EVERY: u64 = 500;
-    let pat = pattern();
-    let st = Rc::new(RefCell::new(Stream::new(7, pat.clone())));
-    let got = Rc::new(Cell::new(0u64));
-    for tag in 1..=4u8 {
-        let (st, got) = (st.clone(), got.clone());
-        b.register(Tag(tag), move |_, am| {
-            if let Err(e) = st.borrow_mut().check(LARGE_EVERY, am.tag.0, am.payload) {
-                panic!("{e}");
-            }
-            got.set(got.get() + 1);
-        })
-        .unwrap();
-    }
-    let comp = completions(&mut a);
-    let mut s = Stream::new(7, pat);
-    let mut sent = 0u64;
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while got.get() < N || (comp.borrow().len() as u64) < N {
-        // A deep window keeps the socket full, so the two buffers run out.
-        while sent < N && sent - (comp.borrow().len() as u64) < 1024 {
-            let m = s.next(LARGE_EVERY);
-            a.send(PeerId(1), Tag(m.tag), &m.segs, m.seq).unwrap();
-            sent += 1;
-        }
-        a.progress().unwrap();
-        b.progress().unwrap();
-        assert!(std::time::Instant::now() < deadline, "flood stalled");
-    }
-    assert!(comp.borrow().iter().all(|c| c.result.is_ok()));
+    // A deep window keeps the socket full, so the two buffers run out.
+    one_way_checked_stream(&mut a, &mut b, 20_000, 500, 1024, 7);
     let starved = b.stats().recv_starved;
     println!("ring of 2 x 4 KiB: receive re-armed after ENOBUFS {starved} times");
     assert!(starved > 0, "the provided-buffer ring never ran empty");
@@ -634,39 +605,7 @@ fn zero_copy_stream_checked() {
         c.zerocopy_min = Some(16 * 1024);
         c.zerocopy_loopback = true;
     });
-    const N: u64 = 3_000;
-    const LARGE_EVERY: u64 = 20;
-    let pat = pattern();
-    let st = Rc::new(RefCell::new(Stream::new(11, pat.clone())));
-    let got = Rc::new(Cell::new(0u64));
-    for tag in 1..=4u8 {
-        let (st, got) = (st.clone(), got.clone());
-        b.register(Tag(tag), move |_, am| {
-            if let Err(e) = st.borrow_mut().check(LARGE_EVERY, am.tag.0, am.payload) {
-                panic!("{e}");
-            }
-            got.set(got.get() + 1);
-        })
-        .unwrap();
-    }
-    let comp = completions(&mut a);
-    let mut s = Stream::new(11, pat);
-    let mut sent = 0u64;
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while got.get() < N || (comp.borrow().len() as u64) < N {
-        while sent < N && sent - (comp.borrow().len() as u64) < 64 {
-            let m = s.next(LARGE_EVERY);
-            a.send(PeerId(1), Tag(m.tag), &m.segs, m.seq).unwrap();
-            sent += 1;
-        }
-        a.progress().unwrap();
-        b.progress().unwrap();
-        assert!(
-            std::time::Instant::now() < deadline,
-            "zero-copy stream stalled"
-        );
-    }
-    assert!(comp.borrow().iter().all(|c| c.result.is_ok()));
+    one_way_checked_stream(&mut a, &mut b, 3_000, 20, 64, 11);
     let st = a.stats();
     if st.zerocopy_sends == 0 {
         eprintln!("skipped: SENDMSG_ZC unsupported on this kernel (plain sends used)");
@@ -677,4 +616,53 @@ fn zero_copy_stream_checked() {
         st.zerocopy_sends, st.zerocopy_copied
     );
     assert!(st.zerocopy_copied <= st.zerocopy_sends);
+}
+
+/// Streams `n` generated messages (one in `large_every` of 64 KiB..4 MiB) from `a` to
+/// peer 1 `b`, at most `window` outstanding; `b` checks every byte, the order and the
+/// count; every send completes Ok exactly once.
+fn one_way_checked_stream(
+    a: &mut Transport,
+    b: &mut Transport,
+    n: u64,
+    large_every: u64,
+    window: u64,
+    seed: u64,
+) {
+    let pat = pattern();
+    let st = Rc::new(RefCell::new(Stream::new(seed, pat.clone())));
+    let got = Rc::new(Cell::new(0u64));
+    for tag in 1..=4u8 {
+        let (st, got) = (st.clone(), got.clone());
+        b.register(Tag(tag), move |_, am| {
+            if let Err(e) = st.borrow_mut().check(large_every, am.tag.0, am.payload) {
+                panic!("{e}");
+            }
+            got.set(got.get() + 1);
+        })
+        .unwrap();
+    }
+    let comp = completions(a);
+    let mut s = Stream::new(seed, pat);
+    let mut sent = 0u64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while got.get() < n || (comp.borrow().len() as u64) < n {
+        while sent < n && sent - (comp.borrow().len() as u64) < window {
+            let m = s.next(large_every);
+            a.send(PeerId(1), Tag(m.tag), &m.segs, m.seq).unwrap();
+            sent += 1;
+        }
+        a.progress().unwrap();
+        b.progress().unwrap();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stream stalled at {}",
+            got.get()
+        );
+    }
+    let c = comp.borrow();
+    assert_eq!(c.len() as u64, n);
+    for (i, x) in c.iter().enumerate() {
+        assert_eq!((x.cookie, &x.result), (i as u64, &Ok(())));
+    }
 }
