@@ -621,6 +621,7 @@ fn zero_copy_stream_checked() {
 /// Streams `n` generated messages (one in `large_every` of 64 KiB..4 MiB) from `a` to
 /// peer 1 `b`, at most `window` outstanding; `b` checks every byte, the order and the
 /// count; every send completes Ok exactly once.
+#[cfg(feature = "uring")]
 fn one_way_checked_stream(
     a: &mut Transport,
     b: &mut Transport,
