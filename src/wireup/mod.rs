@@ -316,9 +316,15 @@ impl Wireup {
             }
             WireupKind::Local => {
                 if let Some(i) = RankInfo::from_vars(&get)?.filter(|i| i.size > 1) {
+                    // The launcher runs a PMIx server this build cannot talk to.
+                    let pmix = if get("PMIX_NAMESPACE").is_some() || get("PMIX_RANK").is_some() {
+                        "; this launcher offers PMIx: build with `--features pmix` to use it"
+                    } else {
+                        ""
+                    };
                     return Err(Error::Config(format!(
                         "launched as rank {} of {} ({}) but no address exchange is available: \
-                         set RINGBTL_ROOT=host:port, or run under a PMI-1 launcher",
+                         set RINGBTL_ROOT=host:port, or run under a PMI-1 launcher{pmix}",
                         i.rank, i.size, i.source
                     )));
                 }
