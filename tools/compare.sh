@@ -5,6 +5,7 @@
 # benchmark, metric and size.
 #
 #   latency   one-way latency, avg of round trip / 2 (us)     ratio < 1: ringbtl faster
+#             (and the median, where the reference reports one: ucx_perftest)
 #   bw        osu_bw bandwidth, MB = 10^6 bytes (MB/s)        ratio > 1: ringbtl faster
 #   rate      osu_mbw_mr message rate, one pair (msg/s)       ratio > 1: ringbtl faster
 #
@@ -186,7 +187,12 @@ run_ringbtl() { # bench run
     local key
     case "$1" in latency) key=avg_us ;; bw) key=mb_s ;; rate) key=msg_s ;; esac
     timeout "$STEP_TIMEOUT" "$BENCH" "$1" --pin --json --backend "$BACKEND" $Q \
-        --sizes "$(sizes_of "$1")" | jsonpick "$key" | record "ringbtl-$BACKEND" "$1" "$(metric_of "$1")" "$2"
+        --sizes "$(sizes_of "$1")" >"$TMP/ringbtl.jsonl" || return 1
+    jsonpick "$key" <"$TMP/ringbtl.jsonl" | record "ringbtl-$BACKEND" "$1" "$(metric_of "$1")" "$2"
+    if [ "$1" = latency ]; then
+        # The median too, for the references that report one (ucx_perftest).
+        jsonpick p50_us <"$TMP/ringbtl.jsonl" | record "ringbtl-$BACKEND" latency lat_p50_us "$2"
+    fi
 }
 
 run_ompi() { # bench run
@@ -202,6 +208,7 @@ run_ompi() { # bench run
 # bandwidth, overall bandwidth (MiB/s), avg rate, overall rate.
 run_ucx() { # bench run
     local size n test line
+    rm -f "$TMP/vals_p50"
     for size in $(sizes_of "$1" | tr ',' ' '); do
         if [ "$1" = latency ]; then test=tag_lat; n=$(lat_iters "$size"); else
             test=tag_bw; n=$(( $(bw_loops "$size") * 64 )); fi
@@ -213,12 +220,18 @@ run_ucx() { # bench run
         stop_server
         [ -n "$line" ] || { echo "  ucx-tcp $1 $size: no result" >&2; continue; }
         case "$1" in
-            latency) echo "$size $(echo "$line" | awk '{print $3}')" ;;
+            latency)
+                echo "$size $(echo "$line" | awk '{print $3}')"
+                echo "$size $(echo "$line" | awk '{print $2}')" >>"$TMP/vals_p50" ;;
             bw) echo "$size $(echo "$line" | awk '{printf "%.3f", $6 * 1.048576}')" ;;
             rate) echo "$size $(echo "$line" | awk '{print $8}')" ;;
         esac
     done >"$TMP/vals"
     record ucx-tcp "$1" "$(metric_of "$1")" "$2" <"$TMP/vals"
+    if [ -f "$TMP/vals_p50" ]; then
+        record ucx-tcp latency lat_p50_us "$2" <"$TMP/vals_p50"
+        rm -f "$TMP/vals_p50"
+    fi
 }
 
 # fi_pingpong prints: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec (sizes
@@ -295,12 +308,14 @@ for line in open(path):
 med = {k: statistics.median(v) for k, v in vals.items()}
 runs = {k: len(v) for k, v in vals.items()}
 refs = sorted({k[0] for k in med if k[0] != ours})
-units = {"lat_us": "us, lower is better", "bw_mb_s": "MB/s, higher is better",
+units = {"lat_us": "us, lower is better", "lat_p50_us": "median, us, lower is better",
+         "bw_mb_s": "MB/s, higher is better",
          "rate_msg_s": "msg/s, higher is better"}
 print(f"# ringbtl / reference, medians; {ours} values in the first column")
 for m in missing:
     print(f"# skipped: {m}")
-for bench, metric in (("latency", "lat_us"), ("bw", "bw_mb_s"), ("rate", "rate_msg_s")):
+for bench, metric in (("latency", "lat_us"), ("latency", "lat_p50_us"), ("bw", "bw_mb_s"),
+                      ("rate", "rate_msg_s")):
     sizes = sorted({k[3] for k in med if k[1] == bench and k[2] == metric})
     if not sizes:
         continue
