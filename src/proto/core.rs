@@ -1283,23 +1283,14 @@ impl Core {
         rx: &mut RxBuf,
     ) -> Option<Step> {
         let max = self.cfg.max_frame;
-        if !rx.wants_all() && rx.pending() > 0 && self.ep(peer).is_some_and(|e| e.fin_rcvd) {
-            // FIN promised the end of the stream: anything after it breaks the protocol.
-            let err = ProtoError::DataAfterFin;
-            self.fail_endpoint(peer, FailReason::Protocol { peer, err });
+        if !rx.wants_all() && rx.pending() > 0 && self.data_after_fin(peer) {
             return Some(Step::Drop);
         }
         let c = self.conn_mut(conn).expect("conn exists");
         if rx.wants_all() {
             // A large payload buffer.
             if c.large_delivered {
-                // Delivered: go back to the cache.
-                c.large_delivered = false;
-                let cache = c.parked.take().expect("cache parked during a large read");
-                let mut large = mem::replace(rx, cache);
-                large.reset_large();
-                large.trim(LARGE_KEEP);
-                c.spare_large = Some(large);
+                c.back_to_cache(rx);
                 return None;
             }
             return match rx.large_complete() {
@@ -1337,13 +1328,7 @@ impl Core {
                 None
             }
             Err(e) => {
-                self.fail_endpoint(
-                    peer,
-                    FailReason::Protocol {
-                        peer,
-                        err: e.into(),
-                    },
-                );
+                self.fail_protocol(peer, e.into());
                 Some(Step::Drop)
             }
         }
@@ -1360,22 +1345,14 @@ impl Core {
     ) -> Option<InputStep> {
         let max = self.cfg.max_frame;
         let rest = &input[(*at).min(input.len())..];
-        if !rest.is_empty() && self.ep(peer).is_some_and(|e| e.fin_rcvd) {
-            // FIN promised the end of the stream: anything after it breaks the protocol.
-            let err = ProtoError::DataAfterFin;
-            self.fail_endpoint(peer, FailReason::Protocol { peer, err });
+        if !rest.is_empty() && self.data_after_fin(peer) {
             return Some(InputStep::Drop);
         }
         let c = self.conn_mut(conn).expect("conn exists");
         if rx.wants_all() {
             // A large payload being reassembled in its own buffer.
             if c.large_delivered {
-                c.large_delivered = false;
-                let cache = c.parked.take().expect("cache parked during a large read");
-                let mut large = mem::replace(rx, cache);
-                large.reset_large();
-                large.trim(LARGE_KEEP);
-                c.spare_large = Some(large);
+                c.back_to_cache(rx);
                 return None;
             }
             *at += rx.append(rest);
@@ -1454,14 +1431,23 @@ impl Core {
         }
     }
 
+    /// Bytes arrived after the peer's FIN, which promised the end of the stream: that
+    /// breaks the protocol and fails the endpoint. False when no FIN was received.
+    fn data_after_fin(&mut self, peer: PeerId) -> bool {
+        if !self.ep(peer).is_some_and(|e| e.fin_rcvd) {
+            return false;
+        }
+        self.fail_protocol(peer, ProtoError::DataAfterFin);
+        true
+    }
+
+    /// The peer broke the protocol: its endpoint fails.
+    fn fail_protocol(&mut self, peer: PeerId, err: ProtoError) {
+        self.fail_endpoint(peer, FailReason::Protocol { peer, err });
+    }
+
     fn input_protocol_error(&mut self, peer: PeerId, e: crate::error::WireError) -> InputStep {
-        self.fail_endpoint(
-            peer,
-            FailReason::Protocol {
-                peer,
-                err: e.into(),
-            },
-        );
+        self.fail_protocol(peer, e.into());
         InputStep::Drop
     }
 
@@ -1706,6 +1692,20 @@ impl Conn {
             large_delivered: false,
             deadline: None,
         }
+    }
+
+    /// A delivered large payload: its buffer becomes the reusable spare again and `rx`
+    /// is the receive cache parked during the large read.
+    fn back_to_cache(&mut self, rx: &mut RxBuf) {
+        self.large_delivered = false;
+        let cache = self
+            .parked
+            .take()
+            .expect("cache parked during a large read");
+        let mut large = mem::replace(rx, cache);
+        large.reset_large();
+        large.trim(LARGE_KEEP);
+        self.spare_large = Some(large);
     }
 
     fn write_record(&mut self, h: &Hello) {
