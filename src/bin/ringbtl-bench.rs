@@ -371,21 +371,7 @@ fn phase(
         Series::Ring(i) => rings[i].backend_name(),
         Series::Socket => "baseline",
     };
-    let st = match measured {
-        Ok(st) => st,
-        Err(e) => {
-            // Rank 1's own report usually says more (it may have died first).
-            let theirs = peer.expect(Duration::from_secs(1)).err();
-            return Err(match theirs {
-                Some(t) if t.starts_with("rank 1") => format!("{label}: {e}; {t}"),
-                _ => format!("{label}: {e}"),
-            });
-        }
-    };
-    // Rank 1 has served and completed every message once it says DONE.
-    peer.expect_exact("DONE", timeout + SETUP_TIMEOUT)
-        .map_err(|e| format!("{label}: {e}"))?;
-    Ok(st)
+    peer.end_phase(label, measured, timeout)
 }
 
 fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String> {

@@ -39,6 +39,30 @@ pub(crate) fn baseline_listener(baseline: bool) -> Result<Option<TcpListener>, S
 }
 
 impl PeerProc {
+    /// Ends a measured phase: on success waits for rank 1's `DONE` (it has served and
+    /// completed every message); on failure adds rank 1's own report, which usually says
+    /// more (it may have died first). `label` names the series in the error.
+    pub(crate) fn end_phase<T>(
+        &mut self,
+        label: &str,
+        measured: Result<T, String>,
+        timeout: Duration,
+    ) -> Result<T, String> {
+        let t = match measured {
+            Ok(t) => t,
+            Err(e) => {
+                let theirs = self.expect(Duration::from_secs(1)).err();
+                return Err(match theirs {
+                    Some(t) if t.starts_with("rank 1") => format!("{label}: {e}; {t}"),
+                    _ => format!("{label}: {e}"),
+                });
+            }
+        };
+        self.expect_exact("DONE", timeout + SETUP_TIMEOUT)
+            .map_err(|e| format!("{label}: {e}"))?;
+        Ok(t)
+    }
+
     /// The start-up exchange with a freshly spawned rank 1: learns its transports'
     /// addresses (`ADDR <index> <ip:port> <backend>` lines until `READY`), tells it ours
     /// (`PEER <index> <ip:port>`) and the baseline listener's (`BASE <ip:port>`), then

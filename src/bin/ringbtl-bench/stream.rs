@@ -863,19 +863,7 @@ fn phase(
         },
         (Series::Socket, None) => Err("internal: no baseline socket".into()),
     };
-    let t = match measured {
-        Ok(t) => t,
-        Err(e) => {
-            let theirs = peer.expect(Duration::from_secs(1)).err();
-            return Err(match theirs {
-                Some(t) if t.starts_with("rank 1") => format!("{label}: {e}; {t}"),
-                _ => format!("{label}: {e}"),
-            });
-        }
-    };
-    peer.expect_exact("DONE", timeout + SETUP_TIMEOUT)
-        .map_err(|e| format!("{label}: {e}"))?;
-    Ok(t)
+    peer.end_phase(label, measured, timeout)
 }
 
 fn run_receiver(bench: Bench, args: &StreamArgs, ctl: &mut control::Child) -> Result<(), String> {
