@@ -101,12 +101,7 @@ pub(crate) fn plain_send(
         writev_all(sock, &mut work, deadline)?;
         read_all(sock, &mut ack, deadline)?;
     }
-    let secs = t0.elapsed().as_secs_f64();
-    Ok(PairTiming {
-        msgs: window * loops,
-        bytes: window * loops * size as u64,
-        secs,
-    })
+    Ok(PairTiming::windows(window, loops, size, t0))
 }
 
 /// Receiver: `loops` windows, each message read whole, then the acknowledgement.

@@ -596,12 +596,9 @@ impl Job {
                     s.window_acks > a0 + w
                 })?;
             }
-            let msgs = loops * window;
-            Ok(Some(crate::stream::PairTiming {
-                msgs,
-                bytes: msgs * size as u64,
-                secs: t0.elapsed().as_secs_f64(),
-            }))
+            Ok(Some(crate::stream::PairTiming::windows(
+                window, loops, size, t0,
+            )))
         } else if self.rank < 2 * half {
             let n = (warmup + loops) * window;
             // The handler acknowledges every full window.

@@ -132,12 +132,7 @@ pub(crate) fn plain_send(
         }
         drain(sock, &mut ack, ACK_BYTES, deadline)?;
     }
-    let secs = t0.elapsed().as_secs_f64();
-    Ok(PairTiming {
-        msgs: window * loops,
-        bytes: window * loops * size as u64,
-        secs,
-    })
+    Ok(PairTiming::windows(window, loops, size, t0))
 }
 
 /// Receiver: drains `loops` windows, acknowledging each.

@@ -208,6 +208,18 @@ pub(crate) struct PairTiming {
     pub(crate) secs: f64,
 }
 
+impl PairTiming {
+    /// `loops` windows of `window` messages of `size` bytes, timed from `t0` to now.
+    pub(crate) fn windows(window: u64, loops: u64, size: usize, t0: Instant) -> Self {
+        let msgs = window * loops;
+        Self {
+            msgs,
+            bytes: msgs * size as u64,
+            secs: t0.elapsed().as_secs_f64(),
+        }
+    }
+}
+
 /// One series at one size, summed over the pairs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Throughput {
@@ -570,12 +582,7 @@ impl Streamer {
             // As osu_bw: every send of the window has completed and the ack is in.
             self.wait_for(acks0 + i + 1, 0, done0 + cookie, deadline)?;
         }
-        let secs = t0.elapsed().as_secs_f64();
-        Ok(PairTiming {
-            msgs: window * loops,
-            bytes: window * loops * size as u64,
-            secs,
-        })
+        Ok(PairTiming::windows(window, loops, size, t0))
     }
 
     /// Receiver, first half: expect `size`-byte messages in windows of `window`.
