@@ -1560,16 +1560,7 @@ mod tests {
         use std::io::Write;
         let Some(mut u) = make() else { return };
         let addr = u.listen("127.0.0.1:0".parse().unwrap()).unwrap();
-        let mut peer = std::net::TcpStream::connect(addr).unwrap();
-        let mut server = None;
-        poll_until(&mut u, false, |ev| match ev {
-            Event::Accepted { conn, .. } => {
-                server = Some(conn);
-                true
-            }
-            other => panic!("unexpected {other:?}"),
-        });
-        let server = server.unwrap();
+        let (mut peer, server) = std_peer(&mut u, addr);
         for round in 0..100u32 {
             u.recv(server, RxBuf::cache(64));
             let mut out = Vec::new();
@@ -1608,14 +1599,9 @@ mod tests {
         let mut peers = Vec::new();
         let mut servers = Vec::new();
         for _ in 0..DIRECT_RECV_MAX + 2 {
-            peers.push(std::net::TcpStream::connect(addr).unwrap());
-            poll_until(&mut u, false, |ev| match ev {
-                Event::Accepted { conn, .. } => {
-                    servers.push(conn);
-                    true
-                }
-                other => panic!("unexpected {other:?}"),
-            });
+            let (p, s) = std_peer(&mut u, addr);
+            peers.push(p);
+            servers.push(s);
         }
         for &s in &servers {
             u.recv(s, RxBuf::cache(64));
@@ -1647,6 +1633,21 @@ mod tests {
 
     /// A server connection on a ring with provided buffers of `geo`, and its plain-socket
     /// peer; `None` when the kernel has no multishot receive.
+    /// A plain std socket connected to `addr` (a listener of `u`) and the connection `u`
+    /// accepted for it.
+    fn std_peer(u: &mut Uring, addr: SocketAddr) -> (std::net::TcpStream, ConnId) {
+        let peer = std::net::TcpStream::connect(addr).unwrap();
+        let mut server = None;
+        poll_until(u, false, |ev| match ev {
+            Event::Accepted { conn, .. } => {
+                server = Some(conn);
+                true
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        (peer, server.unwrap())
+    }
+
     fn provided_pair(geo: RingGeometry) -> Option<(Uring, ConnId, std::net::TcpStream)> {
         let mut u = make()?;
         if let Err(e) = u.provide_buffers(geo) {
@@ -1654,16 +1655,7 @@ mod tests {
             return None;
         }
         let addr = u.listen("127.0.0.1:0".parse().unwrap()).unwrap();
-        let peer = std::net::TcpStream::connect(addr).unwrap();
-        let mut server = None;
-        poll_until(&mut u, false, |ev| match ev {
-            Event::Accepted { conn, .. } => {
-                server = Some(conn);
-                true
-            }
-            other => panic!("unexpected {other:?}"),
-        });
-        let server = server.unwrap();
+        let (peer, server) = std_peer(&mut u, addr);
         assert!(u.recv_provided(server));
         assert!(u.recv_provided(server), "arming twice is a no-op");
         Some((u, server, peer))
