@@ -40,23 +40,7 @@ fn stream_100k_checked_both_directions(kind: BackendKind) {
     let mut recv_checks = Vec::new();
     for (t, seed) in [(&mut a, 2u64), (&mut b, 1u64)] {
         // Each side checks what the other sends (seeds swapped).
-        let st = Rc::new(RefCell::new(Stream::new(seed, pat.clone())));
-        let got = Rc::new(Cell::new(0u64));
-        let large = Rc::new(Cell::new(0u64));
-        for tag in 1..=4u8 {
-            let (st, got, large) = (st.clone(), got.clone(), large.clone());
-            t.register(Tag(tag), move |_, am| {
-                if let Err(e) = st.borrow_mut().check(LARGE_EVERY, am.tag.0, am.payload) {
-                    panic!("{e}");
-                }
-                if am.payload.len() >= 64 * 1024 {
-                    large.set(large.get() + 1);
-                }
-                got.set(got.get() + 1);
-            })
-            .unwrap();
-        }
-        recv_checks.push((got, large));
+        recv_checks.push(common::register_checker(t, seed, LARGE_EVERY, pat.clone()));
     }
     let ca = completions(&mut a);
     let cb = completions(&mut b);
@@ -631,18 +615,7 @@ fn one_way_checked_stream(
     seed: u64,
 ) {
     let pat = pattern();
-    let st = Rc::new(RefCell::new(Stream::new(seed, pat.clone())));
-    let got = Rc::new(Cell::new(0u64));
-    for tag in 1..=4u8 {
-        let (st, got) = (st.clone(), got.clone());
-        b.register(Tag(tag), move |_, am| {
-            if let Err(e) = st.borrow_mut().check(large_every, am.tag.0, am.payload) {
-                panic!("{e}");
-            }
-            got.set(got.get() + 1);
-        })
-        .unwrap();
-    }
+    let (got, _) = common::register_checker(b, seed, large_every, pat.clone());
     let comp = completions(a);
     let mut s = Stream::new(seed, pat);
     let mut sent = 0u64;

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
@@ -167,23 +167,7 @@ fn child(mode: &str) {
 
 /// Registers checking handlers for tags 1..=4; returns (count, large count).
 fn checker(t: &mut Transport, seed: u64) -> (Rc<Cell<u64>>, Rc<Cell<u64>>) {
-    let st = Rc::new(RefCell::new(Stream::new(seed, pattern())));
-    let got = Rc::new(Cell::new(0u64));
-    let large = Rc::new(Cell::new(0u64));
-    for tag in 1..=4u8 {
-        let (st, got, large) = (st.clone(), got.clone(), large.clone());
-        t.register(Tag(tag), move |_, am| {
-            if let Err(e) = st.borrow_mut().check(LARGE_EVERY, am.tag.0, am.payload) {
-                panic!("{e}");
-            }
-            if am.payload.len() >= 64 * 1024 {
-                large.set(large.get() + 1);
-            }
-            got.set(got.get() + 1);
-        })
-        .unwrap();
-    }
-    (got, large)
+    common::register_checker(t, seed, LARGE_EVERY, pattern())
 }
 
 fn parent(kind: BackendKind) -> Transport {

@@ -1,7 +1,7 @@
 //! Shared helpers for the loopback tests: one test body runs once per compiled backend.
 #![allow(dead_code, unreachable_pub)]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -51,7 +51,7 @@ pub fn usable(kind: BackendKind) -> bool {
 }
 
 thread_local! {
-    static MULTISHOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static MULTISHOT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Makes [`cfg`] on this thread turn on [`Config::recv_multishot`].
@@ -241,4 +241,32 @@ impl Stream {
         }
         Ok(())
     }
+}
+
+/// Registers handlers for tags 1..=4 on `t` that check every message against the stream
+/// generated from `seed` (content, order, count; a mismatch panics). Returns the number
+/// of messages checked and how many of them were 64 KiB or more.
+pub fn register_checker(
+    t: &mut Transport,
+    seed: u64,
+    large_every: u64,
+    pattern: Bytes,
+) -> (Rc<Cell<u64>>, Rc<Cell<u64>>) {
+    let st = Rc::new(RefCell::new(Stream::new(seed, pattern)));
+    let got = Rc::new(Cell::new(0u64));
+    let large = Rc::new(Cell::new(0u64));
+    for tag in 1..=4u8 {
+        let (st, got, large) = (st.clone(), got.clone(), large.clone());
+        t.register(ringbtl::Tag(tag), move |_, am| {
+            if let Err(e) = st.borrow_mut().check(large_every, am.tag.0, am.payload) {
+                panic!("{e}");
+            }
+            if am.payload.len() >= 64 * 1024 {
+                large.set(large.get() + 1);
+            }
+            got.set(got.get() + 1);
+        })
+        .unwrap();
+    }
+    (got, large)
 }
