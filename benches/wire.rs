@@ -26,15 +26,16 @@ fn header(c: &mut Criterion) {
     });
 }
 
-fn recv_cache(c: &mut Criterion) {
-    // 64 KiB of 8-byte-payload frames, as one read would bring them.
+/// 64 KiB of frames with 8-byte payloads (their sequence numbers), tags cycling over
+/// 1..=`tags`; returns the bytes and the number of frames.
+fn small_frames(tags: u64) -> (Vec<u8>, u64) {
     let mut stream = Vec::new();
     let mut frames = 0u64;
     while stream.len() + 16 <= 64 * 1024 {
         stream.extend_from_slice(
             &Header {
                 kind: FrameKind::Send,
-                tag: Tag(1),
+                tag: Tag(1 + (frames % tags) as u8),
                 len: 8,
             }
             .to_bytes(),
@@ -42,6 +43,12 @@ fn recv_cache(c: &mut Criterion) {
         stream.extend_from_slice(&frames.to_le_bytes());
         frames += 1;
     }
+    (stream, frames)
+}
+
+fn recv_cache(c: &mut Criterion) {
+    // 64 KiB of 8-byte-payload frames, as one read would bring them.
+    let (stream, frames) = small_frames(1);
     let mut g = c.benchmark_group("recv_cache");
     g.throughput(Throughput::Elements(frames));
     let mut rx = RxBuf::cache(64 * 1024);
@@ -65,20 +72,7 @@ fn recv_cache(c: &mut Criterion) {
 /// its handler through the AM table (taken out for the call, put back after), as the
 /// transport does.
 fn am_dispatch(c: &mut Criterion) {
-    let mut stream = Vec::new();
-    let mut frames = 0u64;
-    while stream.len() + 16 <= 64 * 1024 {
-        stream.extend_from_slice(
-            &Header {
-                kind: FrameKind::Send,
-                tag: Tag(1 + (frames % 4) as u8),
-                len: 8,
-            }
-            .to_bytes(),
-        );
-        stream.extend_from_slice(&frames.to_le_bytes());
-        frames += 1;
-    }
+    let (stream, frames) = small_frames(4);
     type H = Box<dyn FnMut(&[u8], &mut u64)>;
     let mut table: AmTable<H> = AmTable::new();
     for t in 1..=4u8 {
