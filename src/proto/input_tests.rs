@@ -1,28 +1,19 @@
 //! [`Core::input_step`]: frames walked in inputs the connection does not own (provided
 //! buffers), with the connection's cache used only for records cut between two inputs.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use proptest::prelude::*;
 
 use super::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, Source};
 use crate::wire::{FrameKind, Header, Hello, HelloKind, PeerId, Tag, HEADER_LEN, VERSION};
 
-const TOKEN: u64 = 0x0123_4567_89ab_cdef;
+use super::tests::TOKEN;
 
 fn core(cache: usize) -> Core {
     let mut c = Core::new(CoreConfig {
-        pid: PeerId(0),
-        token: TOKEN,
         recv_cache: cache,
-        max_frame: 1 << 20,
-        inline_limit: 1024,
-        coalesce_bytes: 256 * 1024,
-        max_iov: 256,
-        connect_retries: 4,
-        retry_delay: Duration::from_millis(20),
-        handshake_timeout: Duration::from_secs(5),
-        max_half_open: 1024,
+        ..super::tests::cfg(0)
     });
     c.add_peer(PeerId(1), vec!["10.0.0.2:7000".parse().unwrap()])
         .unwrap();

@@ -23,7 +23,7 @@ use crate::wire::{
     FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, VERSION,
 };
 
-const TOKEN: u64 = 0x5249_4e47_4254_4c00;
+pub(super) const TOKEN: u64 = 0x5249_4e47_4254_4c00;
 const STEP_LIMIT: usize = 2_000_000;
 
 /// xorshift64*: small, fast, good enough to pick interleavings.
@@ -61,7 +61,8 @@ fn addr(i: usize) -> SocketAddr {
     SocketAddr::from(([10, 0, 0, i as u8 + 1], 7000))
 }
 
-fn cfg(pid: u32) -> CoreConfig {
+/// The engine configuration these tests use (process `pid`).
+pub(super) fn cfg(pid: u32) -> CoreConfig {
     CoreConfig {
         pid: PeerId(pid),
         token: TOKEN,
