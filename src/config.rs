@@ -112,6 +112,12 @@ pub struct Config {
     pub coalesce_bytes: usize,
     /// Most iovecs in one gathered send (`RINGBTL_MAX_IOV`, 8..=1024, IOV_MAX).
     pub max_iov: usize,
+    /// Most bytes handed to the kernel by one send call (`RINGBTL_SEND_CHUNK`,
+    /// 4 KiB..=1 GiB, 0 = no limit). A larger batch (a large payload, or many coalesced
+    /// frames) leaves in several consecutive calls on the same connection; the bytes on
+    /// the wire are the same. On loopback, 1 MiB streams faster in 256 KiB calls than in
+    /// one call (see the README's throughput section).
+    pub send_chunk: Option<usize>,
     /// TCP_NODELAY (`RINGBTL_NODELAY`, 0/1).
     pub nodelay: bool,
     /// SO_SNDBUF, kernel autotuning when `None` (`RINGBTL_SNDBUF`, 0 = autotune).
@@ -200,6 +206,7 @@ impl Config {
             max_frame: 64 * 1024 * 1024,
             inline_limit: 1024,
             coalesce_bytes: 256 * 1024,
+            send_chunk: Some(256 * 1024),
             max_iov: 256,
             nodelay: true,
             sndbuf: None,
@@ -275,6 +282,15 @@ impl Config {
         if let Some(v) = var("RINGBTL_COALESCE_BYTES") {
             self.coalesce_bytes =
                 parse_u64("RINGBTL_COALESCE_BYTES", &v, 4 * kib, 64 * kib * kib)? as usize;
+        }
+        if let Some(v) = var("RINGBTL_SEND_CHUNK") {
+            let n = parse_u64("RINGBTL_SEND_CHUNK", &v, 0, 1 << 30)? as usize;
+            if (1..4096).contains(&n) {
+                return Err(Error::Config(format!(
+                    "RINGBTL_SEND_CHUNK={n}: 0 (no limit) or 4096..=1073741824 bytes"
+                )));
+            }
+            self.send_chunk = (n > 0).then_some(n);
         }
         if let Some(v) = var("RINGBTL_MAX_IOV") {
             self.max_iov = parse_u64("RINGBTL_MAX_IOV", &v, 8, 1024)? as usize;
@@ -360,6 +376,11 @@ impl Config {
             return Err(Error::Config(format!(
                 "inline_limit ({}) must not exceed coalesce_bytes ({})",
                 self.inline_limit, self.coalesce_bytes
+            )));
+        }
+        if let Some(n) = self.send_chunk.filter(|n| !(4096..=1 << 30).contains(n)) {
+            return Err(Error::Config(format!(
+                "send_chunk = {n} outside 4096..=1073741824 (None for no limit)"
             )));
         }
         if !(8..=1024).contains(&self.max_iov) {
@@ -566,8 +587,14 @@ mod tests {
             ("RINGBTL_RECV_MULTISHOT", "1"),
             ("RINGBTL_RECV_RING_BUFS", "64"),
             ("RINGBTL_RECV_RING_BUF_SIZE", "4k"),
+            ("RINGBTL_SEND_CHUNK", "1m"),
         ])
         .unwrap();
+        assert_eq!(c.send_chunk, Some(1 << 20));
+        assert_eq!(
+            with(&[("RINGBTL_SEND_CHUNK", "0")]).unwrap().send_chunk,
+            None
+        );
         assert!(c.recv_multishot);
         assert_eq!((c.recv_ring_bufs, c.recv_ring_buf_size), (64, 4096));
         assert_eq!(c.recv_cache, 128 * 1024);
@@ -641,6 +668,8 @@ mod tests {
             ("RINGBTL_RECV_MULTISHOT", "yes"),
             ("RINGBTL_RECV_RING_BUFS", "100"),
             ("RINGBTL_RECV_RING_BUF_SIZE", "512"),
+            ("RINGBTL_SEND_CHUNK", "100"),
+            ("RINGBTL_SEND_CHUNK", "2g"),
         ] {
             let e = with(&[(k, v)]).unwrap_err().to_string();
             assert!(e.contains(k), "{e} should name {k}");

@@ -74,6 +74,10 @@ pub struct Stats {
     pub batches: u64,
     /// Frames carried by those sends: `frames / batches` is the coalescing factor.
     pub frames: u64,
+    /// Send operations handed to the kernel (sendmsg calls or io_uring SQEs). Above
+    /// `batches` when batches are offered in [`Config::send_chunk`] pieces, have more
+    /// than IOV_MAX parts, or meet a full socket buffer.
+    pub send_calls: u64,
     /// Zero-copy sends completed (io_uring `SENDMSG_ZC`).
     pub zerocopy_sends: u64,
     /// Of those, how many the kernel copied after all (always, on loopback).
@@ -134,6 +138,7 @@ impl Transport {
             rcvbuf: cfg.rcvbuf,
             user_timeout: cfg.tcp_user_timeout,
             keepalive: cfg.keepalive,
+            send_chunk: cfg.send_chunk,
             zerocopy_min: cfg.zerocopy_min,
             zerocopy_loopback: cfg.zerocopy_loopback,
         };
@@ -516,6 +521,7 @@ impl Transport {
             zerocopy_copied: zc.1,
             batches: c.batches,
             frames: c.frames,
+            send_calls: self.backend.send_calls(),
             recv_starved: self.backend.recv_starved(),
         }
     }

@@ -24,6 +24,7 @@ backend_tests!(
     bad_token_is_refused,
     garbage_client_is_dropped,
     coalesced_small_messages_keep_order,
+    chunked_large_sends_arrive_whole,
     connection_flood_is_bounded,
     data_after_fin_is_a_protocol_error,
 );
@@ -448,6 +449,73 @@ fn coalesced_small_messages_keep_order(kind: BackendKind) {
         "frames were not coalesced: {} frames in {} sends",
         st.frames,
         st.batches
+    );
+}
+
+/// With `send_chunk` = 4 KiB every large message leaves in many send calls (counted),
+/// interleaved with small ones; each arrives whole, in order, checked byte by byte, and
+/// completes once.
+fn chunked_large_sends_arrive_whole(kind: BackendKind) {
+    const CHUNK: usize = 4096;
+    let (mut a, mut b) = pair_with(kind, |c| c.send_chunk = Some(CHUNK));
+    let got = Rc::new(RefCell::new(Vec::new()));
+    let g = got.clone();
+    b.register(Tag(2), move |_, am| {
+        let seq = am.payload[0];
+        let len = if seq % 2 == 0 {
+            (1 << 20) + seq as usize
+        } else {
+            100
+        };
+        assert_eq!(am.payload.len(), len, "message {seq}");
+        let ok = am.payload[1..]
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x == (i as u8).wrapping_mul(31).wrapping_add(seq));
+        assert!(ok, "message {seq} corrupted");
+        g.borrow_mut().push(seq);
+    })
+    .unwrap();
+    let comp = completions(&mut a);
+    const N: u8 = 16;
+    for seq in 0..N {
+        let len = if seq % 2 == 0 {
+            (1 << 20) + seq as usize
+        } else {
+            100
+        };
+        let mut p = vec![seq; len];
+        for (i, x) in p[1..].iter_mut().enumerate() {
+            *x = (i as u8).wrapping_mul(31).wrapping_add(seq);
+        }
+        // Three segments, so chunk boundaries fall inside and across them.
+        let p = Bytes::from(p);
+        let (x, y) = (len / 3, 2 * len / 3);
+        let segs = [p.slice(..x), p.slice(x..y), p.slice(y..)];
+        a.send(PeerId(1), Tag(2), &segs, seq as u64).unwrap();
+    }
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(60),
+        "chunked stream",
+        || got.borrow().len() == N as usize && comp.borrow().len() == N as usize,
+    );
+    assert_eq!(*got.borrow(), (0..N).collect::<Vec<_>>());
+    for (i, c) in comp.borrow().iter().enumerate() {
+        assert_eq!((c.cookie, &c.result), (i as u64, &Ok(())));
+    }
+    let st = a.stats();
+    let large_bytes: usize = (0..N as usize).step_by(2).map(|s| (1 << 20) + s).sum();
+    println!(
+        "backend {}: {} batches, {} send calls",
+        a.backend_name(),
+        st.batches,
+        st.send_calls
+    );
+    assert!(
+        st.send_calls >= (large_bytes / CHUNK) as u64,
+        "{} send calls for {large_bytes} bytes in chunks of {CHUNK}",
+        st.send_calls
     );
 }
 

@@ -122,9 +122,19 @@ impl TxBatch {
     }
 
     /// Calls `f` with each unwritten slice, in wire order (what an iovec array must cover).
-    pub fn for_each_unsent(&self, mut f: impl FnMut(&[u8])) {
+    pub fn for_each_unsent(&self, f: impl FnMut(&[u8])) {
+        self.for_each_unsent_upto(usize::MAX, f);
+    }
+
+    /// As [`for_each_unsent`](Self::for_each_unsent), but stops after `limit` bytes (the
+    /// last slice cut short): the slices one send call of at most `limit` bytes covers.
+    pub fn for_each_unsent_upto(&self, limit: usize, mut f: impl FnMut(&[u8])) {
         let mut skip = self.sent;
+        let mut left = limit;
         for part in &self.parts {
+            if left == 0 {
+                return;
+            }
             let s: &[u8] = match part {
                 Part::Arena { start, len } => &self.arena[*start..*start + *len],
                 Part::Ext(b) => b,
@@ -133,7 +143,10 @@ impl TxBatch {
                 skip -= s.len();
                 continue;
             }
-            f(&s[skip..]);
+            let s = &s[skip..];
+            let s = &s[..s.len().min(left)];
+            left -= s.len();
+            f(s);
             skip = 0;
         }
     }
@@ -165,6 +178,12 @@ mod tests {
         let mut n = 0;
         b.for_each_unsent(|_| n += 1);
         assert_eq!(n, 2);
+        let mut cut = Vec::new();
+        b.for_each_unsent_upto(6, |s| cut.extend_from_slice(s));
+        assert_eq!(cut, b"yloadt");
+        cut.clear();
+        b.for_each_unsent_upto(0, |s| cut.extend_from_slice(s));
+        assert!(cut.is_empty());
         b.advance(100);
         assert_eq!(b.remaining(), 0);
         assert!(b.unsent_to_vec().is_empty());

@@ -89,6 +89,10 @@ pub(crate) struct Epoll {
     /// Completions produced outside `poll`, delivered by the next `poll`.
     ready: Vec<Event>,
     iov: IovScratch,
+    /// Most bytes per `sendmsg` (`SockOpts::send_chunk`, `usize::MAX` for no limit).
+    chunk: usize,
+    /// `sendmsg` calls made (including those that found the socket full).
+    send_calls: u64,
     next_gen: u32,
     /// Slots with a receive armed and not yet completed (`Conn::armed_at` indexes it), so
     /// the fast path visits exactly those.
@@ -116,6 +120,7 @@ impl Epoll {
         let raw = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
         // SAFETY: epoll_create1 succeeded, so `raw` is a new descriptor nothing else owns.
         let epfd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let chunk = opts.send_chunk.unwrap_or(usize::MAX);
         Ok(Self {
             epfd,
             opts,
@@ -125,6 +130,8 @@ impl Epoll {
             run: Vec::new(),
             ready: Vec::new(),
             iov: IovScratch(Vec::new()),
+            chunk,
+            send_calls: 0,
             next_gen: 0,
             armed: Vec::new(),
             tx_waiting: 0,
@@ -225,7 +232,10 @@ impl Epoll {
                 }
                 out.push(Event::Connected { conn, result });
             }
-            if c.tx.is_some() && c.writable && c.try_send(conn, &mut self.iov, out) {
+            if c.tx.is_some()
+                && c.writable
+                && c.try_send(conn, self.chunk, &mut self.iov, &mut self.send_calls, out)
+            {
                 self.tx_waiting -= 1;
             }
             if c.rx.is_some() && c.readable && c.try_recv(conn, out) {
@@ -337,6 +347,10 @@ impl Backend for Epoll {
         "epoll"
     }
 
+    fn send_calls(&self) -> u64 {
+        self.send_calls
+    }
+
     fn describe(&self) -> String {
         format!(
             "epoll edge-triggered, direct recv for up to {} armed receives",
@@ -392,7 +406,15 @@ impl Backend for Epoll {
         c.tx = Some(batch);
         // Write at once: on the latency path the socket is almost always writable, and the
         // completion still reaches the caller through `poll`.
-        let done = !c.connecting && c.writable && c.try_send(conn, &mut self.iov, &mut self.ready);
+        let done = !c.connecting
+            && c.writable
+            && c.try_send(
+                conn,
+                self.chunk,
+                &mut self.iov,
+                &mut self.send_calls,
+                &mut self.ready,
+            );
         if !done {
             self.tx_waiting += 1;
         }
@@ -590,9 +612,17 @@ impl Conn {
         }
     }
 
-    /// Writes as much of the pending batch as the socket takes (`sendmsg`, gathered).
-    /// Returns true when the send completed (its event is pushed to `out`).
-    fn try_send(&mut self, conn: ConnId, iov: &mut IovScratch, out: &mut Vec<Event>) -> bool {
+    /// Writes as much of the pending batch as the socket takes (`sendmsg`, gathered, at
+    /// most `chunk` bytes per call). Returns true when the send completed (its event is
+    /// pushed to `out`).
+    fn try_send(
+        &mut self,
+        conn: ConnId,
+        chunk: usize,
+        iov: &mut IovScratch,
+        calls: &mut u64,
+        out: &mut Vec<Event>,
+    ) -> bool {
         let fd = self.raw_fd();
         let Some(batch) = self.tx.as_mut() else {
             return false;
@@ -603,7 +633,7 @@ impl Conn {
             }
             let iovs = &mut iov.0;
             let mut offered = 0;
-            batch.for_each_unsent(|s| {
+            batch.for_each_unsent_upto(chunk, |s| {
                 if iovs.len() < IOV_MAX {
                     iovs.push(libc::iovec {
                         iov_base: s.as_ptr().cast_mut().cast(),
@@ -619,6 +649,7 @@ impl Conn {
             // SAFETY: every iovec points into `batch`, which is borrowed (unmoved) for the
             // call; sendmsg only reads them and keeps no pointer after returning.
             let res = syscall!(sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT));
+            *calls += 1;
             iovs.clear();
             match res {
                 Ok(n) => {

@@ -67,6 +67,8 @@ pub(crate) struct SockOpts {
     pub(crate) user_timeout: Option<Duration>,
     /// SO_KEEPALIVE with TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT when set.
     pub(crate) keepalive: Option<crate::config::Keepalive>,
+    /// Most bytes one send call hands to the kernel (`None`: no limit).
+    pub(crate) send_chunk: Option<usize>,
     /// Zero-copy sends (io_uring `SENDMSG_ZC`) for batches of at least this many bytes;
     /// `None` = never. The epoll backend ignores it.
     #[cfg_attr(not(feature = "uring"), allow(dead_code))]
@@ -171,6 +173,9 @@ pub(crate) trait Backend {
     fn zerocopy_counts(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// Send operations handed to the kernel (a batch takes more than one when it is
+    /// offered in `send_chunk` pieces, has more than IOV_MAX parts, or is written short).
+    fn send_calls(&self) -> u64;
 }
 
 /// The backend kinds that can be asked for.
@@ -253,5 +258,8 @@ impl Backend for AnyBackend {
     }
     fn zerocopy_counts(&self) -> (u64, u64) {
         forward!(self, b => b.zerocopy_counts())
+    }
+    fn send_calls(&self) -> u64 {
+        forward!(self, b => b.send_calls())
     }
 }

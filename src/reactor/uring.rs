@@ -70,6 +70,8 @@ pub(crate) struct Uring {
     enters: u64,
     /// Number of sends resubmitted after a short write or the iovec cap.
     resumes: u64,
+    /// SendMsg / SendMsgZc SQEs pushed.
+    send_sqes: u64,
     /// Zero-copy sends whose notification arrived, and how many of them the kernel
     /// copied after all (loopback always does).
     zc_sends: u64,
@@ -303,6 +305,7 @@ impl Uring {
             shutting_down: false,
             enters: 0,
             resumes: 0,
+            send_sqes: 0,
             zc_sends: 0,
             zc_copied: 0,
             zc_supported,
@@ -424,7 +427,8 @@ impl Uring {
         };
         let tx = &mut *c.tx;
         tx.iov.clear();
-        batch.for_each_unsent(|s| {
+        let limit = self.opts.send_chunk.unwrap_or(usize::MAX);
+        batch.for_each_unsent_upto(limit, |s| {
             if tx.iov.len() < MAX_IOV {
                 tx.iov.push(libc::iovec {
                     iov_base: s.as_ptr() as *mut libc::c_void,
@@ -455,6 +459,7 @@ impl Uring {
                 .build()
         };
         let entry = entry.user_data(token(KIND_SEND, idx, c.gen));
+        self.send_sqes += 1;
         // SAFETY: `msg` points into `c.tx`, a Box owned by the slot, whose `iov` Vec is
         // not modified again until this SQE's CQE is reaped (only `submit_send` writes it,
         // and only while `c.batch` is Some and no SendMsg is in flight, i.e. right here or
@@ -770,8 +775,9 @@ impl Uring {
                     } else if res == 0 {
                         Err(io::Error::from(io::ErrorKind::WriteZero))
                     } else {
-                        // Short write (or more than MAX_IOV parts): resume after what
-                        // the kernel took, keeping the batch in the slot.
+                        // Short write, or the batch was offered in pieces (more than
+                        // MAX_IOV parts, or more bytes than `send_chunk`): resume after
+                        // what the kernel took, keeping the batch in the slot.
                         self.resumes += 1;
                         self.submit_send(idx);
                         return;
@@ -1061,6 +1067,10 @@ impl Backend for Uring {
 
     fn zerocopy_counts(&self) -> (u64, u64) {
         (self.zc_sends, self.zc_copied)
+    }
+
+    fn send_calls(&self) -> u64 {
+        self.send_sqes
     }
 
     fn describe(&self) -> String {
