@@ -86,6 +86,10 @@ pub struct Stats {
     /// (`ENOBUFS`) and was re-armed once buffers came back; no data is lost. Always 0
     /// without [`Config::recv_multishot`].
     pub recv_starved: u64,
+    /// Multishot receive only: payloads too large for the receive cache whose remaining
+    /// bytes were read straight into their buffer (the connection's multishot receive
+    /// paused meanwhile) instead of being copied out of provided buffers.
+    pub recv_direct: u64,
 }
 
 type Handler = Box<dyn FnMut(&mut Transport, &Am<'_>)>;
@@ -110,6 +114,8 @@ pub struct Transport {
     cfg: Config,
     dispatching: u32,
     accept_errors: u64,
+    /// Large payloads finished by a direct receive after pausing the multishot receive.
+    recv_direct: u64,
     backend_note: Option<String>,
     last_now: Instant,
     idle_passes: u32,
@@ -198,6 +204,7 @@ impl Transport {
             cfg,
             dispatching: 0,
             accept_errors: 0,
+            recv_direct: 0,
             backend_note,
             last_now: Instant::now(),
             idle_passes: 0,
@@ -523,6 +530,7 @@ impl Transport {
             frames: c.frames,
             send_calls: self.backend.send_calls(),
             recv_starved: self.backend.recv_starved(),
+            recv_direct: self.recv_direct,
         }
     }
 
@@ -607,6 +615,7 @@ impl Transport {
                     .core
                     .handle_recv_end(now, key(conn), Some(e.to_string())),
             },
+            Event::ProvidedPaused { conn } => self.on_provided_paused(key(conn)),
             Event::Closed { conn } => self.core.handle_closed(key(conn)),
         }
     }
@@ -628,7 +637,13 @@ impl Transport {
                         self.dispatch(peer, tag, payload);
                     }
                     InputStep::Done => {
+                        // A payload that does not fit the cache and still misses at least
+                        // a cache's worth: the rest is read straight into its buffer.
+                        let direct = rx.wants_all() && rx.missing() >= self.cfg.recv_cache;
                         self.core.input_done(k, rx);
+                        if direct {
+                            self.backend.pause_provided(conn_id(k));
+                        }
                         break;
                     }
                     InputStep::Drop => break,
@@ -636,6 +651,21 @@ impl Transport {
             }
         }
         self.backend.recycle(buf);
+    }
+
+    /// The multishot receive of `k` stopped for a large payload: read the rest of it
+    /// directly (or, if provided buffers completed it meanwhile, resume the multishot).
+    fn on_provided_paused(&mut self, k: ConnKey) {
+        let Some(rx) = self.core.take_rx(k) else {
+            return;
+        };
+        if rx.wants_all() {
+            self.recv_direct += 1;
+            self.backend.recv(conn_id(k), rx);
+        } else {
+            self.core.input_done(k, rx);
+            self.backend.recv_provided(conn_id(k));
+        }
     }
 
     fn on_recv(&mut self, now: Instant, k: ConnKey, mut rx: crate::proto::recv_cache::RxBuf) {
@@ -675,14 +705,17 @@ impl Transport {
                     }
                 }
                 Action::Receive(k) => {
+                    let Some(rx) = self.core.take_rx(k) else {
+                        continue;
+                    };
                     // In multishot mode the receive is armed once on the shared ring and
-                    // stays armed; the cache stays with the engine for reassembly.
-                    if self.backend.recv_provided(conn_id(k)) {
+                    // stays armed; the cache stays with the engine for reassembly. A
+                    // large payload being read directly continues directly.
+                    if !rx.wants_all() && self.backend.recv_provided(conn_id(k)) {
+                        self.core.input_done(k, rx);
                         continue;
                     }
-                    if let Some(rx) = self.core.take_rx(k) {
-                        self.backend.recv(conn_id(k), rx);
-                    }
+                    self.backend.recv(conn_id(k), rx);
                 }
                 Action::Close(k) => self.backend.close(conn_id(k)),
                 Action::Dial { peer, addr, bind } => match self.backend.connect(addr, bind) {

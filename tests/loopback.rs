@@ -458,54 +458,8 @@ fn coalesced_small_messages_keep_order(kind: BackendKind) {
 fn chunked_large_sends_arrive_whole(kind: BackendKind) {
     const CHUNK: usize = 4096;
     let (mut a, mut b) = pair_with(kind, |c| c.send_chunk = Some(CHUNK));
-    let got = Rc::new(RefCell::new(Vec::new()));
-    let g = got.clone();
-    b.register(Tag(2), move |_, am| {
-        let seq = am.payload[0];
-        let len = if seq % 2 == 0 {
-            (1 << 20) + seq as usize
-        } else {
-            100
-        };
-        assert_eq!(am.payload.len(), len, "message {seq}");
-        let ok = am.payload[1..]
-            .iter()
-            .enumerate()
-            .all(|(i, &x)| x == (i as u8).wrapping_mul(31).wrapping_add(seq));
-        assert!(ok, "message {seq} corrupted");
-        g.borrow_mut().push(seq);
-    })
-    .unwrap();
-    let comp = completions(&mut a);
-    const N: u8 = 16;
-    for seq in 0..N {
-        let len = if seq % 2 == 0 {
-            (1 << 20) + seq as usize
-        } else {
-            100
-        };
-        let mut p = vec![seq; len];
-        for (i, x) in p[1..].iter_mut().enumerate() {
-            *x = (i as u8).wrapping_mul(31).wrapping_add(seq);
-        }
-        // Three segments, so chunk boundaries fall inside and across them.
-        let p = Bytes::from(p);
-        let (x, y) = (len / 3, 2 * len / 3);
-        let segs = [p.slice(..x), p.slice(x..y), p.slice(y..)];
-        a.send(PeerId(1), Tag(2), &segs, seq as u64).unwrap();
-    }
-    drive(
-        &mut [&mut a, &mut b],
-        Duration::from_secs(60),
-        "chunked stream",
-        || got.borrow().len() == N as usize && comp.borrow().len() == N as usize,
-    );
-    assert_eq!(*got.borrow(), (0..N).collect::<Vec<_>>());
-    for (i, c) in comp.borrow().iter().enumerate() {
-        assert_eq!((c.cookie, &c.result), (i as u64, &Ok(())));
-    }
+    let large_bytes = alternating_stream(&mut a, &mut b, 16);
     let st = a.stats();
-    let large_bytes: usize = (0..N as usize).step_by(2).map(|s| (1 << 20) + s).sum();
     println!(
         "backend {}: {} batches, {} send calls",
         a.backend_name(),
@@ -517,6 +471,86 @@ fn chunked_large_sends_arrive_whole(kind: BackendKind) {
         "{} send calls for {large_bytes} bytes in chunks of {CHUNK}",
         st.send_calls
     );
+}
+
+/// Multishot receive on a ring far smaller than a payload: each 1 MiB payload pauses
+/// the connection's multishot receive and is read straight into its buffer; the small
+/// messages around it still come through the ring. Everything is checked byte by byte.
+#[cfg(feature = "uring")]
+#[test]
+fn multishot_large_payloads_are_received_directly() {
+    if !common::usable(BackendKind::Uring) {
+        return;
+    }
+    let (mut a, mut b) = pair_with(BackendKind::Uring, |c| {
+        c.recv_multishot = true;
+        c.recv_ring_bufs = 8;
+        c.recv_ring_buf_size = 4096;
+    });
+    if let Some(note) = b.backend_note() {
+        eprintln!("skipped: {note}");
+        return;
+    }
+    const N: u8 = 16;
+    alternating_stream(&mut a, &mut b, N);
+    let st = b.stats();
+    println!(
+        "{} of {} large payloads received directly",
+        st.recv_direct,
+        N / 2
+    );
+    // The ring (32 KiB) cannot hold a payload, so every one of them goes direct.
+    assert_eq!(st.recv_direct, u64::from(N / 2));
+}
+
+/// Sends `n` messages from `a` to peer 1 `b` on tag 2, even ones of 1 MiB + seq bytes
+/// in three segments, odd ones of 100 bytes, all queued at once; `b` checks every
+/// byte and the order, every send completes once. Returns the large messages' bytes.
+fn alternating_stream(a: &mut Transport, b: &mut Transport, n: u8) -> usize {
+    let len = |seq: u8| {
+        if seq.is_multiple_of(2) {
+            (1 << 20) + seq as usize
+        } else {
+            100
+        }
+    };
+    let byte = |seq: u8, i: usize| (i as u8).wrapping_mul(31).wrapping_add(seq);
+    let got = Rc::new(RefCell::new(Vec::new()));
+    let g = got.clone();
+    b.register(Tag(2), move |_, am| {
+        let seq = am.payload[0];
+        assert_eq!(am.payload.len(), len(seq), "message {seq}");
+        let ok = am.payload[1..]
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x == byte(seq, i));
+        assert!(ok, "message {seq} corrupted");
+        g.borrow_mut().push(seq);
+    })
+    .unwrap();
+    let comp = completions(a);
+    for seq in 0..n {
+        let mut p = vec![seq; len(seq)];
+        for (i, x) in p[1..].iter_mut().enumerate() {
+            *x = byte(seq, i);
+        }
+        // Three segments, so chunk boundaries fall inside and across them.
+        let p = Bytes::from(p);
+        let (x, y) = (p.len() / 3, 2 * p.len() / 3);
+        let segs = [p.slice(..x), p.slice(x..y), p.slice(y..)];
+        a.send(PeerId(1), Tag(2), &segs, seq as u64).unwrap();
+    }
+    drive(
+        &mut [a, b],
+        Duration::from_secs(60),
+        "alternating stream",
+        || got.borrow().len() == n as usize && comp.borrow().len() == n as usize,
+    );
+    assert_eq!(*got.borrow(), (0..n).collect::<Vec<_>>());
+    for (i, c) in comp.borrow().iter().enumerate() {
+        assert_eq!((c.cookie, &c.result), (i as u64, &Ok(())));
+    }
+    (0..n).filter(|s| s.is_multiple_of(2)).map(len).sum()
 }
 
 /// Connections that never say HELLO cost no cache and are capped: beyond the limit they

@@ -85,6 +85,15 @@ impl RxBuf {
         self.large.is_some()
     }
 
+    /// For a large-payload buffer: payload bytes still to arrive (0 for a cache).
+    pub fn missing(&self) -> usize {
+        if self.large.is_some() {
+            self.limit - self.filled
+        } else {
+            0
+        }
+    }
+
     /// Received bytes not yet consumed.
     pub fn pending(&self) -> usize {
         self.filled - self.pos

@@ -221,6 +221,7 @@ fn conn_of(e: &Event) -> Option<ConnId> {
         | Event::Sent { conn, .. }
         | Event::Recv { conn, .. }
         | Event::RecvProvided { conn, .. }
+        | Event::ProvidedPaused { conn }
         | Event::Closed { conn } => Some(*conn),
         Event::AcceptError(_) => None,
     }

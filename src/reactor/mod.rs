@@ -112,6 +112,11 @@ pub(crate) enum Event {
         data: Option<ProvidedBuf>,
         result: io::Result<usize>,
     },
+    /// The connection's multishot receive stopped as asked by
+    /// [`Backend::pause_provided`]: every byte the kernel put in provided buffers was
+    /// reported before this, the rest is still in the socket. Only io_uring produces it.
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
+    ProvidedPaused { conn: ConnId },
     /// The socket is closed and no operation of it remains; the id may be reused.
     Closed { conn: ConnId },
 }
@@ -152,6 +157,14 @@ pub(crate) trait Backend {
     fn recv_provided(&mut self, conn: ConnId) -> bool {
         let _ = conn;
         false
+    }
+    /// Stops the connection's multishot receive so that the next bytes can be read with
+    /// [`recv`](Self::recv) into a buffer of the caller's (a large payload's
+    /// destination); [`Event::ProvidedPaused`] follows once no multishot receive of it
+    /// is in flight. [`recv_provided`](Self::recv_provided) resumes it. Idempotent;
+    /// nothing for a backend without provided buffers.
+    fn pause_provided(&mut self, conn: ConnId) {
+        let _ = conn;
     }
     /// Returns a buffer lent by [`Event::RecvProvided`] to the ring.
     #[inline]
@@ -245,6 +258,9 @@ impl Backend for AnyBackend {
     #[inline]
     fn recv_provided(&mut self, conn: ConnId) -> bool {
         forward!(self, b => b.recv_provided(conn))
+    }
+    fn pause_provided(&mut self, conn: ConnId) {
+        forward!(self, b => b.pause_provided(conn))
     }
     #[inline]
     fn recycle(&mut self, buf: ProvidedBuf) {

@@ -119,6 +119,9 @@ struct Conn {
     mshot: bool,
     /// The multishot receive stopped because the ring was empty; it is in `starved`.
     starved: bool,
+    /// `pause_provided` asked to stop the multishot receive; `ProvidedPaused` is due when
+    /// its last CQE arrives.
+    pausing: bool,
     /// A requested receive not handed to the kernel yet: tried with a direct
     /// non-blocking `recv` on every non-blocking `poll`, armed as a `Recv` SQE before the
     /// backend waits in the kernel. Never seen by the kernel, so not "in flight".
@@ -352,6 +355,7 @@ impl Uring {
             parked_rx: None,
             mshot: false,
             starved: false,
+            pausing: false,
             zc: false,
             zc_notifs: 0,
             zc_result: None,
@@ -820,6 +824,10 @@ impl Uring {
         if !more {
             c.mshot = false;
         }
+        let paused = !more && c.pausing;
+        if paused {
+            c.pausing = false;
+        }
         let bid = cqueue::buffer_select(flags);
         let Some(pool) = self.pool.as_ref() else {
             debug_assert!(false, "multishot receive without a buffer ring");
@@ -848,6 +856,13 @@ impl Uring {
             if let Some(b) = bid {
                 pool.give_back(b);
             }
+            if paused && (res == -libc::ECANCELED || res == -libc::ENOBUFS) {
+                // Ended by our cancel, or by an empty ring just before it: the socket
+                // keeps the rest for the caller's own receive. (End of stream and errors
+                // are reported below as usual: the connection is over anyway.)
+                out.push(Event::ProvidedPaused { conn });
+                return;
+            }
             if res == -libc::ENOBUFS {
                 // The ring is empty: the kernel stopped this receive. The bytes stay in
                 // the socket; re-armed by `rearm_starved` once a buffer is back.
@@ -864,9 +879,12 @@ impl Uring {
                 (None, Err(errno(res)))
             }
         };
-        let rearm = !more && matches!(result, Ok(n) if n > 0);
+        let got_data = matches!(result, Ok(n) if n > 0);
+        let rearm = !more && !paused && got_data;
         out.push(Event::RecvProvided { conn, data, result });
-        if rearm {
+        if paused && got_data {
+            out.push(Event::ProvidedPaused { conn });
+        } else if rearm {
             // The kernel ended the multishot after data (for example on CQ pressure):
             // the connection keeps receiving.
             self.arm_recv_multi(idx);
@@ -1283,6 +1301,30 @@ impl Backend for Uring {
             Some(_) => self.arm_recv_multi(idx),
         }
         true
+    }
+
+    fn pause_provided(&mut self, conn: ConnId) {
+        let idx = conn.0 as usize;
+        let Some(c) = self.conns.get_mut(idx) else {
+            return;
+        };
+        if c.closing || c.pausing {
+            return;
+        }
+        if c.mshot {
+            c.pausing = true;
+            c.cancels += 1;
+            let e = opcode::AsyncCancel::new(token(KIND_RECV_MULTI, idx, c.gen))
+                .build()
+                .user_data(token(KIND_CANCEL, idx, c.gen));
+            // SAFETY: AsyncCancel carries only a user_data value, no pointer.
+            unsafe { self.push(e) };
+        } else {
+            // Not in flight (starved, or never armed): paused already. A starved slot
+            // stays in `starved` with the flag cleared, which `rearm_starved` skips.
+            c.starved = false;
+            self.deferred.push_back(Event::ProvidedPaused { conn });
+        }
     }
 
     #[inline]
@@ -1723,6 +1765,106 @@ mod tests {
         assert_eq!(got, want, "bytes lost or reordered");
         assert!(u.recv_starved() > 0, "the ring never ran empty");
         assert_eq!(u.pool.as_ref().unwrap().lent(), 0);
+        let peer = writer.join().unwrap();
+        u.close(server);
+        poll_until(&mut u, false, |ev| matches!(ev, Event::Closed { .. }));
+        drop(peer);
+        assert_eq!(u.shutdown(), 0, "ops leaked");
+    }
+
+    /// Pausing an armed multishot receive: the bytes already in provided buffers come
+    /// first, then `ProvidedPaused`; the rest of the stream is read with a plain `Recv`
+    /// into the caller's buffer (nothing arrives through the ring meanwhile); resuming
+    /// brings the ring back. Every byte arrives once, in order.
+    #[test]
+    fn pause_then_direct_receive_then_resume() {
+        use std::io::Write;
+        let geo = RingGeometry {
+            count: 4,
+            size: 4096,
+        };
+        let Some((mut u, server, mut peer)) = provided_pair(geo) else {
+            return;
+        };
+        let data: Vec<u8> = (0..300_000u32)
+            .map(|i| (i * 13 + (i >> 11)) as u8)
+            .collect();
+        peer.write_all(&data[..1000]).unwrap();
+        let mut got = Vec::new();
+        let mut held: Vec<ProvidedBuf> = Vec::new();
+        poll_until(&mut u, false, |ev| match ev {
+            Event::RecvProvided {
+                data: Some(buf), ..
+            } => {
+                got.extend_from_slice(buf.bytes());
+                held.push(buf);
+                got.len() == 1000
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        for b in held.drain(..) {
+            u.recycle(b);
+        }
+        u.pause_provided(server);
+        u.pause_provided(server); // idempotent
+        let writer = {
+            let rest = data[1000..].to_vec();
+            std::thread::spawn(move || {
+                peer.write_all(&rest).unwrap();
+                peer
+            })
+        };
+        let mut paused = 0;
+        poll_until(&mut u, false, |ev| match ev {
+            Event::RecvProvided {
+                data: Some(buf), ..
+            } => {
+                assert_eq!(paused, 0, "ring data after ProvidedPaused");
+                got.extend_from_slice(buf.bytes());
+                held.push(buf);
+                false
+            }
+            Event::ProvidedPaused { conn } => {
+                assert_eq!(conn, server);
+                paused += 1;
+                true
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        for b in held.drain(..) {
+            u.recycle(b);
+        }
+        // The rest, minus a tail left for the resumed ring, goes through plain receives.
+        let direct_end = data.len() - 500;
+        while got.len() < direct_end {
+            let mut rx = RxBuf::cache(direct_end - got.len());
+            rx.commit(0);
+            u.recv(server, rx);
+            poll_until(&mut u, false, |ev| match ev {
+                Event::Recv { rx, result, .. } => {
+                    let n = result.unwrap();
+                    assert!(n > 0);
+                    got.extend_from_slice(rx.bytes(0..n));
+                    true
+                }
+                other => panic!("unexpected {other:?}"),
+            });
+        }
+        assert!(u.recv_provided(server));
+        poll_until(&mut u, false, |ev| match ev {
+            Event::RecvProvided {
+                data: Some(buf), ..
+            } => {
+                got.extend_from_slice(buf.bytes());
+                held.push(buf);
+                got.len() == data.len()
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        for b in held.drain(..) {
+            u.recycle(b);
+        }
+        assert!(got == data, "bytes lost, duplicated or reordered");
         let peer = writer.join().unwrap();
         u.close(server);
         poll_until(&mut u, false, |ev| matches!(ev, Event::Closed { .. }));
