@@ -76,10 +76,7 @@ fn stream_100k_checked_both_directions(kind: BackendKind) {
     for c in [&ca, &cb] {
         let c = c.borrow();
         // Exactly once each, in order, all Ok.
-        for (i, x) in c.iter().enumerate() {
-            assert_eq!(x.cookie, i as u64);
-            assert_eq!(x.result, Ok(()));
-        }
+        common::assert_all_ok_in_order(&c, N as usize);
     }
     assert!(
         recv_checks[0].1.get() >= 200,
@@ -434,9 +431,7 @@ fn coalesced_small_messages_keep_order(kind: BackendKind) {
         || got.borrow().len() == N as usize && comp.borrow().len() == N as usize,
     );
     assert_eq!(*got.borrow(), (0..N).collect::<Vec<_>>());
-    for (i, c) in comp.borrow().iter().enumerate() {
-        assert_eq!((c.cookie, &c.result), (i as u64, &Ok(())));
-    }
+    common::assert_all_ok_in_order(&comp.borrow(), N as usize);
     let st = a.stats();
     println!(
         "backend {}: {} frames in {} gathered sends",
@@ -479,18 +474,9 @@ fn chunked_large_sends_arrive_whole(kind: BackendKind) {
 #[cfg(feature = "uring")]
 #[test]
 fn multishot_large_payloads_are_received_directly() {
-    if !common::usable(BackendKind::Uring) {
+    let Some((mut a, mut b)) = multishot_pair(8, 4096) else {
         return;
-    }
-    let (mut a, mut b) = pair_with(BackendKind::Uring, |c| {
-        c.recv_multishot = true;
-        c.recv_ring_bufs = 8;
-        c.recv_ring_buf_size = 4096;
-    });
-    if let Some(note) = b.backend_note() {
-        eprintln!("skipped: {note}");
-        return;
-    }
+    };
     const N: u8 = 16;
     alternating_stream(&mut a, &mut b, N);
     let st = b.stats();
@@ -501,6 +487,25 @@ fn multishot_large_payloads_are_received_directly() {
     );
     // The ring (32 KiB) cannot hold a payload, so every one of them goes direct.
     assert_eq!(st.recv_direct, u64::from(N / 2));
+}
+
+/// Two io_uring transports with multishot receive on a ring of `bufs` x `size` bytes;
+/// `None` (said on stderr) where io_uring or multishot receive is unavailable.
+#[cfg(feature = "uring")]
+fn multishot_pair(bufs: u32, size: usize) -> Option<(Transport, Transport)> {
+    if !common::usable(BackendKind::Uring) {
+        return None;
+    }
+    let (a, b) = pair_with(BackendKind::Uring, |c| {
+        c.recv_multishot = true;
+        c.recv_ring_bufs = bufs;
+        c.recv_ring_buf_size = size;
+    });
+    if let Some(note) = b.backend_note() {
+        eprintln!("skipped: {note}");
+        return None;
+    }
+    Some((a, b))
 }
 
 /// Sends `n` messages from `a` to peer 1 `b` on tag 2, even ones of 1 MiB + seq bytes
@@ -547,9 +552,7 @@ fn alternating_stream(a: &mut Transport, b: &mut Transport, n: u8) -> usize {
         || got.borrow().len() == n as usize && comp.borrow().len() == n as usize,
     );
     assert_eq!(*got.borrow(), (0..n).collect::<Vec<_>>());
-    for (i, c) in comp.borrow().iter().enumerate() {
-        assert_eq!((c.cookie, &c.result), (i as u64, &Ok(())));
-    }
+    common::assert_all_ok_in_order(&comp.borrow(), n as usize);
     (0..n).filter(|s| s.is_multiple_of(2)).map(len).sum()
 }
 
@@ -594,18 +597,9 @@ fn connection_flood_is_bounded(kind: BackendKind) {
 #[cfg(feature = "uring")]
 #[test]
 fn multishot_tiny_ring_flood_loses_nothing() {
-    if !common::usable(BackendKind::Uring) {
+    let Some((mut a, mut b)) = multishot_pair(2, 4096) else {
         return;
-    }
-    let (mut a, mut b) = pair_with(BackendKind::Uring, |c| {
-        c.recv_multishot = true;
-        c.recv_ring_bufs = 2;
-        c.recv_ring_buf_size = 4096;
-    });
-    if let Some(note) = b.backend_note() {
-        eprintln!("skipped: {note}");
-        return;
-    }
+    };
     assert!(
         b.backend_detail().contains("multishot"),
         "{}",
@@ -736,9 +730,5 @@ fn one_way_checked_stream(
             got.get()
         );
     }
-    let c = comp.borrow();
-    assert_eq!(c.len() as u64, n);
-    for (i, x) in c.iter().enumerate() {
-        assert_eq!((x.cookie, &x.result), (i as u64, &Ok(())));
-    }
+    common::assert_all_ok_in_order(&comp.borrow(), n as usize);
 }

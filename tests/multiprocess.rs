@@ -200,10 +200,7 @@ fn stream_both_ways_checked(kind: BackendKind) {
             got.get()
         );
     }
-    for (i, c) in comp.borrow().iter().enumerate() {
-        assert_eq!(c.cookie, i as u64);
-        assert_eq!(c.result, Ok(()));
-    }
+    common::assert_all_ok_in_order(&comp.borrow(), N as usize);
     assert!(large.get() >= 200, "large messages: {}", large.get());
     t.shutdown(Duration::from_secs(10)).unwrap();
     assert!(fails.borrow().is_empty(), "{:?}", fails.borrow());

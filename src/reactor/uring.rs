@@ -1700,7 +1700,35 @@ mod tests {
         (peer, server.unwrap())
     }
 
-    fn provided_pair(geo: RingGeometry) -> Option<(Uring, ConnId, std::net::TcpStream)> {
+    /// Closes `server`, waits for its `Closed`, then shuts down with no op leaked.
+    fn close_and_shut_down(mut u: Uring, server: ConnId, peer: std::net::TcpStream) {
+        u.close(server);
+        poll_until(&mut u, false, |ev| matches!(ev, Event::Closed { .. }));
+        drop(peer);
+        assert_eq!(u.shutdown(), 0, "ops leaked");
+    }
+
+    /// Polls until `got` holds `len` bytes taken from provided buffers, then gives the
+    /// buffers back.
+    fn collect_provided(u: &mut Uring, got: &mut Vec<u8>, len: usize) {
+        let mut held: Vec<ProvidedBuf> = Vec::new();
+        poll_until(u, false, |ev| match ev {
+            Event::RecvProvided {
+                data: Some(buf), ..
+            } => {
+                got.extend_from_slice(buf.bytes());
+                held.push(buf);
+                got.len() >= len
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        for b in held {
+            u.recycle(b);
+        }
+    }
+
+    fn provided_pair(count: u16, size: u32) -> Option<(Uring, ConnId, std::net::TcpStream)> {
+        let geo = RingGeometry { count, size };
         let mut u = make()?;
         if let Err(e) = u.provide_buffers(geo) {
             eprintln!("skipping multishot test: {e}");
@@ -1719,11 +1747,7 @@ mod tests {
     #[test]
     fn multishot_recovers_when_the_ring_runs_empty() {
         use std::io::Write;
-        let geo = RingGeometry {
-            count: 2,
-            size: 4096,
-        };
-        let Some((mut u, server, mut peer)) = provided_pair(geo) else {
+        let Some((mut u, server, mut peer)) = provided_pair(2, 4096) else {
             return;
         };
         let data: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 + (i >> 13)) as u8).collect();
@@ -1765,11 +1789,7 @@ mod tests {
         assert_eq!(got, want, "bytes lost or reordered");
         assert!(u.recv_starved() > 0, "the ring never ran empty");
         assert_eq!(u.pool.as_ref().unwrap().lent(), 0);
-        let peer = writer.join().unwrap();
-        u.close(server);
-        poll_until(&mut u, false, |ev| matches!(ev, Event::Closed { .. }));
-        drop(peer);
-        assert_eq!(u.shutdown(), 0, "ops leaked");
+        close_and_shut_down(u, server, writer.join().unwrap());
     }
 
     /// Pausing an armed multishot receive: the bytes already in provided buffers come
@@ -1779,11 +1799,7 @@ mod tests {
     #[test]
     fn pause_then_direct_receive_then_resume() {
         use std::io::Write;
-        let geo = RingGeometry {
-            count: 4,
-            size: 4096,
-        };
-        let Some((mut u, server, mut peer)) = provided_pair(geo) else {
+        let Some((mut u, server, mut peer)) = provided_pair(4, 4096) else {
             return;
         };
         let data: Vec<u8> = (0..300_000u32)
@@ -1791,20 +1807,7 @@ mod tests {
             .collect();
         peer.write_all(&data[..1000]).unwrap();
         let mut got = Vec::new();
-        let mut held: Vec<ProvidedBuf> = Vec::new();
-        poll_until(&mut u, false, |ev| match ev {
-            Event::RecvProvided {
-                data: Some(buf), ..
-            } => {
-                got.extend_from_slice(buf.bytes());
-                held.push(buf);
-                got.len() == 1000
-            }
-            other => panic!("unexpected {other:?}"),
-        });
-        for b in held.drain(..) {
-            u.recycle(b);
-        }
+        collect_provided(&mut u, &mut got, 1000);
         u.pause_provided(server);
         u.pause_provided(server); // idempotent
         let writer = {
@@ -1815,6 +1818,7 @@ mod tests {
             })
         };
         let mut paused = 0;
+        let mut held: Vec<ProvidedBuf> = Vec::new();
         poll_until(&mut u, false, |ev| match ev {
             Event::RecvProvided {
                 data: Some(buf), ..
@@ -1851,25 +1855,9 @@ mod tests {
             });
         }
         assert!(u.recv_provided(server));
-        poll_until(&mut u, false, |ev| match ev {
-            Event::RecvProvided {
-                data: Some(buf), ..
-            } => {
-                got.extend_from_slice(buf.bytes());
-                held.push(buf);
-                got.len() == data.len()
-            }
-            other => panic!("unexpected {other:?}"),
-        });
-        for b in held.drain(..) {
-            u.recycle(b);
-        }
+        collect_provided(&mut u, &mut got, data.len());
         assert!(got == data, "bytes lost, duplicated or reordered");
-        let peer = writer.join().unwrap();
-        u.close(server);
-        poll_until(&mut u, false, |ev| matches!(ev, Event::Closed { .. }));
-        drop(peer);
-        assert_eq!(u.shutdown(), 0, "ops leaked");
+        close_and_shut_down(u, server, writer.join().unwrap());
     }
 
     /// A connection whose receive stopped for lack of buffers closes at once (nothing of
@@ -1877,11 +1865,7 @@ mod tests {
     #[test]
     fn close_while_starved() {
         use std::io::Write;
-        let geo = RingGeometry {
-            count: 1,
-            size: 1024,
-        };
-        let Some((mut u, server, mut peer)) = provided_pair(geo) else {
+        let Some((mut u, server, mut peer)) = provided_pair(1, 1024) else {
             return;
         };
         peer.write_all(&[1u8; 1024]).unwrap();
@@ -1921,11 +1905,7 @@ mod tests {
     #[test]
     fn multishot_end_of_stream_and_buffer_outliving_backend() {
         use std::io::Write;
-        let geo = RingGeometry {
-            count: 4,
-            size: 1024,
-        };
-        let Some((mut u, server, mut peer)) = provided_pair(geo) else {
+        let Some((mut u, server, mut peer)) = provided_pair(4, 1024) else {
             return;
         };
         peer.write_all(b"hello").unwrap();

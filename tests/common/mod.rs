@@ -120,6 +120,16 @@ pub fn drive(
 }
 
 /// Records every completion.
+/// Asserts that exactly `n` sends completed, each once and successfully, in the order
+/// of their cookies `0..n`.
+#[allow(dead_code)] // not every test binary uses it
+pub fn assert_all_ok_in_order(comp: &[Completion], n: usize) {
+    assert_eq!(comp.len(), n, "completions");
+    for (i, c) in comp.iter().enumerate() {
+        assert_eq!((c.cookie, &c.result), (i as u64, &Ok(())));
+    }
+}
+
 pub fn completions(t: &mut Transport) -> Rc<RefCell<Vec<Completion>>> {
     let v = Rc::new(RefCell::new(Vec::new()));
     let v2 = v.clone();
