@@ -115,8 +115,8 @@ pub struct Config {
     /// Most bytes handed to the kernel by one send call (`RINGBTL_SEND_CHUNK`,
     /// 4 KiB..=1 GiB, 0 = no limit). A larger batch (a large payload, or many coalesced
     /// frames) leaves in several consecutive calls on the same connection; the bytes on
-    /// the wire are the same. On loopback, 1 MiB streams faster in 256 KiB calls than in
-    /// one call (see the README's throughput section).
+    /// the wire are the same. On loopback, 1 MiB travels faster in 256 KiB calls than in
+    /// one call (see "Large messages" in the README).
     pub send_chunk: Option<usize>,
     /// TCP_NODELAY (`RINGBTL_NODELAY`, 0/1).
     pub nodelay: bool,
