@@ -118,6 +118,9 @@ pub struct Config {
     /// the wire are the same. On loopback, 1 MiB travels faster in 256 KiB calls than in
     /// one call (see "Large messages" in the README).
     pub send_chunk: Option<usize>,
+    /// TCP congestion control of the connections (`RINGBTL_TCP_CONGESTION`): see
+    /// [`Congestion`].
+    pub tcp_congestion: Congestion,
     /// TCP_NODELAY (`RINGBTL_NODELAY`, 0/1).
     pub nodelay: bool,
     /// SO_SNDBUF, kernel autotuning when `None` (`RINGBTL_SNDBUF`, 0 = autotune).
@@ -207,6 +210,7 @@ impl Config {
             inline_limit: 1024,
             coalesce_bytes: 256 * 1024,
             send_chunk: Some(256 * 1024),
+            tcp_congestion: Congestion::Auto,
             max_iov: 256,
             nodelay: true,
             sndbuf: None,
@@ -282,6 +286,21 @@ impl Config {
         if let Some(v) = var("RINGBTL_COALESCE_BYTES") {
             self.coalesce_bytes =
                 parse_u64("RINGBTL_COALESCE_BYTES", &v, 4 * kib, 64 * kib * kib)? as usize;
+        }
+        if let Some(v) = var("RINGBTL_TCP_CONGESTION") {
+            self.tcp_congestion = match v.trim() {
+                "auto" => Congestion::Auto,
+                "system" => Congestion::System,
+                name if !name.is_empty() && name.len() < 16 && name.is_ascii() => {
+                    Congestion::Use(name.to_string())
+                }
+                other => {
+                    return Err(Error::Config(format!(
+                        "RINGBTL_TCP_CONGESTION={other:?}: auto, system, or an algorithm \
+                         name from net.ipv4.tcp_available_congestion_control"
+                    )))
+                }
+            };
         }
         if let Some(v) = var("RINGBTL_SEND_CHUNK") {
             let n = parse_u64("RINGBTL_SEND_CHUNK", &v, 0, 1 << 30)? as usize;
@@ -442,6 +461,23 @@ impl Config {
     }
 }
 
+/// TCP congestion control of ringbtl's connections (`TCP_CONGESTION`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Congestion {
+    /// `reno` on connections to loopback peers, the system's algorithm elsewhere. On
+    /// loopback there is no congestion to control, and a pacing, probing algorithm such
+    /// as BBR (some distributions' default) only slows the stream; `reno` is the one
+    /// any unprivileged process may choose. (`RINGBTL_TCP_CONGESTION=auto`, the default.)
+    #[default]
+    Auto,
+    /// The system's `net.ipv4.tcp_congestion_control` everywhere (`system`).
+    System,
+    /// This algorithm on every connection, checked when the transport starts (one of
+    /// `net.ipv4.tcp_available_congestion_control`; unprivileged processes are limited
+    /// to `net.ipv4.tcp_allowed_congestion_control`).
+    Use(String),
+}
+
 /// TCP keepalive parameters (`TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`).
 ///
 /// Without a user timeout, a connection idle for `idle` is probed every `interval` and
@@ -588,8 +624,13 @@ mod tests {
             ("RINGBTL_RECV_RING_BUFS", "64"),
             ("RINGBTL_RECV_RING_BUF_SIZE", "4k"),
             ("RINGBTL_SEND_CHUNK", "1m"),
+            ("RINGBTL_TCP_CONGESTION", "cubic"),
         ])
         .unwrap();
+        assert_eq!(c.tcp_congestion, Congestion::Use("cubic".into()));
+        let sys = with(&[("RINGBTL_TCP_CONGESTION", "system")]).unwrap();
+        assert_eq!(sys.tcp_congestion, Congestion::System);
+        assert_eq!(with(&[]).unwrap().tcp_congestion, Congestion::Auto);
         assert_eq!(c.send_chunk, Some(1 << 20));
         assert_eq!(
             with(&[("RINGBTL_SEND_CHUNK", "0")]).unwrap().send_chunk,
@@ -670,6 +711,7 @@ mod tests {
             ("RINGBTL_RECV_RING_BUF_SIZE", "512"),
             ("RINGBTL_SEND_CHUNK", "100"),
             ("RINGBTL_SEND_CHUNK", "2g"),
+            ("RINGBTL_TCP_CONGESTION", "a-name-far-too-long"),
         ] {
             let e = with(&[(k, v)]).unwrap_err().to_string();
             assert!(e.contains(k), "{e} should name {k}");

@@ -85,7 +85,7 @@ pub mod transport;
 pub mod wire;
 pub mod wireup;
 
-pub use config::{Config, Keepalive, ProgressMode};
+pub use config::{Config, Congestion, Keepalive, ProgressMode};
 pub use error::{Error, FailReason, ProbeError, ProtoError, SendError, WireError};
 pub use reactor::BackendKind;
 pub use transport::{Am, Completion, Stats, Transport};

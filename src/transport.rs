@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::config::Config;
+use crate::config::{Config, Congestion};
 use crate::error::{Error, FailReason, ProbeError, SendError};
 use crate::proto::am::AmTable;
 use crate::proto::core::{
@@ -138,6 +138,21 @@ impl Transport {
     /// Creates the backend (probing io_uring when `cfg.backend` is `Auto`) and listens.
     pub fn new(cfg: Config) -> Result<Self, Error> {
         cfg.validate()?;
+        if let Congestion::Use(name) = &cfg.tcp_congestion {
+            crate::reactor::sys::check_congestion(name).map_err(|e| {
+                let list = |k: &str| {
+                    std::fs::read_to_string(format!("/proc/sys/net/ipv4/{k}"))
+                        .map(|s| s.trim().to_string())
+                        .unwrap_or_else(|_| "?".into())
+                };
+                Error::Config(format!(
+                    "tcp_congestion {name:?} (RINGBTL_TCP_CONGESTION): {e}; available: {}; \
+                     allowed without CAP_NET_ADMIN: {}",
+                    list("tcp_available_congestion_control"),
+                    list("tcp_allowed_congestion_control")
+                ))
+            })?;
+        }
         let opts = SockOpts {
             nodelay: cfg.nodelay,
             sndbuf: cfg.sndbuf,
@@ -145,6 +160,7 @@ impl Transport {
             user_timeout: cfg.tcp_user_timeout,
             keepalive: cfg.keepalive,
             send_chunk: cfg.send_chunk,
+            congestion: cfg.tcp_congestion.clone(),
             zerocopy_min: cfg.zerocopy_min,
             zerocopy_loopback: cfg.zerocopy_loopback,
         };

@@ -732,3 +732,20 @@ fn one_way_checked_stream(
     }
     common::assert_all_ok_in_order(&comp.borrow(), n as usize);
 }
+
+/// An unknown congestion control algorithm is refused when the transport starts, with
+/// a message that names the setting and what the kernel offers.
+#[test]
+fn unknown_congestion_control_is_refused() {
+    let mut c = common::cfg(0, BackendKind::Auto);
+    c.tcp_congestion = ringbtl::Congestion::Use("no-such-cc".into());
+    match Transport::new(c) {
+        Err(Error::Config(m)) => {
+            assert!(
+                m.contains("RINGBTL_TCP_CONGESTION") && m.contains("available"),
+                "{m}"
+            );
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}

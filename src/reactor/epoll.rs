@@ -254,7 +254,7 @@ impl Epoll {
             for _ in 0..ACCEPT_BATCH {
                 match sys::accept(self.listeners[li].fd.as_fd()) {
                     Ok((fd, peer)) => {
-                        let made = sys::apply_opts(&SockRef::from(&fd), &self.opts)
+                        let made = sys::apply_opts(&SockRef::from(&fd), &self.opts, &peer)
                             .and_then(|()| self.insert(fd, false));
                         out.push(match made {
                             Ok(conn) => Event::Accepted { conn, peer },

@@ -67,6 +67,8 @@ pub(crate) struct SockOpts {
     pub(crate) user_timeout: Option<Duration>,
     /// SO_KEEPALIVE with TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT when set.
     pub(crate) keepalive: Option<crate::config::Keepalive>,
+    /// TCP congestion control (`TCP_CONGESTION`), by peer (see `Congestion`).
+    pub(crate) congestion: crate::config::Congestion,
     /// Most bytes one send call hands to the kernel (`None`: no limit).
     pub(crate) send_chunk: Option<usize>,
     /// Zero-copy sends (io_uring `SENDMSG_ZC`) for batches of at least this many bytes;

@@ -7,10 +7,22 @@ use std::os::fd::{IntoRawFd, RawFd};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::SockOpts;
+use crate::config::Congestion;
 
-/// Applies the configured options to a connected or accepted socket.
-pub(crate) fn apply_opts(sock: &Socket, opts: &SockOpts) -> io::Result<()> {
+/// Applies the configured options to a socket connected (or connecting) to `peer`.
+pub(crate) fn apply_opts(sock: &Socket, opts: &SockOpts, peer: &SocketAddr) -> io::Result<()> {
     sock.set_tcp_nodelay(opts.nodelay)?;
+    match &opts.congestion {
+        Congestion::Use(name) => sock.set_tcp_congestion(name.as_bytes())?,
+        Congestion::Auto if peer.ip().is_loopback() => {
+            // Best effort: `reno` is always built in and allowed, but a failure here
+            // only leaves the system's choice.
+            if let Err(e) = sock.set_tcp_congestion(b"reno") {
+                tracing::debug!("TCP_CONGESTION reno on a loopback connection: {e}");
+            }
+        }
+        Congestion::Auto | Congestion::System => {}
+    }
     if let Some(n) = opts.sndbuf {
         sock.set_send_buffer_size(n)?;
     }
@@ -34,6 +46,13 @@ pub(crate) fn apply_opts(sock: &Socket, opts: &SockOpts) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether this process may use the TCP congestion control `name` (tried on a fresh,
+/// unconnected socket).
+pub(crate) fn check_congestion(name: &str) -> io::Result<()> {
+    let sock = Socket::new(Domain::IPV4, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
+    sock.set_tcp_congestion(name.as_bytes())
+}
+
 /// A non-blocking, close-on-exec TCP socket for `addr`'s family, options applied,
 /// bound to `bind` when given. Returns the raw fd, now owned by the caller.
 pub(crate) fn stream_socket(
@@ -46,7 +65,7 @@ pub(crate) fn stream_socket(
         Type::STREAM.nonblocking().cloexec(),
         Some(Protocol::TCP),
     )?;
-    apply_opts(&sock, opts)?;
+    apply_opts(&sock, opts, addr)?;
     if let Some(b) = bind {
         sock.bind(&b.into())?;
     }
@@ -77,11 +96,11 @@ pub(crate) fn listener(addr: SocketAddr) -> io::Result<(RawFd, SocketAddr)> {
 #[cfg(feature = "uring")]
 /// Applies the configured options to a socket the caller owns as a raw fd, without
 /// taking ownership of it (the fd stays open).
-pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts) -> io::Result<()> {
+pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts, peer: &SocketAddr) -> io::Result<()> {
     // SAFETY: the caller owns `fd` and keeps it open for the duration of this call; the
     // borrow ends before we return, and `SockRef` never closes the descriptor.
     let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    apply_opts(&socket2::SockRef::from(&bfd), opts)
+    apply_opts(&socket2::SockRef::from(&bfd), opts, peer)
 }
 
 #[cfg(feature = "uring")]
@@ -225,7 +244,7 @@ mod tests {
             ..SockOpts::default()
         };
         let s = tcp();
-        apply_opts(&s, &opts).unwrap();
+        apply_opts(&s, &opts, &REMOTE).unwrap();
         assert_eq!(
             s.tcp_user_timeout().unwrap(),
             Some(Duration::from_millis(2500))
@@ -258,8 +277,59 @@ mod tests {
     #[test]
     fn unset_options_leave_the_kernel_defaults() {
         let s = tcp();
-        apply_opts(&s, &SockOpts::default()).unwrap();
+        apply_opts(&s, &SockOpts::default(), &REMOTE).unwrap();
         assert_eq!(s.tcp_user_timeout().unwrap(), None);
         assert!(!s.keepalive().unwrap());
+        assert_eq!(congestion(&s), system_congestion());
+    }
+
+    /// A non-loopback peer (TEST-NET-3; nothing is sent to it).
+    const REMOTE: SocketAddr = SocketAddr::new(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 7)),
+        9,
+    );
+
+    fn congestion(s: &Socket) -> String {
+        let name = s.tcp_congestion().unwrap();
+        String::from_utf8_lossy(&name)
+            .trim_end_matches('\0')
+            .to_string()
+    }
+
+    fn system_congestion() -> String {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    /// `Auto` picks reno towards loopback peers only; `System` never changes the
+    /// system's choice; `Use` sets the named algorithm or fails.
+    #[test]
+    fn congestion_control_by_peer() {
+        let lo: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let lo6: SocketAddr = "[::1]:9".parse().unwrap();
+        let with = |c: Congestion| SockOpts {
+            congestion: c,
+            ..SockOpts::default()
+        };
+        let s = tcp();
+        apply_opts(&s, &with(Congestion::Auto), &lo).unwrap();
+        assert_eq!(congestion(&s), "reno");
+        let s = tcp();
+        apply_opts(&s, &with(Congestion::Auto), &lo6).unwrap();
+        assert_eq!(congestion(&s), "reno");
+        let s = tcp();
+        apply_opts(&s, &with(Congestion::Auto), &REMOTE).unwrap();
+        assert_eq!(congestion(&s), system_congestion());
+        let s = tcp();
+        apply_opts(&s, &with(Congestion::System), &lo).unwrap();
+        assert_eq!(congestion(&s), system_congestion());
+        let s = tcp();
+        apply_opts(&s, &with(Congestion::Use("reno".into())), &REMOTE).unwrap();
+        assert_eq!(congestion(&s), "reno");
+        let s = tcp();
+        let e = apply_opts(&s, &with(Congestion::Use("no-such-cc".into())), &lo).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
     }
 }

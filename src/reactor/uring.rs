@@ -948,7 +948,8 @@ impl Uring {
             out.push(Event::AcceptError(errno(res)));
         } else {
             let fd = res;
-            let setup = sys::apply_opts_fd(fd, &self.opts).and_then(|()| sys::peer_addr_fd(fd));
+            let setup = sys::peer_addr_fd(fd)
+                .and_then(|peer| sys::apply_opts_fd(fd, &self.opts, &peer).map(|()| peer));
             match setup {
                 Ok(peer) => {
                     let idx = self.insert_conn(fd);
