@@ -478,6 +478,17 @@ pub enum Congestion {
     Use(String),
 }
 
+impl Congestion {
+    /// The algorithm to set on a connection to `peer`, `None` to keep the system's.
+    pub fn for_peer(&self, peer: &SocketAddr) -> Option<&str> {
+        match self {
+            Congestion::Use(name) => Some(name),
+            Congestion::Auto if peer.ip().is_loopback() => Some("reno"),
+            Congestion::Auto | Congestion::System => None,
+        }
+    }
+}
+
 /// TCP keepalive parameters (`TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`).
 ///
 /// Without a user timeout, a connection idle for `idle` is probed every `interval` and

@@ -12,16 +12,14 @@ use crate::config::Congestion;
 /// Applies the configured options to a socket connected (or connecting) to `peer`.
 pub(crate) fn apply_opts(sock: &Socket, opts: &SockOpts, peer: &SocketAddr) -> io::Result<()> {
     sock.set_tcp_nodelay(opts.nodelay)?;
-    match &opts.congestion {
-        Congestion::Use(name) => sock.set_tcp_congestion(name.as_bytes())?,
-        Congestion::Auto if peer.ip().is_loopback() => {
-            // Best effort: `reno` is always built in and allowed, but a failure here
-            // only leaves the system's choice.
-            if let Err(e) = sock.set_tcp_congestion(b"reno") {
-                tracing::debug!("TCP_CONGESTION reno on a loopback connection: {e}");
-            }
+    if let Some(name) = opts.congestion.for_peer(peer) {
+        match sock.set_tcp_congestion(name.as_bytes()) {
+            Ok(()) => {}
+            Err(e) if matches!(opts.congestion, Congestion::Use(_)) => return Err(e),
+            // Best effort (`reno` is always built in and allowed): a failure only
+            // leaves the system's choice.
+            Err(e) => tracing::debug!("TCP_CONGESTION {name} towards {peer}: {e}"),
         }
-        Congestion::Auto | Congestion::System => {}
     }
     if let Some(n) = opts.sndbuf {
         sock.set_send_buffer_size(n)?;

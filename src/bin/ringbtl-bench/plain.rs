@@ -39,6 +39,7 @@ impl Plain {
     fn setup(sock: TcpStream, timeout: Duration, lowat: bool) -> Result<Self, String> {
         sock.set_nodelay(true)
             .map_err(|e| format!("baseline socket: TCP_NODELAY: {e}"))?;
+        sys::congestion_like_ringbtl(&sock)?;
         // Bounds every blocking call (block mode) so that the loops, which turn EAGAIN into
         // a deadline check, overshoot a phase's deadline by at most a second.
         let slice = Some(SOCKET_TIMEOUT.min(timeout));

@@ -630,6 +630,7 @@ impl PlainStream {
             .and_then(|()| sock.set_read_timeout(Some(SOCKET_SLICE)))
             .and_then(|()| sock.set_write_timeout(Some(SOCKET_SLICE)))
             .map_err(|e| format!("baseline socket: {e}"))?;
+        crate::sys::congestion_like_ringbtl(&sock)?;
         Ok(Self {
             sock,
             buf: Vec::new(),

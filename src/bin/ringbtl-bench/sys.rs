@@ -91,3 +91,21 @@ pub(crate) fn set_rcvlowat(fd: RawFd, bytes: usize) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// Gives a baseline socket the congestion control that a ringbtl connection to the same
+/// peer gets (`RINGBTL_TCP_CONGESTION`, by default `reno` towards loopback), so that a
+/// baseline differs from ringbtl in the transport only.
+pub(crate) fn congestion_like_ringbtl(sock: &std::net::TcpStream) -> Result<(), String> {
+    let cfg = ringbtl::Config::new(ringbtl::PeerId(0))
+        .from_env()
+        .map_err(|e| e.to_string())?;
+    let peer = sock
+        .peer_addr()
+        .map_err(|e| format!("baseline socket: peer address: {e}"))?;
+    if let Some(name) = cfg.tcp_congestion.for_peer(&peer) {
+        socket2::SockRef::from(sock)
+            .set_tcp_congestion(name.as_bytes())
+            .map_err(|e| format!("baseline socket: TCP_CONGESTION {name}: {e}"))?;
+    }
+    Ok(())
+}
