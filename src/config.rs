@@ -115,8 +115,8 @@ pub struct Config {
     /// Most bytes handed to the kernel by one send call (`RINGBTL_SEND_CHUNK`,
     /// 4 KiB..=1 GiB, 0 = no limit). A larger batch (a large payload, or many coalesced
     /// frames) leaves in several consecutive calls on the same connection; the bytes on
-    /// the wire are the same. On loopback, 1 MiB travels faster in 256 KiB calls than in
-    /// one call (see "Large messages" in the README).
+    /// the wire are the same. Off by default: it paid on loopback only under a pacing
+    /// congestion control (BBR), see "Large messages" in the README.
     pub send_chunk: Option<usize>,
     /// TCP congestion control of the connections (`RINGBTL_TCP_CONGESTION`): see
     /// [`Congestion`].
@@ -209,7 +209,7 @@ impl Config {
             max_frame: 64 * 1024 * 1024,
             inline_limit: 1024,
             coalesce_bytes: 256 * 1024,
-            send_chunk: Some(256 * 1024),
+            send_chunk: None,
             tcp_congestion: Congestion::Auto,
             max_iov: 256,
             nodelay: true,
