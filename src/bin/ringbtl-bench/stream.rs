@@ -29,7 +29,7 @@ use bytes::Bytes;
 use clap::Args;
 use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
 
-use crate::cli::{parse_mode, parse_sizes, BackendArg, SizeList, LARGE_MESSAGE_SIZE};
+use crate::cli::{parse_mode, parse_size, parse_sizes, BackendArg, SizeList, LARGE_MESSAGE_SIZE};
 use crate::control::{self, PeerProc};
 use crate::report::{json_num, json_str};
 use crate::{bw, rate, Mode, SETUP_TIMEOUT, SHUTDOWN_TIMEOUT};
@@ -42,6 +42,8 @@ pub(crate) const ACK: Tag = Tag(44);
 pub(crate) const ACK_BYTES: usize = 4;
 /// osu_bw's and osu_mbw_mr's window.
 pub(crate) const DEFAULT_WINDOW: u64 = 64;
+/// At most this many pre-warm windows per series (small largest sizes).
+const PREWARM_MAX_WINDOWS: u64 = 200;
 
 /// Which streaming benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +85,14 @@ pub(crate) struct StreamArgs {
     /// Divide the default loop and warm-up counts by 10 (at least one measured window).
     #[arg(long)]
     pub(crate) quick: bool,
+
+    /// Before the first size, stream about this many bytes of the largest size on each
+    /// series (ringbtl backends, baseline), unmeasured; 0 = off. A fresh process and
+    /// connection stream large messages markedly slower for their first gigabytes on
+    /// these machines, which would otherwise fall on whichever series runs first.
+    /// [default: 2G, 200M with --quick]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub(crate) prewarm: Option<usize>,
 
     /// poll: spin on non-blocking progress; block: wait in the kernel; spin or
     /// spin:USECS: spin USECS (50) after the last event, then wait.
@@ -139,6 +149,20 @@ impl StreamArgs {
             self.warmup.unwrap_or(w / div),
             self.iters.unwrap_or((n / div).max(1)),
         )
+    }
+
+    /// Untimed windows of `size` bytes per series before the first size (`--prewarm`).
+    fn prewarm_windows(&self, size: usize) -> u64 {
+        let bytes = self
+            .prewarm
+            .unwrap_or(if self.quick { 200 << 20 } else { 2 << 30 });
+        if bytes == 0 {
+            return 0;
+        }
+        let per_window = (size.max(1) as u64).saturating_mul(self.window);
+        (bytes as u64)
+            .div_ceil(per_window)
+            .clamp(1, PREWARM_MAX_WINDOWS)
     }
 
     fn mode(&self) -> Result<Mode, String> {
@@ -725,20 +749,31 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
         series.push(Series::Socket);
     }
     // One untimed window per series: connections are up before anything is measured.
+    // Then the untimed pre-warm stream (`--prewarm`) at the largest size.
+    let largest = sizes.iter().copied().max().unwrap_or(1);
+    let prewarm = args.prewarm_windows(largest);
     for &s in &series {
-        phase(
-            bench,
-            &mut peer,
-            &mut rings,
-            &mut plain,
-            s,
-            1,
-            1,
-            0,
-            1,
-            phase_timeout,
-        )
-        .map_err(|e| format!("first exchange: {e}"))?;
+        for (what, size, window, windows) in [
+            ("first exchange", 1, 1, 1),
+            ("pre-warm", largest, args.window, prewarm),
+        ] {
+            if windows == 0 {
+                continue;
+            }
+            phase(
+                bench,
+                &mut peer,
+                &mut rings,
+                &mut plain,
+                s,
+                size,
+                window,
+                windows - 1,
+                1,
+                phase_timeout,
+            )
+            .map_err(|e| format!("{what}: {e}"))?;
+        }
     }
 
     let info = StreamInfo {
@@ -983,6 +1018,21 @@ mod tests {
         assert_eq!(
             m.mode,
             Some(ProgressMode::SpinThenBlock(Duration::from_micros(20)))
+        );
+    }
+
+    #[test]
+    fn prewarm_volume() {
+        let a = args(&["b", "bw"]);
+        // 2 GiB of 64-message windows of 1 MiB; 4 MiB; tiny messages capped.
+        assert_eq!(a.prewarm_windows(1 << 20), 32);
+        assert_eq!(a.prewarm_windows(4 << 20), 8);
+        assert_eq!(a.prewarm_windows(8), PREWARM_MAX_WINDOWS);
+        assert_eq!(args(&["b", "bw", "--quick"]).prewarm_windows(1 << 20), 4);
+        assert_eq!(args(&["b", "rate", "--prewarm", "0"]).prewarm_windows(8), 0);
+        assert_eq!(
+            args(&["b", "bw", "--prewarm", "100M"]).prewarm_windows(1 << 20),
+            2
         );
     }
 
