@@ -972,11 +972,11 @@ impl Core {
     }
 
     fn ep_mut(&mut self, peer: PeerId) -> Option<&mut Endpoint> {
-        self.endpoints.get_mut(peer.0 as usize)?.as_mut()
+        slot(&mut self.endpoints, peer.0)
     }
 
     fn conn_mut(&mut self, conn: ConnKey) -> Option<&mut Conn> {
-        self.conns.get_mut(conn.0 as usize)?.as_mut()
+        slot(&mut self.conns, conn.0)
     }
 
     fn put_conn(&mut self, conn: ConnKey, c: Conn) {
@@ -1045,11 +1045,7 @@ impl Core {
     fn retry_or_fail(&mut self, now: Option<Instant>, peer: PeerId, err: String) {
         let (retries, base) = (self.cfg.connect_retries, self.cfg.retry_delay);
         let shutting_down = self.shutting_down;
-        let Some(ep) = self
-            .endpoints
-            .get_mut(peer.0 as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
         if matches!(ep.state, EpState::Failed | EpState::Connected { .. }) {
@@ -1488,15 +1484,11 @@ impl Core {
             self.cfg.max_iov,
             self.cfg.inline_limit,
         );
-        let Some(c) = self.conns.get_mut(conn.0 as usize).and_then(Option::as_mut) else {
+        let Some(c) = slot(&mut self.conns, conn.0) else {
             return;
         };
         let Some(batch) = c.tx.as_mut() else { return }; // in flight: next completion refills
-        let Some(ep) = self
-            .endpoints
-            .get_mut(peer.0 as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
         while let Some(f) = ep.queue.front() {
@@ -1552,11 +1544,7 @@ impl Core {
     }
 
     fn complete_frames(&mut self, peer: PeerId, frames: usize) {
-        let Some(ep) = self
-            .endpoints
-            .get_mut(peer.0 as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
         for _ in 0..frames {
@@ -1623,11 +1611,7 @@ impl Core {
     }
 
     fn fail_queued(&mut self, peer: PeerId, reason: FailReason) {
-        let Some(ep) = self
-            .endpoints
-            .get_mut(peer.0 as usize)
-            .and_then(Option::as_mut)
-        else {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
         for c in ep.inflight.drain(..).flatten() {
@@ -1673,6 +1657,12 @@ impl Core {
         self.fail_queued(peer, reason);
         true
     }
+}
+
+/// Entry `i` of a slot table (endpoints, connections), if occupied. A free function so
+/// that it borrows only that table, not the whole engine.
+fn slot<T>(table: &mut [Option<T>], i: u32) -> Option<&mut T> {
+    table.get_mut(i as usize)?.as_mut()
 }
 
 /// Large-payload buffers above this size are released after use (others are kept).
