@@ -78,6 +78,8 @@ pub(crate) struct Uring {
     zc_copied: u64,
     /// The kernel has `IORING_OP_SENDMSG_ZC` (6.1+).
     zc_supported: bool,
+    /// The kernel has `IORING_OP_SEND`: single-buffer batches skip the msghdr.
+    send_op: bool,
     /// Slots whose receive is *parked*: requested but not yet armed in the ring (see
     /// [`DIRECT_RECV_MAX`]). At most that many.
     parked: Vec<usize>,
@@ -291,6 +293,7 @@ impl Uring {
         let (ring, mode) = build_ring(first)?;
         check_opcodes(&ring)?;
         let zc_supported = supports(&ring, opcode::SendMsgZc::CODE);
+        let send_op = supports(&ring, opcode::Send::CODE);
         if opts.zerocopy_min.is_some() && !zc_supported {
             tracing::warn!("zero-copy sends requested but SENDMSG_ZC is unsupported here");
         }
@@ -312,6 +315,7 @@ impl Uring {
             zc_sends: 0,
             zc_copied: 0,
             zc_supported,
+            send_op,
             parked: Vec::with_capacity(DIRECT_RECV_MAX),
             pool: None,
             starved: Vec::new(),
@@ -421,7 +425,8 @@ impl Uring {
         unsafe { self.push(entry.user_data(ud)) };
     }
 
-    /// Builds the iovecs for the unsent part of the slot's batch and queues a `SendMsg`.
+    /// Builds the iovecs for the unsent part of the slot's batch and queues a `SendMsg`
+    /// (a `Send` when they are one piece).
     fn submit_send(&mut self, idx: usize) {
         let Some(c) = self.conns.get_mut(idx) else {
             return;
@@ -457,6 +462,17 @@ impl Uring {
                 .flags(flags)
                 .ioprio(SEND_ZC_REPORT_USAGE)
                 .build()
+        } else if self.send_op && tx.iov.len() == 1 && tx.iov[0].iov_len <= u32::MAX as usize {
+            // One contiguous piece (a run of small frames copied next to their headers):
+            // SEND spares the kernel the msghdr and iovec import of SENDMSG.
+            let one = tx.iov[0];
+            opcode::Send::new(
+                types::Fd(c.fd),
+                one.iov_base as *const u8,
+                one.iov_len as u32,
+            )
+            .flags(flags as i32)
+            .build()
         } else {
             opcode::SendMsg::new(types::Fd(c.fd), msg)
                 .flags(flags)
@@ -464,12 +480,13 @@ impl Uring {
         };
         let entry = entry.user_data(token(KIND_SEND, idx, c.gen));
         self.send_sqes += 1;
-        // SAFETY: `msg` points into `c.tx`, a Box owned by the slot, whose `iov` Vec is
-        // not modified again until this SQE's CQE is reaped (only `submit_send` writes it,
-        // and only while `c.batch` is Some and no SendMsg is in flight, i.e. right here or
-        // after the previous CQE). Every iovec points into `c.batch`'s arena or `Bytes`
-        // parts: heap memory owned by the batch, which stays in the slot unmodified until
-        // the CQE. The slot is freed only after all its CQEs arrived (or leaked in Drop).
+        // SAFETY: for SendMsg, `msg` points into `c.tx`, a Box owned by the slot, whose
+        // `iov` Vec is not modified again until this SQE's CQE is reaped (only
+        // `submit_send` writes it, and only while `c.batch` is Some and no send is in
+        // flight, i.e. right here or after the previous CQE). Every iovec, and the one
+        // buffer of a Send, points into `c.batch`'s arena or `Bytes` parts: heap memory
+        // owned by the batch, which stays in the slot unmodified until the CQE. The slot is
+        // freed only after all its CQEs arrived (or leaked in Drop).
         unsafe { self.push(entry) };
     }
 
