@@ -42,9 +42,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use ringbtl::{BackendKind, Config, PeerId, ProgressMode};
+use ringbtl::ProgressMode;
 
-use cli::{BackendArg, Cli, Cmd, LatencyArgs};
+use cli::{Cli, Cmd, LatencyArgs};
 use control::PeerProc;
 use plain::Plain;
 use report::{Row, RunInfo, Table};
@@ -97,7 +97,7 @@ fn main() -> ExitCode {
         Some(Cmd::Rate(a)) => return stream::main(stream::Bench::Rate, &a),
         None => cli.latency,
     };
-    let res = if let Some(ppid) = args.internal_peer {
+    let res = if let Some(ppid) = args.run.internal_peer {
         match control::Child::open(ppid) {
             Ok(mut ctl) => {
                 let r = run_rank1(&args, &mut ctl);
@@ -136,32 +136,6 @@ fn finish(res: Result<(), String>) -> ExitCode {
     }
 }
 
-/// The mode: `--mode`, else `RINGBTL_PROGRESS`, else poll.
-fn mode_of(args: &LatencyArgs) -> Result<Mode, String> {
-    Ok(Mode::from_progress(match args.mode {
-        Some(m) => m,
-        None => env_config()?.progress,
-    }))
-}
-
-fn env_config() -> Result<Config, String> {
-    Config::new(PeerId(0)).from_env().map_err(|e| e.to_string())
-}
-
-/// The transports to create, in run order: `--backend`, else `RINGBTL_BACKEND`, else auto.
-fn backends_of(args: &LatencyArgs) -> Result<Vec<BackendKind>, String> {
-    if args.baseline_only {
-        return Ok(Vec::new());
-    }
-    Ok(match args.backend {
-        Some(BackendArg::Auto) => vec![BackendKind::Auto],
-        Some(BackendArg::Uring) => vec![BackendKind::Uring],
-        Some(BackendArg::Epoll) => vec![BackendKind::Epoll],
-        Some(BackendArg::Both) => vec![BackendKind::Uring, BackendKind::Epoll],
-        None => vec![env_config()?.backend],
-    })
-}
-
 fn pin(rank: usize) -> Result<(), String> {
     let cpu = CPUS[rank];
     sys::pin_to_cpu(cpu).map_err(|e| {
@@ -186,12 +160,12 @@ enum Series {
 }
 
 fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
-    let mode = mode_of(args)?;
-    let kinds = backends_of(args)?;
+    let mode = args.run.mode()?;
+    let kinds = args.backends()?;
     let with_socket = args.baseline || args.baseline_only;
     let sizes = args.sizes();
-    let phase_timeout = Duration::from_secs(args.timeout);
-    if args.pin {
+    let phase_timeout = Duration::from_secs(args.run.timeout);
+    if args.run.pin {
         // Before the peer starts: it inherits CPU 0, then moves itself to CPU 1.
         pin(0)?;
     }
@@ -243,7 +217,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     let info = RunInfo {
         mode: mode.name(),
         kernel: kernel_release(),
-        pinned: args.pin,
+        pinned: args.run.pin,
         rings: rings.iter().map(|r| r.backend_name().to_string()).collect(),
         baseline: with_socket,
         baseline_how: match (mode, args.baseline_no_lowat) {
@@ -257,7 +231,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     let table = Table::new(&info);
     let out = &mut std::io::stdout();
     let counts = describe_counts(args, &sizes);
-    if !args.json {
+    if !args.run.json {
         let _ = writeln!(out, "{}", table.header(&counts));
         let _ = out.flush();
     }
@@ -290,7 +264,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
                 }
             }
         }
-        if args.json {
+        if args.run.json {
             for l in report::json_lines(&info, &row) {
                 let _ = writeln!(out, "{l}");
             }
@@ -300,7 +274,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
         let _ = out.flush();
         rows.push(row);
     }
-    if !args.json && !rows.is_empty() {
+    if !args.run.json && !rows.is_empty() {
         let _ = write!(out, "{}", table.percentiles(&rows));
         let _ = out.flush();
     }
@@ -375,10 +349,10 @@ fn phase(
 }
 
 fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String> {
-    let mode = mode_of(args)?;
-    let kinds = backends_of(args)?;
-    let phase_timeout = Duration::from_secs(args.timeout);
-    if args.pin {
+    let mode = args.run.mode()?;
+    let kinds = args.backends()?;
+    let phase_timeout = Duration::from_secs(args.run.timeout);
+    if args.run.pin {
         pin(1)?;
     }
     let mut rings = Vec::new();

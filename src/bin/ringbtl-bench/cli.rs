@@ -1,9 +1,10 @@
 //! Command line: clap derive, size lists, OSU iteration defaults.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ringbtl::ProgressMode;
+use ringbtl::{BackendKind, Config, PeerId, ProgressMode};
 
 use crate::stream::StreamArgs;
+use crate::Mode;
 
 /// Largest message the benchmark accepts (buffers are allocated up front).
 pub(crate) const MAX_SIZE: usize = 1 << 30;
@@ -100,20 +101,8 @@ pub(crate) struct LatencyArgs {
     #[arg(long)]
     pub(crate) quick: bool,
 
-    /// poll: spin on non-blocking progress (HPC default); block: wait in the kernel;
-    /// spin or spin:USECS: spin USECS (50) after the last event, then wait in the kernel.
-    /// [default: RINGBTL_PROGRESS, else poll]
-    #[arg(long, value_name = "poll|block|spin[:USECS]", value_parser = parse_mode)]
-    pub(crate) mode: Option<ProgressMode>,
-
-    /// Backend; `both` runs uring then epoll for each size and prints them side by side.
-    /// [default: RINGBTL_BACKEND, else auto]
-    #[arg(long, value_enum, value_name = "BACKEND")]
-    pub(crate) backend: Option<BackendArg>,
-
-    /// Pin rank 0 to CPU 0 and rank 1 to CPU 1.
-    #[arg(long)]
-    pub(crate) pin: bool,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
 
     /// Also run a plain-socket ping-pong (TCP_NODELAY, same mode, sizes, process pair and
     /// cores) and print the ratio ringbtl / baseline.
@@ -129,6 +118,31 @@ pub(crate) struct LatencyArgs {
     #[arg(long)]
     pub(crate) baseline_no_lowat: bool,
 
+    /// Require a launcher (mpirun, mpiexec, srun, RINGBTL_ROOT): fail instead of starting
+    /// a peer when none is found. Under a launcher this is automatic.
+    #[arg(long, hide = true)]
+    pub(crate) mpi: bool,
+}
+
+/// Options every two-rank benchmark (`latency`, `bw`, `rate`) takes: how to progress,
+/// which transports, pinning, output format, time limit, and the hidden rank-1 marker.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct RunArgs {
+    /// poll: spin on non-blocking progress (HPC default); block: wait in the kernel;
+    /// spin or spin:USECS: spin USECS (50) after the last event, then wait in the kernel.
+    /// [default: RINGBTL_PROGRESS, else poll]
+    #[arg(long, value_name = "poll|block|spin[:USECS]", value_parser = parse_mode)]
+    pub(crate) mode: Option<ProgressMode>,
+
+    /// Backend; `both` runs uring then epoll for each size and prints them side by side.
+    /// [default: RINGBTL_BACKEND, else auto]
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub(crate) backend: Option<BackendArg>,
+
+    /// Pin rank 0 to CPU 0 and rank 1 to CPU 1.
+    #[arg(long)]
+    pub(crate) pin: bool,
+
     /// One JSON object per line (per backend and size) instead of the OSU table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -141,11 +155,33 @@ pub(crate) struct LatencyArgs {
     /// Internal: run as rank 1 under the rank-0 process with this pid.
     #[arg(long, hide = true, value_name = "PARENT_PID")]
     pub(crate) internal_peer: Option<u32>,
+}
 
-    /// Require a launcher (mpirun, mpiexec, srun, RINGBTL_ROOT): fail instead of starting
-    /// a peer when none is found. Under a launcher this is automatic.
-    #[arg(long, hide = true)]
-    pub(crate) mpi: bool,
+impl RunArgs {
+    /// The mode: `--mode`, else `RINGBTL_PROGRESS`, else poll.
+    pub(crate) fn mode(&self) -> Result<Mode, String> {
+        Ok(Mode::from_progress(match self.mode {
+            Some(m) => m,
+            None => env_config()?.progress,
+        }))
+    }
+
+    /// The transports to create, in run order: `--backend`, else `RINGBTL_BACKEND`, else
+    /// auto.
+    pub(crate) fn backends(&self) -> Result<Vec<BackendKind>, String> {
+        Ok(match self.backend {
+            Some(BackendArg::Auto) => vec![BackendKind::Auto],
+            Some(BackendArg::Uring) => vec![BackendKind::Uring],
+            Some(BackendArg::Epoll) => vec![BackendKind::Epoll],
+            Some(BackendArg::Both) => vec![BackendKind::Uring, BackendKind::Epoll],
+            None => vec![env_config()?.backend],
+        })
+    }
+}
+
+/// The defaults `RINGBTL_*` environment variables give.
+fn env_config() -> Result<Config, String> {
+    Config::new(PeerId(0)).from_env().map_err(|e| e.to_string())
 }
 
 /// Parses `--mode` (the syntax of `RINGBTL_PROGRESS`).
@@ -166,6 +202,15 @@ pub(crate) enum BackendArg {
 pub(crate) struct SizeList(pub(crate) Vec<usize>);
 
 impl LatencyArgs {
+    /// The transports to create, in run order: none with `--baseline-only`, else as
+    /// [`RunArgs::backends`].
+    pub(crate) fn backends(&self) -> Result<Vec<BackendKind>, String> {
+        if self.baseline_only {
+            return Ok(Vec::new());
+        }
+        self.run.backends()
+    }
+
     /// Sizes to run, in order.
     pub(crate) fn sizes(&self) -> Vec<usize> {
         match &self.sizes {
@@ -292,9 +337,9 @@ mod tests {
     #[test]
     fn subcommand_is_optional() {
         let a = Cli::try_parse_from(["b", "--pin"]).unwrap();
-        assert!(a.command.is_none() && a.latency.pin);
+        assert!(a.command.is_none() && a.latency.run.pin);
         let b = Cli::try_parse_from(["b", "latency", "--pin", "--backend", "both"]).unwrap();
-        assert!(matches!(b.command, Some(Cmd::Latency(ref l)) if l.pin));
+        assert!(matches!(b.command, Some(Cmd::Latency(ref l)) if l.run.pin));
         assert!(Cli::try_parse_from(["b", "--baseline-only", "--baseline"]).is_err());
         let c = Cli::try_parse_from(["b", "alltoall", "--np", "8", "--sizes", "8,1M"]).unwrap();
         assert!(matches!(c.command, Some(Cmd::Alltoall(ref a))
@@ -308,7 +353,7 @@ mod tests {
         assert!(Cli::try_parse_from(["b", "--mode", "spin:x"]).is_err());
         let s = Cli::try_parse_from(["b", "--mode", "spin:20"]).unwrap();
         assert_eq!(
-            s.latency.mode,
+            s.latency.run.mode,
             Some(ProgressMode::SpinThenBlock(
                 std::time::Duration::from_micros(20)
             ))

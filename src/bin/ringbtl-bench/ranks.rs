@@ -28,7 +28,7 @@ use ringbtl::wireup::env::{node_cpus, oversubscribed, oversubscription};
 use ringbtl::wireup::{Modex, Rendezvous, Wireup};
 use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
 
-use crate::cli::{AlltoallArgs, BackendArg, LatencyArgs};
+use crate::cli::{AlltoallArgs, BackendArg, LatencyArgs, RunArgs};
 use crate::report::Recorder;
 use crate::Mode;
 
@@ -158,6 +158,17 @@ pub(crate) struct JobOpts {
     pub(crate) backend: Option<BackendKind>,
     pub(crate) mode: Option<Mode>,
     pub(crate) timeout: Duration,
+}
+
+impl JobOpts {
+    /// The options of a two-rank benchmark (`latency`, `bw`, `rate`) run across ranks.
+    fn of(run: &RunArgs) -> Result<Self, String> {
+        Ok(Self {
+            backend: backend_of(run.backend)?,
+            mode: mode_arg(run.mode),
+            timeout: Duration::from_secs(run.timeout),
+        })
+    }
 }
 
 /// State the handlers share with the loops.
@@ -830,11 +841,7 @@ fn header(job: &Job, what: &str) {
 /// `ringbtl-bench latency` under a launcher: pairs (i, i + N/2), rank 0 prints the
 /// average one-way latency over the pairs, and the fastest and slowest pair.
 pub(crate) fn run_latency(w: Box<Wireup>, args: &LatencyArgs) -> Result<(), String> {
-    let opts = JobOpts {
-        backend: backend_of(args.backend)?,
-        mode: mode_arg(args.mode),
-        timeout: Duration::from_secs(args.timeout),
-    };
+    let opts = JobOpts::of(&args.run)?;
     let mut job = Job::start(Launch::Launched(w), &opts)?;
     header(
         &job,
@@ -974,11 +981,7 @@ pub(crate) fn run_stream(
     if args.baseline {
         return Err("--baseline is for the self-launched run (one process pair)".into());
     }
-    let opts = JobOpts {
-        backend: backend_of(args.backend)?,
-        mode: mode_arg(args.mode),
-        timeout: Duration::from_secs(args.timeout),
-    };
+    let opts = JobOpts::of(&args.run)?;
     let mut job = Job::start(Launch::Launched(w), &opts)?;
     if job.size() < 2 {
         return Err(format!(
@@ -996,7 +999,7 @@ pub(crate) fn run_stream(
         rings: vec![job.backend().to_string()],
         baseline: false,
     };
-    if !args.json {
+    if !args.run.json {
         header(
             &job,
             &format!("{} across ranks (pairs i <-> i + N/2)", bench.name()),
@@ -1033,7 +1036,7 @@ pub(crate) fn run_stream(
                 rings: vec![Throughput::from_pairs(loops, warmup, &pairs)],
                 base: None,
             };
-            if args.json {
+            if args.run.json {
                 for l in json_lines(&info, &row) {
                     say(&job, &l);
                 }

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Args;
-use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
+use ringbtl::{BackendKind, Config, PeerId, Tag, Transport};
 
-use crate::cli::{parse_mode, parse_size, parse_sizes, BackendArg, SizeList, LARGE_MESSAGE_SIZE};
+use crate::cli::{parse_size, parse_sizes, RunArgs, SizeList, LARGE_MESSAGE_SIZE};
 use crate::control::{self, PeerProc};
 use crate::report::{json_num, json_str};
 use crate::{bw, rate, Mode, SETUP_TIMEOUT, SHUTDOWN_TIMEOUT};
@@ -94,38 +94,14 @@ pub(crate) struct StreamArgs {
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub(crate) prewarm: Option<usize>,
 
-    /// poll: spin on non-blocking progress; block: wait in the kernel; spin or
-    /// spin:USECS: spin USECS (50) after the last event, then wait.
-    /// [default: RINGBTL_PROGRESS, else poll]
-    #[arg(long, value_name = "poll|block|spin[:USECS]", value_parser = parse_mode)]
-    pub(crate) mode: Option<ProgressMode>,
-
-    /// Backend; `both` runs uring then epoll for each size. [default: RINGBTL_BACKEND, else auto]
-    #[arg(long, value_enum, value_name = "BACKEND")]
-    pub(crate) backend: Option<BackendArg>,
-
-    /// Pin rank 0 to CPU 0 and rank 1 to CPU 1.
-    #[arg(long)]
-    pub(crate) pin: bool,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
 
     /// Also stream with plain sockets between the same processes and cores, and print
     /// the ratio ringbtl / baseline. bw: blocking socket, one writev per window; rate:
     /// non-blocking socket spun, one send per message.
     #[arg(long)]
     pub(crate) baseline: bool,
-
-    /// One JSON object per line (per backend and size) instead of the OSU table.
-    #[arg(long)]
-    pub(crate) json: bool,
-
-    /// Give up on a size (and abort the run) after this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 60,
-          value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub(crate) timeout: u64,
-
-    /// Internal: run as rank 1 under the rank-0 process with this pid.
-    #[arg(long, hide = true, value_name = "PARENT_PID")]
-    pub(crate) internal_peer: Option<u32>,
 }
 
 impl StreamArgs {
@@ -164,28 +140,11 @@ impl StreamArgs {
             .div_ceil(per_window)
             .clamp(1, PREWARM_MAX_WINDOWS)
     }
-
-    fn mode(&self) -> Result<Mode, String> {
-        Ok(Mode::from_progress(match self.mode {
-            Some(m) => m,
-            None => crate::env_config()?.progress,
-        }))
-    }
-
-    fn backends(&self) -> Result<Vec<BackendKind>, String> {
-        Ok(match self.backend {
-            Some(BackendArg::Auto) => vec![BackendKind::Auto],
-            Some(BackendArg::Uring) => vec![BackendKind::Uring],
-            Some(BackendArg::Epoll) => vec![BackendKind::Epoll],
-            Some(BackendArg::Both) => vec![BackendKind::Uring, BackendKind::Epoll],
-            None => vec![crate::env_config()?.backend],
-        })
-    }
 }
 
 /// The entry point of both subcommands, rank 0 or (hidden argument) rank 1.
 pub(crate) fn main(bench: Bench, args: &StreamArgs) -> ExitCode {
-    let res = match args.internal_peer {
+    let res = match args.run.internal_peer {
         Some(ppid) => match control::Child::open(ppid) {
             Ok(mut ctl) => {
                 let r = run_receiver(bench, args, &mut ctl);
@@ -720,11 +679,11 @@ enum Series {
 }
 
 fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
-    let mode = args.mode()?;
-    let kinds = args.backends()?;
+    let mode = args.run.mode()?;
+    let kinds = args.run.backends()?;
     let sizes = args.sizes();
-    let phase_timeout = Duration::from_secs(args.timeout);
-    if args.pin {
+    let phase_timeout = Duration::from_secs(args.run.timeout);
+    if args.run.pin {
         crate::pin(0)?;
     }
     let mut rings = Vec::new();
@@ -780,14 +739,14 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
         bench,
         mode: mode.name(),
         kernel: crate::kernel_release(),
-        pinned: args.pin,
+        pinned: args.run.pin,
         window: args.window,
         pairs: 1,
         rings: rings.iter().map(|r| r.backend_name().to_string()).collect(),
         baseline: plain.is_some(),
     };
     let out = &mut std::io::stdout();
-    if !args.json {
+    if !args.run.json {
         let counts = describe_counts(args, &sizes);
         let header = match bench {
             Bench::Bw => bw::header(&info, &counts),
@@ -830,7 +789,7 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
                 }
             }
         }
-        if args.json {
+        if args.run.json {
             for l in json_lines(&info, &row) {
                 let _ = writeln!(out, "{l}");
             }
@@ -910,10 +869,10 @@ fn phase(
 }
 
 fn run_receiver(bench: Bench, args: &StreamArgs, ctl: &mut control::Child) -> Result<(), String> {
-    let mode = args.mode()?;
-    let kinds = args.backends()?;
-    let phase_timeout = Duration::from_secs(args.timeout);
-    if args.pin {
+    let mode = args.run.mode()?;
+    let kinds = args.run.backends()?;
+    let phase_timeout = Duration::from_secs(args.run.timeout);
+    if args.run.pin {
         crate::pin(1)?;
     }
     let mut rings = Vec::new();
@@ -993,6 +952,7 @@ mod tests {
     use super::*;
     use crate::cli::{Cli, Cmd};
     use clap::Parser;
+    use ringbtl::ProgressMode;
 
     fn args(v: &[&str]) -> StreamArgs {
         match Cli::try_parse_from(v).unwrap().command {
@@ -1016,7 +976,7 @@ mod tests {
         assert!(Cli::try_parse_from(["b", "bw", "--window", "0"]).is_err());
         let m = args(&["b", "rate", "--mode", "spin:20"]);
         assert_eq!(
-            m.mode,
+            m.run.mode,
             Some(ProgressMode::SpinThenBlock(Duration::from_micros(20)))
         );
     }
