@@ -25,6 +25,7 @@ backend_tests!(
     garbage_client_is_dropped,
     coalesced_small_messages_keep_order,
     chunked_large_sends_arrive_whole,
+    loopback_connections_use_reno,
     connection_flood_is_bounded,
     data_after_fin_is_a_protocol_error,
 );
@@ -747,5 +748,50 @@ fn unknown_congestion_control_is_refused() {
             );
         }
         other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
+
+/// Both ends of a loopback connection (the dialed and the accepted socket) run `reno`
+/// under the default `Congestion::Auto`, whatever the system's default; with
+/// `Congestion::System` they run the system's. Read back with `ss -ti` (iproute2);
+/// skipped where `ss` is missing.
+fn loopback_connections_use_reno(kind: BackendKind) {
+    let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .unwrap()
+        .trim()
+        .to_string();
+    for (cc, want) in [
+        (ringbtl::Congestion::Auto, "reno".to_string()),
+        (ringbtl::Congestion::System, system),
+    ] {
+        let (mut a, mut b) = pair_with(kind, |c| c.tcp_congestion = cc.clone());
+        let comp = completions(&mut a);
+        a.send(PeerId(1), Tag(1), &[Bytes::from_static(b"x")], 0)
+            .unwrap();
+        drive(
+            &mut [&mut a, &mut b],
+            Duration::from_secs(10),
+            "connect",
+            || comp.borrow().len() == 1,
+        );
+        let port = b.local_addr().port();
+        let filter = format!("( sport = :{port} or dport = :{port} )");
+        let out = match std::process::Command::new("ss")
+            .args(["-tinH", "state", "established", &filter])
+            .output()
+        {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+            other => {
+                eprintln!("skipped: ss unavailable ({other:?})");
+                return;
+            }
+        };
+        // `ss -i` prints each socket's algorithm among its TCP details.
+        let algos: Vec<&str> = out
+            .split_whitespace()
+            .filter(|w| ["reno", "cubic", "bbr", "dctcp", "vegas", "htcp"].contains(w))
+            .collect();
+        assert_eq!(algos.len(), 2, "both ends of the connection: {out}");
+        assert!(algos.iter().all(|&w| w == want), "{cc:?}: {algos:?}\n{out}");
     }
 }
