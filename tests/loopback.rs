@@ -261,17 +261,9 @@ fn clean_shutdown_sends_fin(kind: BackendKind) {
 fn peer_drop_fails_pending_sends_once(kind: BackendKind) {
     let (mut a, b) = pair_with(kind, |c: &mut Config| c.sndbuf = Some(64 * 1024));
     let mut b = b;
-    let ca = completions(&mut a);
     let fa = failures(&mut a);
     b.register(Tag(1), |_, _| {}).unwrap();
-    a.send(PeerId(1), Tag(1), &[Bytes::from_static(b"hi")], 0)
-        .unwrap();
-    drive(
-        &mut [&mut a, &mut b],
-        Duration::from_secs(10),
-        "connect",
-        || ca.borrow().len() == 1,
-    );
+    let ca = common::connect_by_first_send(&mut a, &mut b);
     // Queue far more than the socket buffers hold, then the peer vanishes (no FIN).
     let big = Bytes::from(vec![7u8; 1 << 20]);
     for i in 1..=64 {
@@ -408,16 +400,8 @@ fn coalesced_small_messages_keep_order(kind: BackendKind) {
         g.borrow_mut().push(seq);
     })
     .unwrap();
-    let comp = completions(&mut a);
-    // Connect first, so the burst below is queued behind in-flight sends.
-    a.send(PeerId(1), Tag(1), &[Bytes::from(vec![0u8; 4])], 0)
-        .unwrap();
-    drive(
-        &mut [&mut a, &mut b],
-        Duration::from_secs(10),
-        "connect",
-        || comp.borrow().len() == 1,
-    );
+    // Connect first (message 0), so the burst below is queued behind in-flight sends.
+    let comp = common::connect_by_first_send(&mut a, &mut b);
     const N: u32 = 20_000;
     for seq in 1..N {
         let mut p = seq.to_le_bytes().to_vec();
@@ -765,15 +749,7 @@ fn loopback_connections_use_reno(kind: BackendKind) {
         (ringbtl::Congestion::System, system),
     ] {
         let (mut a, mut b) = pair_with(kind, |c| c.tcp_congestion = cc.clone());
-        let comp = completions(&mut a);
-        a.send(PeerId(1), Tag(1), &[Bytes::from_static(b"x")], 0)
-            .unwrap();
-        drive(
-            &mut [&mut a, &mut b],
-            Duration::from_secs(10),
-            "connect",
-            || comp.borrow().len() == 1,
-        );
+        common::connect_by_first_send(&mut a, &mut b);
         let port = b.local_addr().port();
         let filter = format!("( sport = :{port} or dport = :{port} )");
         let out = match std::process::Command::new("ss")

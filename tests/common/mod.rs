@@ -130,6 +130,24 @@ pub fn assert_all_ok_in_order(comp: &[Completion], n: usize) {
     }
 }
 
+/// Connects `a` to peer 1 `b` by sending one message of four zero bytes (tag 1, cookie
+/// 0) and progressing both until it completed; returns `a`'s completion log.
+#[allow(dead_code)] // not every test binary uses it
+pub fn connect_by_first_send(a: &mut Transport, b: &mut Transport) -> Rc<RefCell<Vec<Completion>>> {
+    let comp = completions(a);
+    a.send(
+        PeerId(1),
+        ringbtl::Tag(1),
+        &[Bytes::from_static(&[0; 4])],
+        0,
+    )
+    .unwrap();
+    drive(&mut [a, b], Duration::from_secs(10), "connect", || {
+        comp.borrow().len() == 1
+    });
+    comp
+}
+
 pub fn completions(t: &mut Transport) -> Rc<RefCell<Vec<Completion>>> {
     let v = Rc::new(RefCell::new(Vec::new()));
     let v2 = v.clone();
