@@ -92,16 +92,11 @@ pub(crate) fn plain_send(
     let whole: Vec<IoSlice<'_>> = (0..window).map(|_| IoSlice::new(&buf[..n])).collect();
     let mut work = whole.clone();
     let mut ack = [0u8; ACK_BYTES];
-    let mut t0 = Instant::now();
-    for i in 0..warmup + loops {
-        if i == warmup {
-            t0 = Instant::now();
-        }
+    PairTiming::run_windows(window, size, warmup, loops, |_| {
         work.copy_from_slice(&whole);
         writev_all(sock, &mut work, deadline)?;
-        read_all(sock, &mut ack, deadline)?;
-    }
-    Ok(PairTiming::windows(window, loops, size, t0))
+        read_all(sock, &mut ack, deadline)
+    })
 }
 
 /// Receiver: `loops` windows, each message read whole, then the acknowledgement.

@@ -122,17 +122,12 @@ pub(crate) fn plain_send(
     nonblocking(p)?;
     let PlainStream { sock, buf } = p;
     let mut ack = [0u8; ACK_BYTES];
-    let mut t0 = Instant::now();
-    for i in 0..warmup + loops {
-        if i == warmup {
-            t0 = Instant::now();
-        }
+    PairTiming::run_windows(window, size, warmup, loops, |_| {
         for _ in 0..window {
             send_all(sock, &buf[..n], deadline)?;
         }
-        drain(sock, &mut ack, ACK_BYTES, deadline)?;
-    }
-    Ok(PairTiming::windows(window, loops, size, t0))
+        drain(sock, &mut ack, ACK_BYTES, deadline)
+    })
 }
 
 /// Receiver: drains `loops` windows, acknowledging each.

@@ -192,6 +192,25 @@ pub(crate) struct PairTiming {
 }
 
 impl PairTiming {
+    /// Runs `warmup + loops` windows of `window` messages of `size` bytes, window `i`
+    /// by `one(i)`, and times the last `loops` of them.
+    pub(crate) fn run_windows(
+        window: u64,
+        size: usize,
+        warmup: u64,
+        loops: u64,
+        mut one: impl FnMut(u64) -> Result<(), String>,
+    ) -> Result<Self, String> {
+        let mut t0 = Instant::now();
+        for i in 0..warmup + loops {
+            if i == warmup {
+                t0 = Instant::now();
+            }
+            one(i)?;
+        }
+        Ok(Self::windows(window, loops, size, t0))
+    }
+
     /// `loops` windows of `window` messages of `size` bytes, timed from `t0` to now.
     pub(crate) fn windows(window: u64, loops: u64, size: usize, t0: Instant) -> Self {
         let msgs = window * loops;
@@ -550,12 +569,8 @@ impl Streamer {
         let seg = [Bytes::from(vec![0xa5u8; size])];
         let acks0 = self.sh.acks.get();
         let done0 = self.sh.completed.get();
-        let mut t0 = Instant::now();
         let mut cookie = 0u64;
-        for i in 0..warmup + loops {
-            if i == warmup {
-                t0 = Instant::now();
-            }
+        PairTiming::run_windows(window, size, warmup, loops, |i| {
             for _ in 0..window {
                 self.tr
                     .send(self.peer, DATA, &seg, cookie)
@@ -563,9 +578,8 @@ impl Streamer {
                 cookie += 1;
             }
             // As osu_bw: every send of the window has completed and the ack is in.
-            self.wait_for(acks0 + i + 1, 0, done0 + cookie, deadline)?;
-        }
-        Ok(PairTiming::windows(window, loops, size, t0))
+            self.wait_for(acks0 + i + 1, 0, done0 + cookie, deadline)
+        })
     }
 
     /// Receiver, first half: expect `size`-byte messages in windows of `window`.
