@@ -605,12 +605,16 @@ impl Uring {
         }
         c.cancels += n as u32;
         for &t in &targets[..n] {
-            let e = opcode::AsyncCancel::new(t)
-                .build()
-                .user_data(token(KIND_CANCEL, idx, gen));
-            // SAFETY: AsyncCancel carries only a user_data value, no pointer.
-            unsafe { self.push(e) };
+            self.push_cancel(t, token(KIND_CANCEL, idx, gen));
         }
+    }
+
+    /// Queues an `AsyncCancel` of the operation with user_data `target`; its own CQE
+    /// carries `ud`.
+    fn push_cancel(&mut self, target: u64, ud: u64) {
+        let e = opcode::AsyncCancel::new(target).build().user_data(ud);
+        // SAFETY: AsyncCancel carries only a user_data value, no pointer.
+        unsafe { self.push(e) };
     }
 
     /// Closes a closing slot's fd once nothing of it is in flight, emits `Closed` and
@@ -996,11 +1000,7 @@ impl Uring {
         self.shutting_down = true;
         for i in 0..self.listeners.len() {
             if self.listeners[i].armed {
-                let e = opcode::AsyncCancel::new(token(KIND_ACCEPT, i, 0))
-                    .build()
-                    .user_data(token(KIND_CANCEL_ACCEPT, i, 0));
-                // SAFETY: AsyncCancel carries only a user_data value, no pointer.
-                unsafe { self.push(e) };
+                self.push_cancel(token(KIND_ACCEPT, i, 0), token(KIND_CANCEL_ACCEPT, i, 0));
             }
         }
         let ids: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
@@ -1332,11 +1332,11 @@ impl Backend for Uring {
         if c.mshot {
             c.pausing = true;
             c.cancels += 1;
-            let e = opcode::AsyncCancel::new(token(KIND_RECV_MULTI, idx, c.gen))
-                .build()
-                .user_data(token(KIND_CANCEL, idx, c.gen));
-            // SAFETY: AsyncCancel carries only a user_data value, no pointer.
-            unsafe { self.push(e) };
+            let gen = c.gen;
+            self.push_cancel(
+                token(KIND_RECV_MULTI, idx, gen),
+                token(KIND_CANCEL, idx, gen),
+            );
         } else {
             // Not in flight (starved, or never armed): paused already. A starved slot
             // stays in `starved` with the flag cleared, which `rearm_starved` skips.

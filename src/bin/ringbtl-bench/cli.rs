@@ -180,7 +180,7 @@ impl RunArgs {
 }
 
 /// The defaults `RINGBTL_*` environment variables give.
-fn env_config() -> Result<Config, String> {
+pub(crate) fn env_config() -> Result<Config, String> {
     Config::new(PeerId(0)).from_env().map_err(|e| e.to_string())
 }
 

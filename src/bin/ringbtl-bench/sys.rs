@@ -96,9 +96,7 @@ pub(crate) fn set_rcvlowat(fd: RawFd, bytes: usize) -> io::Result<()> {
 /// peer gets (`RINGBTL_TCP_CONGESTION`, by default `reno` towards loopback), so that a
 /// baseline differs from ringbtl in the transport only.
 pub(crate) fn congestion_like_ringbtl(sock: &std::net::TcpStream) -> Result<(), String> {
-    let cfg = ringbtl::Config::new(ringbtl::PeerId(0))
-        .from_env()
-        .map_err(|e| e.to_string())?;
+    let cfg = crate::cli::env_config()?;
     let peer = sock
         .peer_addr()
         .map_err(|e| format!("baseline socket: peer address: {e}"))?;
