@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::error::{FailReason, ProtoError, SendError};
+pub use crate::proto::config::CoreConfig;
 use crate::proto::recv_cache::{Next, RxBuf};
 use crate::proto::tx::TxBatch;
 use crate::wire::{
@@ -60,34 +61,6 @@ pub const MAX_SEGMENTS: usize = 8;
 /// A connection handle chosen by the driver (the reactor's slot index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnKey(pub u32);
-
-/// Engine parameters (a subset of [`Config`](crate::Config)).
-#[derive(Debug, Clone)]
-pub struct CoreConfig {
-    /// Our process id.
-    pub pid: PeerId,
-    /// Job token.
-    pub token: u64,
-    /// Receive cache bytes per connection.
-    pub recv_cache: usize,
-    /// Largest payload accepted.
-    pub max_frame: u32,
-    /// Payloads up to this size are copied next to their header.
-    pub inline_limit: usize,
-    /// Byte budget of one gathered send.
-    pub coalesce_bytes: usize,
-    /// Most iovecs in one gathered send.
-    pub max_iov: usize,
-    /// Connect attempts before failing.
-    pub connect_retries: u32,
-    /// First retry delay (doubles).
-    pub retry_delay: Duration,
-    /// Handshake time limit.
-    pub handshake_timeout: Duration,
-    /// Most incoming connections waiting for their HELLO at once; more are closed at
-    /// once (a connection flood costs no buffer).
-    pub max_half_open: usize,
-}
 
 /// Public view of an endpoint's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! [`tx::TxBatch`].
 
 pub mod am;
+pub mod config;
 pub mod core;
 pub mod recv_cache;
 pub mod tx;
