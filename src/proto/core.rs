@@ -43,7 +43,7 @@ use std::collections::VecDeque;
 use std::mem;
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 
