@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A/B comparison of two ringbtl-bench binaries on this machine: the same benchmarks, ranks
+# pinned to CPU 0 / CPU 1, the two binaries alternating run by run (A B A B ...), medians
+# per metric, and the ratio B / A. Used to show that a change leaves performance where it was
+# (or moves it), side by side in one run rather than against numbers from another day.
+#
+# Usage: tools/ab.sh [--runs N] [--backend uring|epoll] A_BIN B_BIN
+#   A_BIN, B_BIN: two ringbtl-bench executables (e.g. built from two commits).
+# Measures: latency p50 at 8 B, 64 KiB and 1 MiB; bandwidth at 1 MiB; message rate at 8 B.
+set -euo pipefail
+
+runs=5
+backend=uring
+while [ $# -gt 2 ]; do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --backend) backend=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[ $# -eq 2 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+a=$1 b=$2
+for x in "$a" "$b"; do [ -x "$x" ] || { echo "not an executable: $x" >&2; exit 2; }; done
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+one() { # label binary
+  local label=$1 bin=$2
+  "$bin" latency --pin --json --backend "$backend" --sizes 8,64K,1M | sed "s/^/$label /" >>"$out/lines"
+  "$bin" bw --pin --json --backend "$backend" --sizes 1M --prewarm 500000000 | sed "s/^/$label /" >>"$out/lines"
+  "$bin" rate --pin --json --backend "$backend" --sizes 8 --prewarm 0 | sed "s/^/$label /" >>"$out/lines"
+}
+for i in $(seq 1 "$runs"); do
+  echo "run $i/$runs" >&2
+  if [ $((i % 2)) -eq 1 ]; then one A "$a"; one B "$b"; else one B "$b"; one A "$a"; fi
+done
+
+python3 - "$out/lines" "$runs" "$backend" <<'EOF'
+import json, statistics, sys
+path, runs, backend = sys.argv[1], sys.argv[2], sys.argv[3]
+vals = {}
+for line in open(path):
+    label, _, js = line.partition(" ")
+    if not js.startswith("{"):
+        continue
+    r = json.loads(js)
+    if r["bench"] == "latency":
+        key, v, better = (f"latency p50 {r['size']} B (us)", r["p50_us"], "lower")
+    elif r["bench"] == "bw":
+        key, v, better = (f"bw {r['size']} B (MB/s)", r["mb_s"], "higher")
+    else:
+        key, v, better = (f"rate {r['size']} B (msg/s)", r["msg_s"], "higher")
+    vals.setdefault((key, better), {}).setdefault(label, []).append(v)
+print(f"# A/B, backend {backend}, {runs} alternating runs, medians; ratio = B / A")
+print(f"{'metric':32} {'A':>14} {'B':>14} {'B/A':>7}  better")
+for (key, better), d in vals.items():
+    ma, mb = statistics.median(d.get("A", [float("nan")])), statistics.median(d.get("B", [float("nan")]))
+    print(f"{key:32} {ma:14.3f} {mb:14.3f} {mb / ma:7.3f}  {better}")
+EOF
