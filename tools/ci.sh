@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Lint, build and test every feature set CI supports, then a short benchmark smoke run.
+# Every cargo command runs at the workspace root and so covers the library and the
+# benchmark crate (bench/) alike; the benchmark forwards the library's feature names.
 # Usage: tools/ci.sh            (everything)
 #        tools/ci.sh quick      (default features only)
 set -euo pipefail
@@ -38,8 +40,8 @@ if [ "${1:-}" != quick ]; then
   # Open MPI's PMIx server instead of the env + root rendezvous.
   step "clippy --features pmix"
   cargo clippy --all-targets --features pmix -- -D warnings
-  step "test --features pmix --test launchers"
-  cargo test --features pmix --test launchers
+  step "test --features pmix: bench/tests/launchers.rs"
+  cargo test -p ringbtl-bench --features pmix --test launchers
 fi
 
 # The fuzz targets' checks, on stable over a seeded corpus (libFuzzer itself needs

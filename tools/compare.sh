@@ -86,7 +86,7 @@ trap cleanup EXIT
 # ----- ringbtl-bench ---------------------------------------------------------------------
 BENCH="${RINGBTL_BENCH:-}"
 if [ -z "$BENCH" ]; then
-    (cd "$ROOT" && cargo build --release --quiet --bin ringbtl-bench)
+    (cd "$ROOT" && cargo build --release --quiet -p ringbtl-bench --bin ringbtl-bench)
     BENCH="${CARGO_TARGET_DIR:-$ROOT/target}/release/ringbtl-bench"
 fi
 [ -x "$BENCH" ] || die "no ringbtl-bench at $BENCH"

@@ -26,10 +26,12 @@ use std::time::{Duration, Instant};
 
 use ringbtl::BackendKind;
 
+// The library's test helpers (one copy, shared with its own tests).
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringbtl-bench");
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tools/netns.sh");
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tools/netns.sh");
 /// A rank still running after this long is killed and fails the test.
 const JOB_LIMIT: Duration = Duration::from_secs(60);
 /// Payload bytes one rank sends in the default alltoall (8 B, 64 KiB and 1 MiB to each

@@ -15,25 +15,15 @@
 //! `alltoall` runs that way too, or self-launched with `--np N`.
 #![deny(unsafe_code)]
 
-#[path = "ringbtl-bench/bw.rs"]
 mod bw;
-#[path = "ringbtl-bench/cli.rs"]
 mod cli;
-#[path = "ringbtl-bench/control.rs"]
 mod control;
-#[path = "ringbtl-bench/plain.rs"]
 mod plain;
-#[path = "ringbtl-bench/ranks.rs"]
 mod ranks;
-#[path = "ringbtl-bench/rate.rs"]
 mod rate;
-#[path = "ringbtl-bench/report.rs"]
 mod report;
-#[path = "ringbtl-bench/ring.rs"]
 mod ring;
-#[path = "ringbtl-bench/stream.rs"]
 mod stream;
-#[path = "ringbtl-bench/sys.rs"]
 mod sys;
 
 use std::io::Write;
