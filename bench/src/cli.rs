@@ -4,7 +4,6 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ringbtl::{BackendKind, Config, PeerId, ProgressMode};
 
 use crate::stream::StreamArgs;
-use crate::Mode;
 
 /// Largest message the benchmark accepts (buffers are allocated up front).
 pub(crate) const MAX_SIZE: usize = 1 << 30;
@@ -159,11 +158,11 @@ pub(crate) struct RunArgs {
 
 impl RunArgs {
     /// The mode: `--mode`, else `RINGBTL_PROGRESS`, else poll.
-    pub(crate) fn mode(&self) -> Result<Mode, String> {
-        Ok(Mode::from_progress(match self.mode {
-            Some(m) => m,
-            None => env_config()?.progress,
-        }))
+    pub(crate) fn mode(&self) -> Result<ProgressMode, String> {
+        match self.mode {
+            Some(m) => Ok(m),
+            None => Ok(env_config()?.progress),
+        }
     }
 
     /// The transports to create, in run order: `--backend`, else `RINGBTL_BACKEND`, else

@@ -40,37 +40,6 @@ use plain::Plain;
 use report::{Row, RunInfo, Table};
 use ring::Ring;
 
-/// How both ranks wait for messages (ringbtl and the baseline alike; the latency
-/// baseline waits in the kernel in `Spin` mode, a socket offers nothing in between).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    Poll,
-    Block,
-    Spin(Duration),
-}
-
-impl Mode {
-    fn name(self) -> String {
-        self.progress().to_string()
-    }
-
-    pub(crate) fn progress(self) -> ProgressMode {
-        match self {
-            Mode::Poll => ProgressMode::Poll,
-            Mode::Block => ProgressMode::Block,
-            Mode::Spin(d) => ProgressMode::SpinThenBlock(d),
-        }
-    }
-
-    pub(crate) fn from_progress(p: ProgressMode) -> Self {
-        match p {
-            ProgressMode::Poll => Mode::Poll,
-            ProgressMode::Block => Mode::Block,
-            ProgressMode::SpinThenBlock(d) => Mode::Spin(d),
-        }
-    }
-}
-
 /// CPUs of rank 0 and rank 1 with `--pin`.
 const CPUS: [usize; 2] = [0, 1];
 /// Time allowed for start-up steps and for the peer to exit.
@@ -205,17 +174,19 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     }
 
     let info = RunInfo {
-        mode: mode.name(),
+        mode: mode.to_string(),
         kernel: kernel_release(),
         pinned: args.run.pin,
         rings: rings.iter().map(|r| r.backend_name().to_string()).collect(),
         baseline: with_socket,
         baseline_how: match (mode, args.baseline_no_lowat) {
-            (Mode::Poll, _) => "TCP_NODELAY, send/recv spun with MSG_DONTWAIT",
-            (Mode::Block | Mode::Spin(_), false) => {
+            (ProgressMode::Poll, _) => "TCP_NODELAY, send/recv spun with MSG_DONTWAIT",
+            (ProgressMode::Block | ProgressMode::SpinThenBlock(_), false) => {
                 "TCP_NODELAY, blocking send, recv MSG_WAITALL + SO_RCVLOWAT"
             }
-            (Mode::Block | Mode::Spin(_), true) => "TCP_NODELAY, blocking send, recv MSG_WAITALL",
+            (ProgressMode::Block | ProgressMode::SpinThenBlock(_), true) => {
+                "TCP_NODELAY, blocking send, recv MSG_WAITALL"
+            }
         },
     };
     let table = Table::new(&info);
@@ -314,7 +285,7 @@ fn phase(
     size: usize,
     warmup: u64,
     iters: u64,
-    mode: Mode,
+    mode: ProgressMode,
     timeout: Duration,
 ) -> Result<report::Stats, String> {
     let which = match s {

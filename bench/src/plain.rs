@@ -18,9 +18,10 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use ringbtl::ProgressMode;
+
 use crate::report::{Recorder, Stats};
 use crate::sys;
-use crate::Mode;
 
 const SPINS_PER_CLOCK: u32 = 4096;
 /// SO_RCVTIMEO / SO_SNDTIMEO of the baseline socket.
@@ -93,9 +94,9 @@ impl Plain {
         Self::setup(sock, timeout, lowat)
     }
 
-    fn set_size(&mut self, size: usize, mode: Mode) -> Result<(), String> {
+    fn set_size(&mut self, size: usize, mode: ProgressMode) -> Result<(), String> {
         let n = size.max(1);
-        if mode != Mode::Poll && self.lowat {
+        if mode != ProgressMode::Poll && self.lowat {
             sys::set_rcvlowat(self.sock.as_raw_fd(), n).map_err(|e| format!("SO_RCVLOWAT: {e}"))?;
         }
         self.tx.clear();
@@ -111,7 +112,7 @@ impl Plain {
         size: usize,
         warmup: u64,
         iters: u64,
-        mode: Mode,
+        mode: ProgressMode,
         deadline: Instant,
     ) -> Result<Stats, String> {
         self.set_size(size, mode)?;
@@ -134,7 +135,7 @@ impl Plain {
         &mut self,
         size: usize,
         count: u64,
-        mode: Mode,
+        mode: ProgressMode,
         deadline: Instant,
     ) -> Result<(), String> {
         self.set_size(size, mode)?;
@@ -147,11 +148,11 @@ impl Plain {
     }
 }
 
-fn send_all(fd: i32, mut buf: &[u8], mode: Mode, deadline: Instant) -> Result<(), String> {
+fn send_all(fd: i32, mut buf: &[u8], mode: ProgressMode, deadline: Instant) -> Result<(), String> {
     let flags = libc::MSG_NOSIGNAL
         | match mode {
-            Mode::Poll => libc::MSG_DONTWAIT,
-            Mode::Block | Mode::Spin(_) => 0,
+            ProgressMode::Poll => libc::MSG_DONTWAIT,
+            ProgressMode::Block | ProgressMode::SpinThenBlock(_) => 0,
         };
     let mut spins = 0u32;
     while !buf.is_empty() {
@@ -163,10 +164,10 @@ fn send_all(fd: i32, mut buf: &[u8], mode: Mode, deadline: Instant) -> Result<()
     Ok(())
 }
 
-fn recv_all(fd: i32, buf: &mut [u8], mode: Mode, deadline: Instant) -> Result<(), String> {
+fn recv_all(fd: i32, buf: &mut [u8], mode: ProgressMode, deadline: Instant) -> Result<(), String> {
     let flags = match mode {
-        Mode::Poll => libc::MSG_DONTWAIT,
-        Mode::Block | Mode::Spin(_) => libc::MSG_WAITALL,
+        ProgressMode::Poll => libc::MSG_DONTWAIT,
+        ProgressMode::Block | ProgressMode::SpinThenBlock(_) => libc::MSG_WAITALL,
     };
     let mut spins = 0u32;
     let mut got = 0;
@@ -186,14 +187,14 @@ fn recv_all(fd: i32, buf: &mut [u8], mode: Mode, deadline: Instant) -> Result<()
 fn again(
     e: io::Error,
     op: &str,
-    mode: Mode,
+    mode: ProgressMode,
     deadline: Instant,
     spins: &mut u32,
 ) -> Result<(), String> {
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
             *spins = spins.wrapping_add(1);
-            let check = mode != Mode::Poll || spins.is_multiple_of(SPINS_PER_CLOCK);
+            let check = mode != ProgressMode::Poll || spins.is_multiple_of(SPINS_PER_CLOCK);
             if check && Instant::now() >= deadline {
                 return Err(format!("{op} timed out"));
             }

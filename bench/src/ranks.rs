@@ -30,7 +30,6 @@ use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
 
 use crate::cli::{AlltoallArgs, BackendArg, LatencyArgs, RunArgs};
 use crate::report::Recorder;
-use crate::Mode;
 
 /// Connection set-up messages.
 const TAG_HELLO: Tag = Tag(60);
@@ -156,7 +155,7 @@ fn reap(children: &mut Vec<Child>, timeout: Duration) -> Result<(), String> {
 /// Options shared by the multi-rank runs.
 pub(crate) struct JobOpts {
     pub(crate) backend: Option<BackendKind>,
-    pub(crate) mode: Option<Mode>,
+    pub(crate) mode: Option<ProgressMode>,
     pub(crate) timeout: Duration,
 }
 
@@ -165,7 +164,7 @@ impl JobOpts {
     fn of(run: &RunArgs) -> Result<Self, String> {
         Ok(Self {
             backend: backend_of(run.backend)?,
-            mode: mode_arg(run.mode),
+            mode: run.mode,
             timeout: Duration::from_secs(run.timeout),
         })
     }
@@ -207,7 +206,7 @@ pub(crate) struct Job {
     tr: Transport,
     rank: u32,
     size: u32,
-    mode: Mode,
+    mode: ProgressMode,
     st: Rc<RefCell<Shared>>,
     modex: Box<dyn Modex>,
     children: Vec<Child>,
@@ -255,7 +254,7 @@ impl Job {
         opts: &JobOpts,
     ) -> Result<Self, String> {
         let (rank, size) = (modex.rank(), modex.size());
-        let run = || -> Result<(Transport, Mode, String), String> {
+        let run = || -> Result<(Transport, ProgressMode, String), String> {
             let mut base = Config::new(PeerId(rank));
             // Interface selection unless RINGBTL_LISTEN says where; a self-launched job
             // stays on loopback, as its other ranks do.
@@ -278,13 +277,15 @@ impl Job {
                 opts.mode.is_some() || std::env::var_os("RINGBTL_PROGRESS").is_some();
             let (mode, note) = match (opts.mode, &over) {
                 (Some(m), _) => (m, "--mode".to_owned()),
-                (None, Some(o)) if !mode_explicit => (Mode::Block, format!("oversubscribed: {o}")),
+                (None, Some(o)) if !mode_explicit => {
+                    (ProgressMode::Block, format!("oversubscribed: {o}"))
+                }
                 (None, _) => match cfg.progress {
-                    ProgressMode::Poll => (Mode::Poll, "default".to_owned()),
-                    p => (Mode::from_progress(p), "RINGBTL_PROGRESS".to_owned()),
+                    p @ ProgressMode::Poll => (p, "default".to_owned()),
+                    p => (p, "RINGBTL_PROGRESS".to_owned()),
                 },
             };
-            cfg.progress = mode.progress();
+            cfg.progress = mode;
             let tr = Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))?;
             Ok((tr, mode, note))
         };
@@ -336,7 +337,7 @@ impl Job {
         self.size
     }
 
-    pub(crate) fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> ProgressMode {
         self.mode
     }
 
@@ -389,14 +390,14 @@ impl Job {
                 }
             }
             match self.mode {
-                Mode::Poll => {
+                ProgressMode::Poll => {
                     self.tr.progress().map_err(|e| format!("progress: {e}"))?;
                     spins = spins.wrapping_add(1);
                     if spins.is_multiple_of(1024) && Instant::now() >= deadline {
                         return Err(self.late(what));
                     }
                 }
-                Mode::Block | Mode::Spin(_) => {
+                ProgressMode::Block | ProgressMode::SpinThenBlock(_) => {
                     // The configured policy (spin, then wait in the kernel) until the
                     // condition or a failure, then the checks above again.
                     let st = &self.st;
@@ -819,10 +820,6 @@ fn backend_of(arg: Option<BackendArg>) -> Result<Option<BackendKind>, String> {
     })
 }
 
-fn mode_arg(m: Option<ProgressMode>) -> Option<Mode> {
-    m.map(Mode::from_progress)
-}
-
 fn header(job: &Job, what: &str) {
     say(
         job,
@@ -831,7 +828,7 @@ fn header(job: &Job, what: &str) {
             job.size(),
             job.how,
             job.backend(),
-            job.mode().name(),
+            job.mode(),
             job.mode_note
         ),
     );
@@ -896,7 +893,7 @@ pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
     };
     let opts = JobOpts {
         backend: backend_of(args.backend)?,
-        mode: mode_arg(args.mode),
+        mode: args.mode,
         timeout,
     };
     let mut job = Job::start(launch, &opts)?;
@@ -991,7 +988,7 @@ pub(crate) fn run_stream(
     }
     let info = StreamInfo {
         bench,
-        mode: job.mode().name(),
+        mode: job.mode().to_string(),
         kernel: crate::kernel_release(),
         pinned: false,
         window: args.window,

@@ -27,12 +27,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Args;
-use ringbtl::{BackendKind, Config, PeerId, Tag, Transport};
+use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
 
 use crate::cli::{parse_size, parse_sizes, RunArgs, SizeList, LARGE_MESSAGE_SIZE};
 use crate::control::{self, PeerProc};
 use crate::report::{json_num, json_str};
-use crate::{bw, rate, Mode, SETUP_TIMEOUT, SHUTDOWN_TIMEOUT};
+use crate::{bw, rate, SETUP_TIMEOUT, SHUTDOWN_TIMEOUT};
 
 /// Data messages, sender to receiver.
 pub(crate) const DATA: Tag = Tag(43);
@@ -449,13 +449,13 @@ impl Streamer {
         rank: u32,
         peer: u32,
         backend: BackendKind,
-        mode: Mode,
+        mode: ProgressMode,
     ) -> Result<Self, String> {
         let mut cfg = Config::new(PeerId(rank))
             .from_env()
             .map_err(|e| e.to_string())?;
         cfg.backend = backend;
-        cfg.progress = mode.progress();
+        cfg.progress = mode;
         let mut tr = Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))?;
         let sh: Rc<Shared> = Rc::default();
         let ack = [Bytes::from_static(&[0x41; ACK_BYTES])];
@@ -751,7 +751,7 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
 
     let info = StreamInfo {
         bench,
-        mode: mode.name(),
+        mode: mode.to_string(),
         kernel: crate::kernel_release(),
         pinned: args.run.pin,
         window: args.window,
