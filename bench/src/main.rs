@@ -226,7 +226,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
             }
         }
         if args.run.json {
-            for l in report::json_lines(&info, &row) {
+            for l in report::json_lines(&info.json(), &row) {
                 let _ = writeln!(out, "{l}");
             }
         } else {

@@ -974,7 +974,8 @@ pub(crate) fn run_stream(
     bench: crate::stream::Bench,
     args: &crate::stream::StreamArgs,
 ) -> Result<(), String> {
-    use crate::stream::{json_lines, PairTiming, StreamInfo, StreamRow, Throughput};
+    use crate::report::json_lines;
+    use crate::stream::{PairTiming, StreamInfo, StreamRow, Throughput};
     if args.baseline {
         return Err("--baseline is for the self-launched run (one process pair)".into());
     }
@@ -1034,7 +1035,7 @@ pub(crate) fn run_stream(
                 base: None,
             };
             if args.run.json {
-                for l in json_lines(&info, &row) {
+                for l in json_lines(&info.json(), &row) {
                     say(&job, &l);
                 }
             } else {

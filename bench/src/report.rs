@@ -109,14 +109,16 @@ impl RunInfo {
     }
 }
 
-/// One size's results: one entry per ringbtl series, then the baseline if any.
-pub(crate) struct Row {
+/// One size's results: one entry per ringbtl series, then the baseline if any (latency
+/// statistics, or a throughput for bw and rate).
+pub(crate) struct Row<S = Stats> {
     pub(crate) size: usize,
-    pub(crate) rings: Vec<Stats>,
-    pub(crate) base: Option<Stats>,
+    pub(crate) rings: Vec<S>,
+    pub(crate) base: Option<S>,
 }
 
-fn ratio(a: f64, b: f64) -> f64 {
+/// `a / b`; NaN (printed as `nan`, `null` in JSON) when `b` is not positive.
+pub(crate) fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
         a / b
     } else {
@@ -315,62 +317,119 @@ pub(crate) fn json_num(v: f64) -> String {
     }
 }
 
-/// JSON lines of one size: one object per ringbtl series (baseline folded in), or one
-/// object for the socket series with `--baseline-only`.
-pub(crate) fn json_lines(info: &RunInfo, row: &Row) -> Vec<String> {
-    let obj = |backend: &str, st: &Stats, extra: &[(String, String)]| {
-        let mut s = String::from("{");
+/// One JSON field: key and value (already JSON text).
+pub(crate) type Field = (String, String);
+
+/// What every JSON line of a run says besides one series' own numbers.
+pub(crate) struct JsonRun<'a> {
+    pub(crate) bench: &'a str,
+    pub(crate) mode: &'a str,
+    pub(crate) pinned: bool,
+    pub(crate) kernel: &'a str,
+    /// Labels of the ringbtl series, in run order.
+    pub(crate) rings: &'a [String],
+    /// Fields of the whole run, after `size` and before the series' own.
+    pub(crate) run_fields: Vec<Field>,
+}
+
+/// How the results of one series (latency statistics, throughput) read in JSON.
+pub(crate) trait JsonSeries {
+    /// The series' own fields.
+    fn fields(&self) -> Vec<Field>;
+    /// The baseline's result `base` folded into this series' object.
+    fn vs_baseline(&self, base: &Self) -> Vec<Field>;
+    /// The comparison with the first series, labelled `first`.
+    fn vs_first(&self, first_series: &Self, first: &str) -> Vec<Field>;
+}
+
+/// JSON lines of one size: one object per ringbtl series (the baseline folded in, and
+/// from the second series on, the comparison with the first); with no ringbtl series
+/// (`--baseline-only`), one object for the socket series.
+pub(crate) fn json_lines<S: JsonSeries>(run: &JsonRun<'_>, row: &Row<S>) -> Vec<String> {
+    let (size, rings, base) = (row.size, &row.rings, row.base.as_ref());
+    let obj = |backend: &str, st: &S, extra: Vec<Field>| {
         let mut kv = vec![
-            ("bench".to_string(), json_str("latency")),
+            ("bench".to_string(), json_str(run.bench)),
             ("backend".into(), json_str(backend)),
-            ("mode".into(), json_str(&info.mode)),
-            ("size".into(), row.size.to_string()),
-            ("iters".into(), st.iters.to_string()),
-            ("warmup".into(), st.warmup.to_string()),
-            ("avg_us".into(), json_num(st.avg)),
-            ("min_us".into(), json_num(st.min)),
-            ("p50_us".into(), json_num(st.p50)),
-            ("p90_us".into(), json_num(st.p90)),
-            ("p99_us".into(), json_num(st.p99)),
-            ("p999_us".into(), json_num(st.p999)),
-            ("max_us".into(), json_num(st.max)),
-            ("pinned".into(), info.pinned.to_string()),
-            ("kernel".into(), json_str(&info.kernel)),
+            ("mode".into(), json_str(run.mode)),
+            ("size".into(), size.to_string()),
         ];
-        kv.extend_from_slice(extra);
-        for (k, (key, val)) in kv.iter().enumerate() {
-            if k > 0 {
-                s.push(',');
-            }
-            let _ = write!(s, "{}:{val}", json_str(key));
-        }
-        s.push('}');
-        s
+        kv.extend(run.run_fields.iter().cloned());
+        kv.extend(st.fields());
+        kv.push(("pinned".into(), run.pinned.to_string()));
+        kv.push(("kernel".into(), json_str(run.kernel)));
+        kv.extend(extra);
+        let body: Vec<String> = kv
+            .iter()
+            .map(|(key, val)| format!("{}:{val}", json_str(key)))
+            .collect();
+        format!("{{{}}}", body.join(","))
     };
-    if info.baseline_only() {
-        return row.base.iter().map(|b| obj("socket", b, &[])).collect();
+    if rings.is_empty() {
+        return base.iter().map(|b| obj("socket", b, Vec::new())).collect();
     }
     let mut out = Vec::new();
-    for (k, st) in row.rings.iter().enumerate() {
+    for (k, st) in rings.iter().enumerate() {
         let mut extra = Vec::new();
-        if let Some(b) = row.base {
-            extra.push(("baseline_avg_us".to_string(), json_num(b.avg)));
-            extra.push(("baseline_p50_us".into(), json_num(b.p50)));
-            extra.push(("baseline_p99_us".into(), json_num(b.p99)));
-            extra.push(("ratio_avg".into(), json_num(ratio(st.avg, b.avg))));
-            extra.push(("ratio_p50".into(), json_num(ratio(st.p50, b.p50))));
+        if let Some(b) = base {
+            extra.extend(st.vs_baseline(b));
         }
         if k > 0 {
-            let first = &info.rings[0];
-            extra.push((format!("{first}_p50_us"), json_num(row.rings[0].p50)));
-            extra.push((
-                format!("ratio_p50_vs_{first}"),
-                json_num(ratio(st.p50, row.rings[0].p50)),
-            ));
+            extra.extend(st.vs_first(&rings[0], &run.rings[0]));
         }
-        out.push(obj(&info.rings[k], st, &extra));
+        out.push(obj(&run.rings[k], st, extra));
     }
     out
+}
+
+impl JsonSeries for Stats {
+    fn fields(&self) -> Vec<Field> {
+        vec![
+            ("iters".into(), self.iters.to_string()),
+            ("warmup".into(), self.warmup.to_string()),
+            ("avg_us".into(), json_num(self.avg)),
+            ("min_us".into(), json_num(self.min)),
+            ("p50_us".into(), json_num(self.p50)),
+            ("p90_us".into(), json_num(self.p90)),
+            ("p99_us".into(), json_num(self.p99)),
+            ("p999_us".into(), json_num(self.p999)),
+            ("max_us".into(), json_num(self.max)),
+        ]
+    }
+
+    fn vs_baseline(&self, b: &Self) -> Vec<Field> {
+        vec![
+            ("baseline_avg_us".into(), json_num(b.avg)),
+            ("baseline_p50_us".into(), json_num(b.p50)),
+            ("baseline_p99_us".into(), json_num(b.p99)),
+            ("ratio_avg".into(), json_num(ratio(self.avg, b.avg))),
+            ("ratio_p50".into(), json_num(ratio(self.p50, b.p50))),
+        ]
+    }
+
+    fn vs_first(&self, f: &Self, first: &str) -> Vec<Field> {
+        vec![
+            (format!("{first}_p50_us"), json_num(f.p50)),
+            (
+                format!("ratio_p50_vs_{first}"),
+                json_num(ratio(self.p50, f.p50)),
+            ),
+        ]
+    }
+}
+
+impl RunInfo {
+    /// The run as its JSON lines describe it.
+    pub(crate) fn json(&self) -> JsonRun<'_> {
+        JsonRun {
+            bench: "latency",
+            mode: &self.mode,
+            pinned: self.pinned,
+            kernel: &self.kernel,
+            rings: &self.rings,
+            run_fields: Vec::new(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -447,7 +506,7 @@ mod tests {
             rings: vec![st(3.0), st(3.3)],
             base: Some(st(2.0)),
         };
-        let lines = json_lines(&i, &row);
+        let lines = json_lines(&i.json(), &row);
         assert_eq!(lines.len(), 2);
         for key in [
             "bench",

@@ -31,7 +31,7 @@ use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
 
 use crate::cli::{parse_size, parse_sizes, RunArgs, SizeList, LARGE_MESSAGE_SIZE};
 use crate::control::{self, PeerProc};
-use crate::report::{json_num, json_str};
+use crate::report::{json_lines, json_num, ratio, Field, JsonRun, JsonSeries, Row};
 use crate::{bw, rate, SETUP_TIMEOUT, SHUTDOWN_TIMEOUT};
 
 /// Data messages, sender to receiver.
@@ -255,11 +255,7 @@ impl Throughput {
 }
 
 /// One size's results: one entry per ringbtl series, then the baseline if any.
-pub(crate) struct StreamRow {
-    pub(crate) size: usize,
-    pub(crate) rings: Vec<Throughput>,
-    pub(crate) base: Option<Throughput>,
-}
+pub(crate) type StreamRow = Row<Throughput>;
 
 /// What the header says.
 pub(crate) struct StreamInfo {
@@ -271,14 +267,6 @@ pub(crate) struct StreamInfo {
     pub(crate) pairs: usize,
     pub(crate) rings: Vec<String>,
     pub(crate) baseline: bool,
-}
-
-pub(crate) fn ratio(a: f64, b: f64) -> f64 {
-    if b > 0.0 {
-        a / b
-    } else {
-        f64::NAN
-    }
 }
 
 /// A column of a throughput table: its heading with one series (OSU's) and its value.
@@ -366,44 +354,48 @@ pub(crate) fn common_header(info: &StreamInfo, title: &str, counts: &str) -> Str
     )
 }
 
-/// JSON lines of one size: one object per ringbtl series, the baseline folded in.
-pub(crate) fn json_lines(info: &StreamInfo, row: &StreamRow) -> Vec<String> {
-    let mut out = Vec::new();
-    for (k, t) in row.rings.iter().enumerate() {
-        let mut kv: Vec<(String, String)> = vec![
-            ("bench".into(), json_str(info.bench.name())),
-            ("backend".into(), json_str(&info.rings[k])),
-            ("mode".into(), json_str(&info.mode)),
-            ("size".into(), row.size.to_string()),
-            ("window".into(), info.window.to_string()),
-            ("pairs".into(), t.pairs.to_string()),
-            ("iters".into(), t.loops.to_string()),
-            ("warmup".into(), t.warmup.to_string()),
-            ("mb_s".into(), json_num(t.mb_s)),
-            ("msg_s".into(), json_num(t.msg_s)),
-            ("pinned".into(), info.pinned.to_string()),
-            ("kernel".into(), json_str(&info.kernel)),
-        ];
-        if let Some(b) = row.base {
-            kv.push(("baseline_mb_s".into(), json_num(b.mb_s)));
-            kv.push(("baseline_msg_s".into(), json_num(b.msg_s)));
-            kv.push(("ratio".into(), json_num(ratio(t.mb_s, b.mb_s))));
-        }
-        if k > 0 {
-            let first = &info.rings[0];
-            kv.push((format!("{first}_mb_s"), json_num(row.rings[0].mb_s)));
-            kv.push((
-                format!("ratio_vs_{first}"),
-                json_num(ratio(t.mb_s, row.rings[0].mb_s)),
-            ));
-        }
-        let body: Vec<String> = kv
-            .iter()
-            .map(|(key, val)| format!("{}:{val}", json_str(key)))
-            .collect();
-        out.push(format!("{{{}}}", body.join(",")));
+impl JsonSeries for Throughput {
+    fn fields(&self) -> Vec<Field> {
+        vec![
+            ("pairs".into(), self.pairs.to_string()),
+            ("iters".into(), self.loops.to_string()),
+            ("warmup".into(), self.warmup.to_string()),
+            ("mb_s".into(), json_num(self.mb_s)),
+            ("msg_s".into(), json_num(self.msg_s)),
+        ]
     }
-    out
+
+    fn vs_baseline(&self, b: &Self) -> Vec<Field> {
+        vec![
+            ("baseline_mb_s".into(), json_num(b.mb_s)),
+            ("baseline_msg_s".into(), json_num(b.msg_s)),
+            ("ratio".into(), json_num(ratio(self.mb_s, b.mb_s))),
+        ]
+    }
+
+    fn vs_first(&self, f: &Self, first: &str) -> Vec<Field> {
+        vec![
+            (format!("{first}_mb_s"), json_num(f.mb_s)),
+            (
+                format!("ratio_vs_{first}"),
+                json_num(ratio(self.mb_s, f.mb_s)),
+            ),
+        ]
+    }
+}
+
+impl StreamInfo {
+    /// The run as its JSON lines describe it.
+    pub(crate) fn json(&self) -> JsonRun<'_> {
+        JsonRun {
+            bench: self.bench.name(),
+            mode: &self.mode,
+            pinned: self.pinned,
+            kernel: &self.kernel,
+            rings: &self.rings,
+            run_fields: vec![("window".into(), self.window.to_string())],
+        }
+    }
 }
 
 // ----- the ringbtl side ------------------------------------------------------------------
@@ -804,7 +796,7 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
             }
         }
         if args.run.json {
-            for l in json_lines(&info, &row) {
+            for l in json_lines(&info.json(), &row) {
                 let _ = writeln!(out, "{l}");
             }
         } else {
@@ -1049,7 +1041,7 @@ mod tests {
             rings: vec![t, Throughput { mb_s: 20.0, ..t }],
             base: Some(Throughput { mb_s: 10.0, ..t }),
         };
-        let l = json_lines(&info, &row);
+        let l = json_lines(&info.json(), &row);
         assert_eq!(l.len(), 2);
         assert!(l[0].starts_with("{\"bench\":\"rate\",\"backend\":\"uring\",\"mode\":\"spin:20\""));
         assert!(l[0].contains("\"ratio\":4.000"), "{}", l[0]);
