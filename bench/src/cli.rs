@@ -1,7 +1,7 @@
 //! Command line: clap derive, size lists, OSU iteration defaults.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ringbtl::{BackendKind, Config, PeerId, ProgressMode};
+use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Transport};
 
 use crate::stream::StreamArgs;
 
@@ -183,6 +183,43 @@ pub(crate) fn env_config() -> Result<Config, String> {
     Config::new(PeerId(0)).from_env().map_err(|e| e.to_string())
 }
 
+/// Rank `rank`'s transport: the configuration from the environment, with `backend` and
+/// `mode`.
+pub(crate) fn transport(
+    rank: u32,
+    backend: BackendKind,
+    mode: ProgressMode,
+) -> Result<Transport, String> {
+    let mut cfg = Config::new(PeerId(rank))
+        .from_env()
+        .map_err(|e| e.to_string())?;
+    cfg.backend = backend;
+    cfg.progress = mode;
+    Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))
+}
+
+/// The iteration counts for a header: `N (warm-up W)`, or, when `sizes` has sizes on
+/// both sides of [`LARGE_MESSAGE_SIZE`] and the counts differ, the counts up to it and
+/// above it.
+pub(crate) fn describe_counts(sizes: &[usize], counts: impl Fn(usize) -> (u64, u64)) -> String {
+    let small = counts(0);
+    let large = counts(LARGE_MESSAGE_SIZE + 1);
+    let has_small = sizes.iter().any(|&s| s <= LARGE_MESSAGE_SIZE);
+    let has_large = sizes.iter().any(|&s| s > LARGE_MESSAGE_SIZE);
+    let one = |(w, n): (u64, u64)| format!("{n} (warm-up {w})");
+    if has_small && has_large && small != large {
+        format!(
+            "{} up to {LARGE_MESSAGE_SIZE} bytes, {} above",
+            one(small),
+            one(large)
+        )
+    } else if has_large {
+        one(large)
+    } else {
+        one(small)
+    }
+}
+
 /// Parses `--mode` (the syntax of `RINGBTL_PROGRESS`).
 pub(crate) fn parse_mode(s: &str) -> Result<ProgressMode, String> {
     s.parse()
@@ -233,7 +270,7 @@ impl LatencyArgs {
     }
 }
 
-fn doubling(lo: usize, hi: usize) -> Vec<usize> {
+pub(crate) fn doubling(lo: usize, hi: usize) -> Vec<usize> {
     let mut v = Vec::new();
     let mut x = lo;
     if x == 0 {

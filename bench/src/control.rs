@@ -12,12 +12,12 @@
 //! | `BYE`                       | `QUIT`                             |
 //! | `ERR <message>` (any time)  |                                    |
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::process::{Child as Proc, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 
 use crate::{sys, SETUP_TIMEOUT};
 
@@ -36,6 +36,36 @@ pub(crate) fn baseline_listener(baseline: bool) -> Result<Option<TcpListener>, S
     TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .map(Some)
         .map_err(|e| format!("baseline: listening on 127.0.0.1: {e}"))
+}
+
+/// Accepts the baseline's one connection on `l` (rank 1 connects after the address
+/// exchange), in blocking mode; an error when it has not come within `wait`.
+pub(crate) fn accept_baseline(l: &TcpListener, wait: Duration) -> Result<TcpStream, String> {
+    let deadline = Instant::now() + wait;
+    l.set_nonblocking(true)
+        .map_err(|e| format!("baseline listener: {e}"))?;
+    let sock = loop {
+        match l.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err("baseline: the peer never connected".into());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("baseline: accept: {e}")),
+        }
+    };
+    sock.set_nonblocking(false)
+        .map_err(|e| format!("baseline socket: {e}"))?;
+    Ok(sock)
+}
+
+/// Connects the baseline's socket to rank 0's `addr`.
+pub(crate) fn connect_baseline(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, String> {
+    TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| format!("baseline: connecting to {addr}: {e}"))
 }
 
 impl PeerProc {
@@ -243,7 +273,7 @@ impl Drop for PeerProc {
 
 /// Rank 1's end of the channel.
 pub(crate) struct Child {
-    input: BufReader<std::io::Stdin>,
+    input: BufReader<io::Stdin>,
     line: String,
 }
 
@@ -256,7 +286,7 @@ impl Child {
             return Err("the parent process is gone".into());
         }
         Ok(Self {
-            input: BufReader::new(std::io::stdin()),
+            input: BufReader::new(io::stdin()),
             line: String::new(),
         })
     }
@@ -273,7 +303,7 @@ impl Child {
 
     /// Sends one line to rank 0.
     pub(crate) fn send(&mut self, line: &str) -> Result<(), String> {
-        let mut out = std::io::stdout().lock();
+        let mut out = io::stdout().lock();
         writeln!(out, "{line}")
             .and_then(|()| out.flush())
             .map_err(|e| format!("writing to rank 0: {e}"))

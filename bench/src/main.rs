@@ -111,7 +111,7 @@ fn kernel_release() -> String {
 
 /// A phase: one size of one series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Series {
+pub(crate) enum Series {
     /// The ringbtl transport at this index.
     Ring(usize),
     /// The plain-socket baseline.
@@ -191,7 +191,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     };
     let table = Table::new(&info);
     let out = &mut std::io::stdout();
-    let counts = describe_counts(args, &sizes);
+    let counts = cli::describe_counts(&sizes, |s| args.counts(s));
     if !args.run.json {
         let _ = writeln!(out, "{}", table.header(&counts));
         let _ = out.flush();
@@ -251,27 +251,6 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     peer.expect_exact("BYE", SETUP_TIMEOUT)?;
     peer.finish(SETUP_TIMEOUT)?;
     shut
-}
-
-fn describe_counts(args: &LatencyArgs, sizes: &[usize]) -> String {
-    let mut seen: Vec<(u64, u64)> = Vec::new();
-    for &s in sizes {
-        let c = args.counts(s);
-        if !seen.contains(&c) {
-            seen.push(c);
-        }
-    }
-    match seen.as_slice() {
-        [(w, n)] => format!("{n} (warm-up {w})"),
-        _ => {
-            let (ws, ns) = args.counts(0);
-            let (wl, nl) = args.counts(cli::LARGE_MESSAGE_SIZE + 1);
-            format!(
-                "{ns} (warm-up {ws}) up to {} bytes, {nl} (warm-up {wl}) above",
-                cli::LARGE_MESSAGE_SIZE
-            )
-        }
-    }
 }
 
 /// Runs one phase (one size of one series) on rank 0, rank 1 in lockstep: announce it,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use ringbtl::ProgressMode;
 
 use crate::report::{Recorder, Stats};
-use crate::sys;
+use crate::{control, sys};
 
 const SPINS_PER_CLOCK: u32 = 4096;
 /// SO_RCVTIMEO / SO_SNDTIMEO of the baseline socket.
@@ -61,9 +61,7 @@ impl Plain {
         timeout: Duration,
         lowat: bool,
     ) -> Result<Self, String> {
-        let sock = TcpStream::connect_timeout(&addr, timeout)
-            .map_err(|e| format!("baseline: connecting to {addr}: {e}"))?;
-        Self::setup(sock, timeout, lowat)
+        Self::setup(control::connect_baseline(addr, timeout)?, timeout, lowat)
     }
 
     /// Rank 0 side: accepts the one connection of rank 1 (already in the backlog).
@@ -73,25 +71,7 @@ impl Plain {
         timeout: Duration,
         lowat: bool,
     ) -> Result<Self, String> {
-        let deadline = Instant::now() + wait;
-        l.set_nonblocking(true)
-            .map_err(|e| format!("baseline listener: {e}"))?;
-        let sock = loop {
-            match l.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        return Err("baseline: the peer never connected".into());
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("baseline: accept: {e}")),
-            }
-        };
-        sock.set_nonblocking(false)
-            .map_err(|e| format!("baseline socket: {e}"))?;
-        Self::setup(sock, timeout, lowat)
+        Self::setup(control::accept_baseline(l, wait)?, timeout, lowat)
     }
 
     fn set_size(&mut self, size: usize, mode: ProgressMode) -> Result<(), String> {

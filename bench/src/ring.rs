@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
+use ringbtl::{BackendKind, PeerId, ProgressMode, Tag, Transport};
 
 use crate::report::{Recorder, Stats};
 
@@ -33,12 +33,7 @@ pub(crate) struct Ring {
 impl Ring {
     /// Creates rank `rank`'s Transport for `backend` and registers the handlers.
     pub(crate) fn new(rank: u32, backend: BackendKind, mode: ProgressMode) -> Result<Self, String> {
-        let mut cfg = Config::new(PeerId(rank))
-            .from_env()
-            .map_err(|e| e.to_string())?;
-        cfg.backend = backend;
-        cfg.progress = mode;
-        let mut tr = Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))?;
+        let mut tr = crate::cli::transport(rank, backend, mode)?;
         let received: Rc<Cell<u64>> = Rc::default();
         let completed: Rc<Cell<u64>> = Rc::default();
         let failure: Rc<RefCell<Option<String>>> = Rc::default();

@@ -27,12 +27,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Args;
-use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
+use ringbtl::{BackendKind, PeerId, ProgressMode, Tag, Transport};
 
-use crate::cli::{parse_size, parse_sizes, RunArgs, SizeList, LARGE_MESSAGE_SIZE};
+use crate::cli::{
+    describe_counts, doubling, parse_size, parse_sizes, RunArgs, SizeList, LARGE_MESSAGE_SIZE,
+};
 use crate::control::{self, PeerProc};
 use crate::report::{json_lines, json_num, ratio, Field, JsonRun, JsonSeries, Row};
-use crate::{bw, rate, SETUP_TIMEOUT, SHUTDOWN_TIMEOUT};
+use crate::{bw, rate, Series, SETUP_TIMEOUT, SHUTDOWN_TIMEOUT};
 
 /// Data messages, sender to receiver.
 pub(crate) const DATA: Tag = Tag(43);
@@ -109,7 +111,7 @@ impl StreamArgs {
     pub(crate) fn sizes(&self) -> Vec<usize> {
         match &self.sizes {
             Some(s) => s.0.clone(),
-            None => parse_sizes("1:4M").map(|s| s.0).unwrap_or_default(),
+            None => doubling(1, 4 << 20),
         }
     }
 
@@ -443,12 +445,7 @@ impl Streamer {
         backend: BackendKind,
         mode: ProgressMode,
     ) -> Result<Self, String> {
-        let mut cfg = Config::new(PeerId(rank))
-            .from_env()
-            .map_err(|e| e.to_string())?;
-        cfg.backend = backend;
-        cfg.progress = mode;
-        let mut tr = Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))?;
+        let mut tr = crate::cli::transport(rank, backend, mode)?;
         let sh: Rc<Shared> = Rc::default();
         let ack = [Bytes::from_static(&[0x41; ACK_BYTES])];
         let s = sh.clone();
@@ -627,31 +624,11 @@ impl PlainStream {
     }
 
     fn accept(l: &TcpListener) -> Result<Self, String> {
-        let deadline = Instant::now() + SETUP_TIMEOUT;
-        l.set_nonblocking(true)
-            .map_err(|e| format!("baseline listener: {e}"))?;
-        let sock = loop {
-            match l.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        return Err("baseline: the peer never connected".into());
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("baseline: accept: {e}")),
-            }
-        };
-        sock.set_nonblocking(false)
-            .map_err(|e| format!("baseline socket: {e}"))?;
-        Self::setup(sock)
+        Self::setup(control::accept_baseline(l, SETUP_TIMEOUT)?)
     }
 
     fn connect(addr: SocketAddr) -> Result<Self, String> {
-        let sock = TcpStream::connect_timeout(&addr, SETUP_TIMEOUT)
-            .map_err(|e| format!("baseline: connecting to {addr}: {e}"))?;
-        Self::setup(sock)
+        Self::setup(control::connect_baseline(addr, SETUP_TIMEOUT)?)
     }
 
     /// Makes the payload buffer `n` bytes long.
@@ -677,12 +654,6 @@ pub(crate) fn retry(e: std::io::Error, op: &str, deadline: Instant) -> Result<()
 }
 
 // ----- the two ranks ---------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Series {
-    Ring(usize),
-    Socket,
-}
 
 fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
     let mode = args.run.mode()?;
@@ -753,7 +724,7 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
     };
     let out = &mut std::io::stdout();
     if !args.run.json {
-        let counts = describe_counts(args, &sizes);
+        let counts = describe_counts(&sizes, |s| args.counts(s));
         let header = match bench {
             Bench::Bw => bw::header(&info, &counts),
             Bench::Rate => rate::header(&info, &counts),
@@ -820,25 +791,6 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
     peer.expect_exact("BYE", SETUP_TIMEOUT)?;
     peer.finish(SETUP_TIMEOUT)?;
     shut
-}
-
-fn describe_counts(args: &StreamArgs, sizes: &[usize]) -> String {
-    let small = args.counts(0);
-    let large = args.counts(LARGE_MESSAGE_SIZE + 1);
-    let has_small = sizes.iter().any(|&s| s <= LARGE_MESSAGE_SIZE);
-    let has_large = sizes.iter().any(|&s| s > LARGE_MESSAGE_SIZE);
-    let one = |(w, n): (u64, u64)| format!("{n} (warm-up {w})");
-    if has_small && has_large && small != large {
-        format!(
-            "{} up to {LARGE_MESSAGE_SIZE} bytes, {} above",
-            one(small),
-            one(large)
-        )
-    } else if has_large {
-        one(large)
-    } else {
-        one(small)
-    }
 }
 
 /// One phase on the sender, the receiver in lockstep: announce, wait until it is ready,
