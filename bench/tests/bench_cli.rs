@@ -2,7 +2,10 @@
 //! Values are checked for sanity, never against a time budget.
 
 use std::collections::HashMap;
-use std::process::{Command, Output};
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringbtl-bench");
@@ -84,6 +87,60 @@ fn text<'a>(o: &'a HashMap<String, Val>, k: &str) -> &'a str {
     match o.get(k) {
         Some(Val::Str(v)) => v,
         other => panic!("{k}: expected a string, got {other:?} in {o:?}"),
+    }
+}
+
+/// The lines `out` gives, as a reader thread reads them (the channel closes at its end).
+fn lines_of(out: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Whether process `pid` (not a child of this one) exits within `limit`: waits on a pidfd,
+/// which becomes readable when the process exits.
+fn exits_within(pid: u32, limit: Duration) -> bool {
+    let pid = libc::pid_t::try_from(pid).expect("pid out of range");
+    // SAFETY: pidfd_open takes a pid and flags, no memory; it returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        // No such process: it has exited and been reaped already.
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::ESRCH),
+            "pidfd_open({pid}): {e}"
+        );
+        return true;
+    }
+    let fd = RawFd::try_from(fd).expect("fd out of range");
+    // SAFETY: pidfd_open returned this fd just now; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd, alive for the duration of the call.
+        match unsafe { libc::poll(&mut p, 1, ms) } {
+            0 => return false,
+            n if n > 0 => return true,
+            _ => {
+                let e = io::Error::last_os_error();
+                assert_eq!(e.kind(), io::ErrorKind::Interrupted, "poll on a pidfd: {e}");
+            }
+        }
     }
 }
 
@@ -237,44 +294,41 @@ fn bad_arguments_are_errors_not_panics() {
 fn peer_dies_with_the_parent() {
     let mut parent = Command::new(BIN)
         .args(["--baseline-only", "--sizes", "8", "--iters", "100000000"])
-        .stdout(std::process::Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let ppid = parent.id();
-    let children = format!("/proc/{ppid}/task/{ppid}/children");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let child: u32 = loop {
-        let c = std::fs::read_to_string(&children).unwrap_or_default();
-        if let Some(pid) = c.split_whitespace().next() {
-            break pid.parse().unwrap();
+    // Rank 0 prints the table's header once both ranks are connected and have exchanged a
+    // first message: rank 1 is then up and measuring with it.
+    let lines = lines_of(parent.stdout.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.starts_with("# Size") => break,
+            Ok(_) => {}
+            Err(e) => {
+                let _ = parent.kill();
+                let _ = parent.wait();
+                panic!("rank 0 never printed its table header ({e})");
+            }
         }
-        assert!(Instant::now() < deadline, "the peer process never started");
-        std::thread::sleep(Duration::from_millis(20));
+    }
+    let children =
+        std::fs::read_to_string(format!("/proc/{ppid}/task/{ppid}/children")).unwrap_or_default();
+    let child: u32 = match children.split_whitespace().next() {
+        Some(pid) => pid.parse().unwrap(),
+        None => {
+            let _ = parent.kill();
+            let _ = parent.wait();
+            panic!("rank 0 runs with no peer process");
+        }
     };
-    std::thread::sleep(Duration::from_millis(300));
     parent.kill().unwrap();
     parent.wait().unwrap();
-    let stat = format!("/proc/{child}/stat");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match std::fs::read_to_string(&stat) {
-            Err(_) => break,
-            // Dead, waiting for init to reap it.
-            Ok(s)
-                if s.rsplit(')')
-                    .next()
-                    .is_some_and(|r| r.trim_start().starts_with('Z')) =>
-            {
-                break
-            }
-            Ok(_) => {}
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rank 1 ({child}) outlived rank 0"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        exits_within(child, Duration::from_secs(10)),
+        "rank 1 ({child}) outlived rank 0"
+    );
 }
 
 /// The full benchmark through the ringbtl transport, both backends side by side.
