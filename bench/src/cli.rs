@@ -220,6 +220,29 @@ pub(crate) fn describe_counts(sizes: &[usize], counts: impl Fn(usize) -> (u64, u
     }
 }
 
+/// `sizes`, else 1 B .. 4 MiB doubling (OSU's range).
+pub(crate) fn sizes_or_default(sizes: Option<&SizeList>) -> Vec<usize> {
+    match sizes {
+        Some(s) => s.0.clone(),
+        None => doubling(1, 4 << 20),
+    }
+}
+
+/// (warm-up, measured) counts for `size`: `warmup` and `iters` where given, else the
+/// defaults (warm-up, measured) up to [`LARGE_MESSAGE_SIZE`] (`defaults[0]`) or above it
+/// (`defaults[1]`), a tenth of them with `quick` (at least one measured).
+pub(crate) fn counts(
+    size: usize,
+    defaults: [(u64, u64); 2],
+    quick: bool,
+    warmup: Option<u64>,
+    iters: Option<u64>,
+) -> (u64, u64) {
+    let (w, n) = defaults[usize::from(size > LARGE_MESSAGE_SIZE)];
+    let div = if quick { 10 } else { 1 };
+    (warmup.unwrap_or(w / div), iters.unwrap_or((n / div).max(1)))
+}
+
 /// Parses `--mode` (the syntax of `RINGBTL_PROGRESS`).
 pub(crate) fn parse_mode(s: &str) -> Result<ProgressMode, String> {
     s.parse()
@@ -249,28 +272,22 @@ impl LatencyArgs {
 
     /// Sizes to run, in order.
     pub(crate) fn sizes(&self) -> Vec<usize> {
-        match &self.sizes {
-            Some(s) => s.0.clone(),
-            None => doubling(1, 4 << 20),
-        }
+        sizes_or_default(self.sizes.as_ref())
     }
 
     /// (warm-up, measured iterations) for `size`.
     pub(crate) fn counts(&self, size: usize) -> (u64, u64) {
-        let (w, n) = if size <= LARGE_MESSAGE_SIZE {
-            (100, 10_000)
-        } else {
-            (10, 1_000)
-        };
-        let div = if self.quick { 10 } else { 1 };
-        (
-            self.warmup.unwrap_or(w / div),
-            self.iters.unwrap_or(n / div),
+        counts(
+            size,
+            [(100, 10_000), (10, 1_000)],
+            self.quick,
+            self.warmup,
+            self.iters,
         )
     }
 }
 
-pub(crate) fn doubling(lo: usize, hi: usize) -> Vec<usize> {
+fn doubling(lo: usize, hi: usize) -> Vec<usize> {
     let mut v = Vec::new();
     let mut x = lo;
     if x == 0 {

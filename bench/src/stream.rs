@@ -30,7 +30,7 @@ use clap::Args;
 use ringbtl::{BackendKind, PeerId, ProgressMode, Tag, Transport};
 
 use crate::cli::{
-    describe_counts, doubling, parse_size, parse_sizes, RunArgs, SizeList, LARGE_MESSAGE_SIZE,
+    counts, describe_counts, parse_size, parse_sizes, sizes_or_default, RunArgs, SizeList,
 };
 use crate::control::{self, PeerProc};
 use crate::report::{json_lines, json_num, ratio, Field, JsonRun, JsonSeries, Row};
@@ -109,23 +109,17 @@ pub(crate) struct StreamArgs {
 impl StreamArgs {
     /// Sizes to run, in order (1 B .. 4 MiB by default; OSU's bandwidth tests start at 1).
     pub(crate) fn sizes(&self) -> Vec<usize> {
-        match &self.sizes {
-            Some(s) => s.0.clone(),
-            None => doubling(1, 4 << 20),
-        }
+        sizes_or_default(self.sizes.as_ref())
     }
 
     /// (warm-up, measured) windows for `size`: osu_bw's 10/100 up to 8 KiB, 2/20 above.
     pub(crate) fn counts(&self, size: usize) -> (u64, u64) {
-        let (w, n) = if size <= LARGE_MESSAGE_SIZE {
-            (10, 100)
-        } else {
-            (2, 20)
-        };
-        let div = if self.quick { 10 } else { 1 };
-        (
-            self.warmup.unwrap_or(w / div),
-            self.iters.unwrap_or((n / div).max(1)),
+        counts(
+            size,
+            [(10, 100), (2, 20)],
+            self.quick,
+            self.warmup,
+            self.iters,
         )
     }
 
