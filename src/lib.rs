@@ -87,6 +87,9 @@ pub mod wireup;
 
 pub use config::{Config, Congestion, Keepalive, ProgressMode};
 pub use error::{Error, FailReason, ProbeError, ProtoError, SendError, WireError};
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use reactor::testing;
 pub use reactor::BackendKind;
 pub use transport::{Am, Completion, Stats, Transport};
 pub use wire::{PeerId, Tag};

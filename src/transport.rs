@@ -11,7 +11,7 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::mem;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -23,7 +23,7 @@ use crate::proto::core::{
     Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, Source, Step,
 };
 use crate::reactor::{
-    AnyBackend, Backend, BackendKind, ConnId, Event, ProvidedBuf, RingGeometry, SockOpts,
+    AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry, SockOpts,
 };
 use crate::wire::{Hello, HelloKind, PeerId, Tag, HELLO_LEN, VERSION};
 use crate::wireup::ifaces::{self, Interface};
@@ -164,13 +164,17 @@ impl Transport {
             zerocopy_min: cfg.zerocopy_min,
             zerocopy_loopback: cfg.zerocopy_loopback,
         };
-        let (mut backend, mut backend_note) = make_backend(cfg.backend, opts)?;
+        let (mut backend, mut backend_note) =
+            crate::reactor::make_backend(cfg.backend, opts).map_err(Error::NoBackend)?;
         if cfg.recv_multishot {
             let geo = RingGeometry {
                 count: cfg.recv_ring_bufs as u16,
                 size: cfg.recv_ring_buf_size as u32,
             };
-            if let Err(e) = backend.provide_buffers(geo) {
+            if let Err(e) = backend
+                .provided()
+                .map_or(Ok(()), |p| p.provide_buffers(geo))
+            {
                 let note = format!("multishot receive unavailable ({e}): single-shot receives");
                 tracing::warn!("{note}");
                 backend_note = Some(note);
@@ -183,7 +187,9 @@ impl Transport {
             }
             None => {
                 let ifs = ifaces::select_local(&cfg.if_selection()?)?;
-                let port = listen_wildcard(&mut backend, &ifs, cfg.ports)?;
+                let port = backend
+                    .listen_wildcard(ifs.iter().map(|i| i.addr), cfg.ports)
+                    .map_err(|e| listen_error(e, cfg.ports))?;
                 let mut published: Vec<SocketAddr> = Vec::new();
                 for i in &ifs {
                     let a = SocketAddr::new(i.addr, port);
@@ -531,7 +537,7 @@ impl Transport {
     /// Counters.
     pub fn stats(&self) -> Stats {
         let c = self.core.counters();
-        let zc = self.backend.zerocopy_counts();
+        let k = self.backend.counters();
         Stats {
             unknown_tag: self.handlers.unknown(),
             bad_magic: c.bad_magic,
@@ -540,12 +546,12 @@ impl Transport {
             connect_retries: c.connect_retries,
             accept_errors: self.accept_errors,
             accept_overload: c.accept_overload,
-            zerocopy_sends: zc.0,
-            zerocopy_copied: zc.1,
+            zerocopy_sends: k.zerocopy_sends,
+            zerocopy_copied: k.zerocopy_copied,
             batches: c.batches,
             frames: c.frames,
-            send_calls: self.backend.send_calls(),
-            recv_starved: self.backend.recv_starved(),
+            send_calls: k.send_calls,
+            recv_starved: k.recv_starved,
             recv_direct: self.recv_direct,
         }
     }
@@ -657,8 +663,8 @@ impl Transport {
                         // a cache's worth: the rest is read straight into its buffer.
                         let direct = rx.wants_all() && rx.missing() >= self.cfg.recv_cache;
                         self.core.input_done(k, rx);
-                        if direct {
-                            self.backend.pause_provided(conn_id(k));
+                        if let Some(p) = self.backend.provided().filter(|_| direct) {
+                            p.pause_provided(conn_id(k));
                         }
                         break;
                     }
@@ -666,7 +672,7 @@ impl Transport {
                 }
             }
         }
-        self.backend.recycle(buf);
+        drop(buf); // back to the ring
     }
 
     /// The multishot receive of `k` stopped for a large payload: read the rest of it
@@ -680,7 +686,7 @@ impl Transport {
             self.backend.recv(conn_id(k), rx);
         } else {
             self.core.input_done(k, rx);
-            self.backend.recv_provided(conn_id(k));
+            self.backend.provided().map(|p| p.recv_provided(conn_id(k)));
         }
     }
 
@@ -727,7 +733,12 @@ impl Transport {
                     // In multishot mode the receive is armed once on the shared ring and
                     // stays armed; the cache stays with the engine for reassembly. A
                     // large payload being read directly continues directly.
-                    if !rx.wants_all() && self.backend.recv_provided(conn_id(k)) {
+                    if !rx.wants_all()
+                        && self
+                            .backend
+                            .provided()
+                            .is_some_and(|p| p.recv_provided(conn_id(k)))
+                    {
                         self.core.input_done(k, rx);
                         continue;
                     }
@@ -774,100 +785,16 @@ impl Transport {
     }
 }
 
-/// Listens on the wildcard address of every family `ifs` needs, all on one port: the
-/// first free port of `ports`, else an ephemeral one. Returns the port.
-///
-/// With both families the port is chosen by binding plain sockets first (so that a port
-/// taken in one family is skipped before the backend owns anything), then handed to the
-/// backend; a port taken in between is retried with the next one.
-fn listen_wildcard(
-    backend: &mut AnyBackend,
-    ifs: &[Interface],
-    ports: Option<(u16, u16)>,
-) -> Result<u16, Error> {
-    let mut fams: Vec<IpAddr> = Vec::new();
-    if ifs.iter().any(|i| i.addr.is_ipv4()) {
-        fams.push(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    }
-    if ifs.iter().any(|i| i.addr.is_ipv6()) {
-        fams.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
-    }
-    let candidates: Vec<u16> = match ports {
-        Some((lo, hi)) => (lo..=hi).collect(),
-        None => vec![0],
-    };
-    let mut last: Option<io::Error> = None;
-    for &want in &candidates {
-        if let [ip] = fams[..] {
-            match backend.listen(SocketAddr::new(ip, want)) {
-                Ok(a) => return Ok(a.port()),
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
-                Err(e) => return Err(Error::io("listen", e)),
-            }
-            continue;
-        }
-        // Two families: find a port free in both, up to a few times for ephemeral ports.
-        for _ in 0..if want == 0 { 16 } else { 1 } {
-            let port = match reserve_port(&fams, want) {
-                Ok(p) => p,
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                    last = Some(e);
-                    continue;
-                }
-                Err(e) => return Err(Error::io("listen", e)),
-            };
-            let mut bound = 0;
-            for &ip in &fams {
-                match backend.listen(SocketAddr::new(ip, port)) {
-                    Ok(_) => bound += 1,
-                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                        last = Some(e);
-                        break;
-                    }
-                    Err(e) => return Err(Error::io("listen", e)),
-                }
-            }
-            if bound == fams.len() {
-                return Ok(port);
-            }
-            // A listener left from a partial success accepts on a port nobody publishes:
-            // harmless, as every connection must pass the handshake.
-        }
+/// The error of listening on the wildcard addresses: no free port, or a failed call.
+fn listen_error(e: io::Error, ports: Option<(u16, u16)>) -> Error {
+    if e.kind() != io::ErrorKind::AddrInUse {
+        return Error::io("listen", e);
     }
     let what = match ports {
         Some((lo, hi)) => format!("no free port in RINGBTL_PORT={lo}-{hi}"),
         None => "no ephemeral port free in every address family".into(),
     };
-    Err(Error::Wireup(match last {
-        Some(e) => format!("listen: {what} ({e})"),
-        None => format!("listen: {what}"),
-    }))
-}
-
-/// Binds a throw-away socket per family to `port` (0: the first family's ephemeral port)
-/// and returns the port, or `AddrInUse` when a family has it taken.
-fn reserve_port(fams: &[IpAddr], port: u16) -> io::Result<u16> {
-    use socket2::{Domain, Socket, Type};
-    let mut held = Vec::with_capacity(fams.len());
-    let mut port = port;
-    for &ip in fams {
-        let a = SocketAddr::new(ip, port);
-        let s = Socket::new(Domain::for_address(a), Type::STREAM, None)?;
-        s.set_reuse_address(true)?;
-        if ip.is_ipv6() {
-            s.set_only_v6(true)?;
-        }
-        s.bind(&a.into())?;
-        if port == 0 {
-            port = s
-                .local_addr()?
-                .as_socket()
-                .map(|a| a.port())
-                .ok_or_else(|| io::Error::other("bound socket has no inet address"))?;
-        }
-        held.push(s);
-    }
-    Ok(port)
+    Error::Wireup(format!("listen: {what} ({e})"))
 }
 
 fn key(c: ConnId) -> ConnKey {
@@ -876,62 +803,4 @@ fn key(c: ConnId) -> ConnKey {
 
 fn conn_id(k: ConnKey) -> ConnId {
     ConnId(k.0)
-}
-
-/// Chooses the backend: the requested one, or for `Auto` io_uring when it works here and
-/// epoll otherwise. Returns the note explaining a fallback.
-fn make_backend(kind: BackendKind, opts: SockOpts) -> Result<(AnyBackend, Option<String>), Error> {
-    match kind {
-        BackendKind::Uring => uring(opts).map(|b| (b, None)),
-        BackendKind::Epoll => epoll(opts).map(|b| (b, None)),
-        // Built without io_uring: epoll is the only choice, nothing to explain.
-        BackendKind::Auto if !cfg!(feature = "uring") => epoll(opts).map(|b| (b, None)),
-        BackendKind::Auto => match uring(opts.clone()) {
-            Ok(b) => Ok((b, None)),
-            Err(why) => {
-                let b = epoll(opts)
-                    .map_err(|e| Error::NoBackend(format!("{why}; and the epoll backend: {e}")))?;
-                let note = format!("io_uring unavailable ({why}): using the epoll backend");
-                eprintln!("ringbtl: {note}");
-                Ok((b, Some(note)))
-            }
-        },
-    }
-}
-
-/// Name of the environment variable that makes the io_uring probe fail, to exercise the
-/// fallback path as on a kernel where io_uring is disabled.
-pub const FORCE_URING_FAILURE_VAR: &str = "RINGBTL_TEST_URING_UNAVAILABLE";
-
-#[cfg(feature = "uring")]
-fn uring(opts: SockOpts) -> Result<AnyBackend, Error> {
-    if std::env::var_os(FORCE_URING_FAILURE_VAR).is_some_and(|v| v == "1") {
-        return Err(Error::NoBackend(format!(
-            "io_uring: disabled by {FORCE_URING_FAILURE_VAR}=1"
-        )));
-    }
-    crate::reactor::uring::Uring::new(opts)
-        .map(AnyBackend::Uring)
-        .map_err(|e| Error::NoBackend(format!("io_uring: {e}")))
-}
-
-#[cfg(not(feature = "uring"))]
-fn uring(_: SockOpts) -> Result<AnyBackend, Error> {
-    Err(Error::NoBackend(
-        "io_uring: backend not compiled in (cargo feature `uring`)".into(),
-    ))
-}
-
-#[cfg(feature = "epoll")]
-fn epoll(opts: SockOpts) -> Result<AnyBackend, Error> {
-    crate::reactor::epoll::Epoll::new(opts)
-        .map(AnyBackend::Epoll)
-        .map_err(|e| Error::NoBackend(format!("epoll: {e}")))
-}
-
-#[cfg(not(feature = "epoll"))]
-fn epoll(_: SockOpts) -> Result<AnyBackend, Error> {
-    Err(Error::NoBackend(
-        "epoll: backend not compiled in (cargo feature `epoll`)".into(),
-    ))
 }

@@ -1,13 +1,13 @@
 //! Backend selection when io_uring is unavailable (as with `kernel.io_uring_disabled`, a
 //! seccomp profile or a memlock limit): `auto` falls back to epoll and works; forcing
-//! io_uring is a clear error. The probe failure is simulated with the documented
-//! `RINGBTL_TEST_URING_UNAVAILABLE=1`, so this file is its own test binary: the variable
-//! never leaks into other tests.
+//! io_uring is a clear error. The probe failure is simulated with the crate's test hook
+//! `ringbtl::testing::make_uring_unavailable` (cargo feature `testing`, on for the crate's
+//! own tests only), which holds for the whole process: so this file is its own test binary
+//! and the failure never leaks into other tests.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use ringbtl::transport::FORCE_URING_FAILURE_VAR;
 use ringbtl::{BackendKind, Config, Error, PeerId, Tag, Transport};
 
 fn cfg(pid: u32, kind: BackendKind) -> Config {
@@ -18,7 +18,7 @@ fn cfg(pid: u32, kind: BackendKind) -> Config {
 
 #[test]
 fn uring_probe_failure_selects_epoll_or_fails_clearly() {
-    std::env::set_var(FORCE_URING_FAILURE_VAR, "1");
+    ringbtl::testing::make_uring_unavailable();
 
     // Forcing io_uring where it cannot run is an error, not a silent fallback.
     match Transport::new(cfg(0, BackendKind::Uring)) {

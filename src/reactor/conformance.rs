@@ -27,7 +27,7 @@ pub(super) fn run_all<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
 
 /// [`run_all`] without the cases named in `skip` (each caller says why).
 pub(super) fn run_all_except<B: Backend>(make: &dyn Fn(SockOpts) -> B, skip: &[&str]) {
-    let cases: [(&str, Case<B>); 11] = [
+    let cases: [(&str, Case<B>); 12] = [
         ("connect_accept", case_connect_accept),
         ("multipart_batch", case_multipart_batch),
         ("more_parts_than_iov_max", case_more_parts_than_iov_max),
@@ -39,6 +39,7 @@ pub(super) fn run_all_except<B: Backend>(make: &dyn Fn(SockOpts) -> B, skip: &[&
         ("poll_timeout_idle", case_poll_timeout_idle),
         ("many_connections", case_many_connections),
         ("misuse_returns_buffers", case_misuse_returns_buffers),
+        ("wants_all_completes_full", case_wants_all_completes_full),
     ];
     let backend = make(SockOpts::default()).name();
     for (name, case) in cases {
@@ -519,8 +520,11 @@ fn case_many_connections<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
     h.close_and_wait(&all);
 }
 
-/// Operations on a closed connection fail and still return their buffers.
+/// Operations on a closed connection fail and still return their buffers, with the
+/// errno every backend uses for that misuse: `ENOTCONN` for an id that names no
+/// connection, `ECANCELED` for a closing one, `EINVAL` for a receive buffer without room.
 fn case_misuse_returns_buffers<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let errno = |r: &io::Result<usize>| r.as_ref().err().and_then(io::Error::raw_os_error);
     let mut h = Harness::new(make(SockOpts::default()));
     let (client, server) = h.pair();
     h.close_and_wait(&[client]);
@@ -530,10 +534,75 @@ fn case_misuse_returns_buffers<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
     h.b.send(client, b);
     let (b, result) = h.wait_sent(client);
     assert!(result.is_err());
+    assert_eq!(errno(&result.map(|()| 0)), Some(libc::ENOTCONN));
     assert_eq!(b.len(), 4);
     h.b.recv(client, RxBuf::cache(128));
     let (rx, result) = h.wait_recv(client);
     assert!(result.is_err());
+    assert_eq!(errno(&result), Some(libc::ENOTCONN));
     assert_eq!(rx.capacity(), 128);
-    h.close_and_wait(&[server]);
+    // A buffer without spare room: a zero-length read would look like end of stream.
+    let mut full = RxBuf::cache(128);
+    let room = full.spare_mut().len();
+    full.commit(room);
+    h.b.recv(server, full);
+    let (rx, result) = h.wait_recv(server);
+    assert_eq!(errno(&result), Some(libc::EINVAL));
+    assert_eq!(rx.pending(), room);
+    // Closing, not yet closed: what comes now is cancelled.
+    h.b.close(server);
+    let mut b = TxBatch::default();
+    b.push_copy(b"too late");
+    h.b.send(server, b);
+    h.b.recv(server, RxBuf::cache(64));
+    let (b, result) = h.wait_sent(server);
+    assert_eq!(errno(&result.map(|()| 0)), Some(libc::ECANCELED));
+    assert_eq!(b.len(), 8);
+    let (_, result) = h.wait_recv(server);
+    assert_eq!(errno(&result), Some(libc::ECANCELED));
+    h.wait_closed(server);
+}
+
+/// A buffer that wants all of its bytes (a large payload's) completes once, when it is
+/// full, however many reads that takes; bytes it already held count as received.
+/// Small socket buffers make sure the payload cannot arrive in one read.
+fn case_wants_all_completes_full<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    const LEN: usize = 3 << 20;
+    const HAD: usize = 1000;
+    let mut h = Harness::new(make(small_bufs()));
+    let (client, server) = h.pair();
+    let payload = pattern(LEN, 11);
+    let mut b = TxBatch::with_capacity(64, 2);
+    b.push_ext(Bytes::copy_from_slice(&payload[HAD..]));
+    h.b.send(client, b);
+    let mut rx = whole_buf(LEN);
+    assert!(rx.wants_all());
+    // The first bytes of the payload came with an earlier read.
+    rx.spare_mut()[..HAD].copy_from_slice(&payload[..HAD]);
+    rx.commit(HAD);
+    h.b.recv(server, rx);
+    let (rx, result) = h.wait_recv(server);
+    let n = result.expect("receive into a buffer that wants all");
+    assert_eq!(n, LEN - HAD, "completed before the buffer was full");
+    assert_eq!(rx.pending(), LEN);
+    assert!(rx.bytes(0..LEN) == &payload[..], "payload differs");
+    h.wait_sent(client).1.expect("send");
+    h.assert_quiet(server, Duration::from_millis(20));
+    h.close_and_wait(&[client, server]);
+}
+
+/// An empty buffer that wants all of its `len` bytes: a large payload's buffer, made
+/// the way the receive cache makes it (from a frame header).
+fn whole_buf(len: usize) -> RxBuf {
+    use crate::wire::{FrameKind, Header, Tag};
+    let hdr = Header {
+        kind: FrameKind::Send,
+        tag: Tag(1),
+        len: len as u32,
+    };
+    let bytes = hdr.to_bytes();
+    let mut cache = RxBuf::cache(64);
+    cache.spare_mut()[..bytes.len()].copy_from_slice(&bytes);
+    cache.commit(bytes.len());
+    cache.into_large(hdr, RxBuf::empty_large())
 }

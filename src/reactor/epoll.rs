@@ -18,13 +18,15 @@
 //!
 //! # Operations
 //!
-//! - `send`: written directly from [`Backend::send`] (one gathered `sendmsg`, at most
-//!   `IOV_MAX` iovecs per call, `MSG_NOSIGNAL`); a short write is recorded with
-//!   [`TxBatch::advance`] and resumed on the next `EPOLLOUT` edge. Completion is queued and
-//!   delivered by [`Backend::poll`], like every other event.
-//! - `recv`: one `recv` into [`RxBuf::spare_mut`] per operation; a buffer that
-//!   [`RxBuf::wants_all`] is filled completely before it completes (the `MSG_WAITALL`
-//!   semantics of the io_uring backend), resumed across edges.
+//! Each operation's memory and its non-blocking call are described once, in `op`
+//! ([`SendOp::try_now`](super::op::SendOp::try_now), [`RecvOp::try_now`](super::op::RecvOp::try_now)); this backend
+//! decides when to call them.
+//!
+//! - `send`: written directly from [`Backend::send`] (one gathered `sendmsg`,
+//!   `MSG_NOSIGNAL`); a short write is resumed on the next `EPOLLOUT` edge. Completion is
+//!   queued and delivered by [`Backend::poll`], like every other event.
+//! - `recv`: `recv` into [`RxBuf::spare_mut`]; a buffer that [`RxBuf::wants_all`] is
+//!   filled completely before it completes, resumed across edges.
 //! - `connect`: `EINPROGRESS`, then `SO_ERROR` on the first `EPOLLOUT`/`EPOLLERR` edge.
 //! - `accept`: `accept4` in bounded batches while the listener is readable.
 //! - `close`: cancels pending operations with `ECANCELED`, closes the socket at once (the
@@ -33,12 +35,13 @@
 //!
 //! # Polling fast path
 //!
-//! `poll(None)` is spun by a latency-mode progress loop. With at most
-//! [`DIRECT_RECV_MAX`] receives armed, it tries each of them with a non-blocking `recv`
-//! (the spun `recv` is the latency floor) and calls `epoll_wait(0)` only every
-//! [`EPOLL_EVERY`] passes, or on every pass while a connect or a blocked send waits for an
-//! edge. With more receives armed, one `epoll_wait(0)` per pass is cheaper than a `recv`
-//! per connection.
+//! `poll(None)` is spun by a latency-mode progress loop. Every armed receive is in the
+//! connection table's direct set; with at most
+//! [`DIRECT_RECV_MAX`](super::slots::DIRECT_RECV_MAX) of them, it tries each with a
+//! non-blocking `recv` (the spun `recv` is the latency floor) and calls `epoll_wait(0)`
+//! only every [`EPOLL_EVERY`] passes, or on every pass while a connect or a blocked send
+//! waits for an edge. With more receives armed, one `epoll_wait(0)` per pass is cheaper
+//! than a `recv` per connection.
 //!
 //! Measured with the `pingpong_latency` test (64-byte frames, loopback, the two sides
 //! pinned to the two cores of a 2-vCPU VM, median of 5 runs of 20 000 round trips each),
@@ -61,17 +64,17 @@
 //! owns its [`TxBatch`] and [`RxBuf`] until the operation completes and returns them in its
 //! event; dropping the backend closes every socket and drops every pending buffer.
 
-use std::mem;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 use std::{io, ptr};
 
-use slab::Slab;
 use socket2::SockRef;
 
+use super::op::{cancelled, Attempt};
+use super::slots::{untoken, Slot, Slots};
 use super::sys::{self, syscall};
-use super::{Backend, ConnId, Event, RxBuf, SockOpts, TxBatch};
+use super::{Backend, ConnId, Counters, Event, RxBuf, SockOpts, TxBatch};
 
 /// The epoll readiness backend. See the module documentation.
 ///
@@ -80,38 +83,22 @@ use super::{Backend, ConnId, Event, RxBuf, SockOpts, TxBatch};
 pub(crate) struct Epoll {
     epfd: OwnedFd,
     opts: SockOpts,
-    conns: Slab<Conn>,
+    slots: Slots<Io>,
     listeners: Vec<Listener>,
     /// `epoll_wait` output, allocated once.
     events: Vec<libc::epoll_event>,
-    /// Connections to try this pass (deduplicated by `Conn::queued`).
+    /// Connections to try this pass (deduplicated by `Io::queued`).
     run: Vec<usize>,
-    /// Completions produced outside `poll`, delivered by the next `poll`.
-    ready: Vec<Event>,
-    iov: IovScratch,
     /// Most bytes per `sendmsg` (`SockOpts::send_chunk`, `usize::MAX` for no limit).
     chunk: usize,
     /// `sendmsg` calls made (including those that found the socket full).
     send_calls: u64,
-    next_gen: u32,
-    /// Slots with a receive armed and not yet completed (`Conn::armed_at` indexes it), so
-    /// the fast path visits exactly those.
-    armed: Vec<usize>,
     /// Sends stored and not yet completed (blocked on `EPOLLOUT` or on a connect).
     tx_waiting: usize,
     /// Connects in progress.
     connecting: usize,
-    /// At most this many armed receives are tried directly in `poll(None)`.
-    direct_max: usize,
     passes: u32,
 }
-
-// SAFETY: the only part of `Epoll` that is not `Send` is the `Event::RecvProvided`
-// variant its `ready` queue could hold in principle: a `ProvidedBuf` shares its ring
-// through an `Rc`. This backend has no provided buffers (`provide_buffers` keeps the
-// trait's default), so it never creates such an event and never holds one; every other
-// field is `Send` (owned fds, heap buffers, plain data), as before provided buffers existed.
-unsafe impl Send for Epoll {}
 
 impl Epoll {
     /// Creates the epoll instance (`epoll_create1(EPOLL_CLOEXEC)`).
@@ -124,19 +111,14 @@ impl Epoll {
         Ok(Self {
             epfd,
             opts,
-            conns: Slab::new(),
+            slots: Slots::new(),
             listeners: Vec::new(),
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX],
             run: Vec::new(),
-            ready: Vec::new(),
-            iov: IovScratch(Vec::new()),
             chunk,
             send_calls: 0,
-            next_gen: 0,
-            armed: Vec::new(),
             tx_waiting: 0,
             connecting: 0,
-            direct_max: DIRECT_RECV_MAX,
             passes: 0,
         })
     }
@@ -159,12 +141,10 @@ impl Epoll {
 
     /// Puts a new socket in a slot and registers it. On failure the socket is closed.
     fn insert(&mut self, fd: OwnedFd, connecting: bool) -> io::Result<ConnId> {
-        let gen = self.next_gen;
-        self.next_gen = (self.next_gen + 1) & GEN_MASK;
         let raw = fd.as_raw_fd();
-        let idx = self.conns.insert(Conn::new(fd, gen, connecting));
-        if let Err(e) = self.register(raw, conn_token(idx, gen)) {
-            self.conns.remove(idx);
+        let idx = self.slots.insert(Io::new(fd, connecting));
+        if let Err(e) = self.register(raw, self.slots.token(KIND_CONN, idx)) {
+            self.slots.remove(idx);
             return Err(e);
         }
         if connecting {
@@ -175,9 +155,9 @@ impl Epoll {
 
     /// Adds `idx` to this pass's run list once.
     fn enqueue(&mut self, idx: usize) {
-        if let Some(c) = self.conns.get_mut(idx) {
-            if !c.queued {
-                c.queued = true;
+        if let Some(s) = self.slots.get_mut(idx) {
+            if !s.io.queued {
+                s.io.queued = true;
                 self.run.push(idx);
             }
         }
@@ -185,61 +165,60 @@ impl Epoll {
 
     /// Records the readiness reported by one `epoll_wait` entry.
     fn on_readiness(&mut self, token: u64, flags: u32) {
-        if token & LISTENER_BIT != 0 {
-            if let Some(l) = self.listeners.get_mut((token & IDX_MASK) as usize) {
+        let (kind, idx, gen) = untoken(token);
+        if kind == KIND_LISTENER {
+            if let Some(l) = self.listeners.get_mut(idx) {
                 l.readable = true;
             }
             return;
         }
-        let idx = (token & IDX_MASK) as usize;
-        let gen = (token >> 32) as u32;
-        let Some(c) = self.conns.get_mut(idx) else {
+        // Readiness for an earlier socket of a reused slot, or for a closing one: ignored.
+        let Some(s) = self.slots.tagged(idx, gen).filter(|s| !s.closing) else {
             return;
         };
-        if c.gen != gen || c.closing {
-            // Readiness for an earlier socket of a reused slot.
-            return;
-        }
-        c.readable |= flags & READ_EVENTS != 0;
-        c.writable |= flags & WRITE_EVENTS != 0;
-        c.hup |= flags & HANGUP_EVENTS != 0;
-        if c.has_work() {
+        s.io.readable |= flags & READ_EVENTS != 0;
+        s.io.writable |= flags & WRITE_EVENTS != 0;
+        s.io.hup |= flags & HANGUP_EVENTS != 0;
+        if has_work(s) {
             self.enqueue(idx);
         }
     }
 
     /// Performs whatever the queued connections are ready for.
     fn run_queued(&mut self, out: &mut Vec<Event>) {
-        let mut run = mem::take(&mut self.run);
+        let mut run = std::mem::take(&mut self.run);
         for idx in run.drain(..) {
-            let Some(c) = self.conns.get_mut(idx) else {
+            let Some(s) = self.slots.get_mut(idx) else {
                 continue;
             };
-            c.queued = false;
-            if c.closing {
+            s.io.queued = false;
+            if s.closing {
                 continue;
             }
             let conn = ConnId(idx as u32);
-            if c.connecting {
-                if !c.writable {
+            if s.io.connecting {
+                if !s.io.writable {
                     continue;
                 }
-                c.connecting = false;
+                s.io.connecting = false;
                 self.connecting -= 1;
-                let result = c.take_connect_result();
+                let result = s.io.take_connect_result();
                 if result.is_err() {
-                    c.fail();
+                    s.io.fail();
                 }
                 out.push(Event::Connected { conn, result });
             }
-            if c.tx.is_some()
-                && c.writable
-                && c.try_send(conn, self.chunk, &mut self.iov, &mut self.send_calls, out)
-            {
-                self.tx_waiting -= 1;
+            if s.send.busy() && s.io.writable {
+                if let Some(ev) = try_send(s, conn, self.chunk, &mut self.send_calls) {
+                    out.push(ev);
+                    self.tx_waiting -= 1;
+                }
             }
-            if c.rx.is_some() && c.readable && c.try_recv(conn, out) {
-                self.disarm(idx);
+            if s.recv.busy() && s.io.readable {
+                if let Some(ev) = try_recv(s, conn) {
+                    out.push(ev);
+                    self.slots.leave_direct(idx);
+                }
             }
         }
         self.run = run;
@@ -280,16 +259,6 @@ impl Epoll {
         }
     }
 
-    /// Moves completions produced outside `poll` into `out`, freeing closed slots.
-    fn deliver_ready(&mut self, out: &mut Vec<Event>) {
-        for ev in self.ready.drain(..) {
-            if let Event::Closed { conn } = ev {
-                self.conns.try_remove(conn.0 as usize);
-            }
-            out.push(ev);
-        }
-    }
-
     /// One `epoll_wait`; records readiness. `timeout_ms` of 0 never blocks.
     fn wait(&mut self, timeout_ms: i32) -> io::Result<()> {
         // SAFETY: `events` is an initialised buffer of `events.len()` entries that we own
@@ -312,15 +281,6 @@ impl Epoll {
         Ok(())
     }
 
-    /// Forgets the armed receive of slot `idx` (completed or cancelled).
-    fn disarm(&mut self, idx: usize) {
-        let at = self.conns[idx].armed_at;
-        self.armed.swap_remove(at);
-        if let Some(&moved) = self.armed.get(at) {
-            self.conns[moved].armed_at = at;
-        }
-    }
-
     /// True while something can only make progress after an epoll edge.
     fn needs_edges(&self) -> bool {
         self.connecting > 0 || self.tx_waiting > 0
@@ -331,15 +291,6 @@ impl Epoll {
     fn passes_due(&self) -> bool {
         self.passes.is_multiple_of(EPOLL_EVERY)
     }
-
-    /// Completes a send that cannot start (unknown or closing connection).
-    fn reject_send(&mut self, conn: ConnId, batch: TxBatch, errno: i32) {
-        self.ready.push(Event::Sent {
-            conn,
-            batch,
-            result: Err(io::Error::from_raw_os_error(errno)),
-        });
-    }
 }
 
 impl Backend for Epoll {
@@ -347,14 +298,10 @@ impl Backend for Epoll {
         "epoll"
     }
 
-    fn send_calls(&self) -> u64 {
-        self.send_calls
-    }
-
     fn describe(&self) -> String {
         format!(
             "epoll edge-triggered, direct recv for up to {} armed receives",
-            self.direct_max
+            self.slots.direct_max
         )
     }
 
@@ -363,7 +310,7 @@ impl Backend for Epoll {
         // SAFETY: `sys::listener` returns a descriptor that the caller owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let idx = self.listeners.len();
-        self.register(fd.as_raw_fd(), LISTENER_BIT | idx as u64)?;
+        self.register(fd.as_raw_fd(), super::slots::token(KIND_LISTENER, idx, 0))?;
         self.listeners.push(Listener {
             fd,
             readable: false,
@@ -383,80 +330,56 @@ impl Backend for Epoll {
             result => {
                 let conn = self.insert(fd, false)?;
                 if result.is_err() {
-                    self.conns[conn.0 as usize].fail();
+                    self.slots[conn.0 as usize].io.fail();
                 }
-                self.ready.push(Event::Connected { conn, result });
+                self.slots.defer(Event::Connected { conn, result });
                 Ok(conn)
             }
         }
     }
 
     fn send(&mut self, conn: ConnId, batch: TxBatch) {
-        let idx = conn.0 as usize;
-        let Some(c) = self.conns.get_mut(idx) else {
-            return self.reject_send(conn, batch, libc::ENOTCONN);
+        let Some((idx, batch)) = self.slots.admit_send(conn, batch) else {
+            return;
         };
-        if c.closing {
-            return self.reject_send(conn, batch, libc::ENOTCONN);
-        }
-        if c.tx.is_some() {
-            debug_assert!(false, "second send in flight on {conn:?}");
-            return self.reject_send(conn, batch, libc::EBUSY);
-        }
-        c.tx = Some(batch);
+        let s = &mut self.slots[idx];
+        s.send.start(batch);
         // Write at once: on the latency path the socket is almost always writable, and the
         // completion still reaches the caller through `poll`.
-        let done = !c.connecting
-            && c.writable
-            && c.try_send(
-                conn,
-                self.chunk,
-                &mut self.iov,
-                &mut self.send_calls,
-                &mut self.ready,
-            );
-        if !done {
-            self.tx_waiting += 1;
+        let done = if !s.io.connecting && s.io.writable {
+            try_send(s, conn, self.chunk, &mut self.send_calls)
+        } else {
+            None
+        };
+        match done {
+            Some(ev) => self.slots.defer(ev),
+            None => self.tx_waiting += 1,
         }
     }
 
     fn recv(&mut self, conn: ConnId, rx: RxBuf) {
-        let idx = conn.0 as usize;
-        let Some(c) = self.conns.get_mut(idx).filter(|c| !c.closing) else {
-            self.ready.push(Event::Recv {
-                conn,
-                rx,
-                result: Err(io::Error::from_raw_os_error(libc::ENOTCONN)),
-            });
+        let Some((idx, rx)) = self.slots.admit_recv(conn, rx) else {
             return;
         };
-        if c.rx.is_some() {
-            debug_assert!(false, "second receive in flight on {conn:?}");
-            self.ready.push(Event::Recv {
-                conn,
-                rx,
-                result: Err(io::Error::from_raw_os_error(libc::EBUSY)),
-            });
-            return;
-        }
-        c.rx = Some(rx);
-        c.rx_done = 0;
-        c.armed_at = self.armed.len();
-        self.armed.push(idx);
-        if c.readable && !c.connecting {
+        let s = &mut self.slots[idx];
+        s.recv.start(rx);
+        let ready = s.io.readable && !s.io.connecting;
+        self.slots.join_direct(idx);
+        if ready {
             self.enqueue(idx);
         }
     }
 
     fn close(&mut self, conn: ConnId) {
-        let Some(c) = self.conns.get_mut(conn.0 as usize) else {
+        let idx = conn.0 as usize;
+        let Some(s) = self.slots.get_mut(idx) else {
             return;
         };
-        if c.closing {
+        if s.closing {
             return;
         }
-        c.closing = true;
-        if let Some(fd) = c.fd.take() {
+        s.closing = true;
+        if let Some(fd) = s.io.fd.take() {
             // Deregister explicitly: a forked child may still hold the socket open, and
             // epoll follows the open file, not the descriptor.
             // SAFETY: both descriptors are open; a null event is allowed for EPOLL_CTL_DEL.
@@ -468,49 +391,53 @@ impl Backend for Epoll {
             ));
             drop(fd);
         }
-        if c.connecting {
-            c.connecting = false;
+        // The kernel holds no pointer into our buffers between calls: every pending
+        // operation ends now, cancelled, then `Closed`.
+        let connecting = std::mem::take(&mut s.io.connecting);
+        let batch = s.send.take();
+        let rx = s.recv.take();
+        if connecting {
             self.connecting -= 1;
-            self.ready.push(Event::Connected {
+            self.slots.defer(Event::Connected {
                 conn,
                 result: cancelled(),
             });
         }
-        if let Some(batch) = c.tx.take() {
+        if let Some(batch) = batch {
             self.tx_waiting -= 1;
-            self.ready.push(Event::Sent {
+            self.slots.defer(Event::Sent {
                 conn,
                 batch,
                 result: cancelled(),
             });
         }
-        if let Some(rx) = c.rx.take() {
-            self.ready.push(Event::Recv {
+        if let Some(rx) = rx {
+            self.slots.defer(Event::Recv {
                 conn,
                 rx,
                 result: cancelled(),
             });
-            self.disarm(conn.0 as usize);
         }
-        self.ready.push(Event::Closed { conn });
+        self.slots.defer_closed(idx);
     }
 
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let before = out.len();
         self.passes = self.passes.wrapping_add(1);
-        self.deliver_ready(out);
+        self.slots.deliver(out);
 
-        let direct = !self.armed.is_empty() && self.armed.len() <= self.direct_max;
+        let direct = !self.slots.direct().is_empty() && self.slots.direct_within_limit();
         if direct {
             // Treat every armed receive as possibly readable: a `recv` that finds nothing
             // costs about as much as an `epoll_wait` that finds nothing.
-            for &idx in &self.armed {
-                let c = &mut self.conns[idx];
-                if !c.connecting {
-                    c.readable = true;
-                    if !c.queued {
-                        c.queued = true;
+            for k in 0..self.slots.direct().len() {
+                let idx = self.slots.direct()[k];
+                let s = &mut self.slots[idx];
+                if !s.io.connecting {
+                    s.io.readable = true;
+                    if !s.io.queued {
+                        s.io.queued = true;
                         self.run.push(idx);
                     }
                 }
@@ -540,45 +467,43 @@ impl Backend for Epoll {
             }
         }
     }
+
+    fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
+        let s = self.slots.get(conn.0 as usize)?;
+        sys::timeout_abort(s.io.fd.as_ref()?.as_raw_fd())
+    }
+
+    fn counters(&self) -> Counters {
+        Counters {
+            send_calls: self.send_calls,
+            ..Counters::default()
+        }
+    }
 }
 
-/// One connection's socket and pending operations.
-struct Conn {
+/// This backend's part of a connection: its socket and readiness.
+struct Io {
     /// `None` once closed (the slot lives on until `Closed` is delivered).
     fd: Option<OwnedFd>,
-    gen: u32,
     readable: bool,
     writable: bool,
     /// Peer hang-up or socket error seen: no further edge will come.
     hup: bool,
     connecting: bool,
-    closing: bool,
     /// In `Epoll::run`.
     queued: bool,
-    tx: Option<TxBatch>,
-    rx: Option<RxBuf>,
-    /// Bytes committed into `rx` by this operation so far (a `wants_all` read spans edges).
-    rx_done: usize,
-    /// Position in `Epoll::armed` while `rx` is armed.
-    armed_at: usize,
 }
 
-impl Conn {
-    fn new(fd: OwnedFd, gen: u32, connecting: bool) -> Self {
+impl Io {
+    fn new(fd: OwnedFd, connecting: bool) -> Self {
         Self {
             fd: Some(fd),
-            gen,
             readable: false,
             // A connected socket starts with an empty send buffer; `EAGAIN` corrects this.
             writable: !connecting,
             hup: false,
             connecting,
-            closing: false,
             queued: false,
-            tx: None,
-            rx: None,
-            rx_done: 0,
-            armed_at: 0,
         }
     }
 
@@ -593,154 +518,54 @@ impl Conn {
         self.fd.as_ref().map_or(-1, |fd| fd.as_raw_fd())
     }
 
-    fn has_work(&self) -> bool {
-        if self.connecting {
-            self.writable
-        } else {
-            (self.tx.is_some() && self.writable) || (self.rx.is_some() && self.readable)
-        }
-    }
-
     /// The outcome of a non-blocking connect once the socket reported writable or error.
     fn take_connect_result(&self) -> io::Result<()> {
         let Some(fd) = self.fd.as_ref() else {
-            return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+            return cancelled();
         };
         match SockRef::from(fd).take_error()? {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
+}
 
-    /// Writes as much of the pending batch as the socket takes (`sendmsg`, gathered, at
-    /// most `chunk` bytes per call). Returns true when the send completed (its event is
-    /// pushed to `out`).
-    fn try_send(
-        &mut self,
-        conn: ConnId,
-        chunk: usize,
-        iov: &mut IovScratch,
-        calls: &mut u64,
-        out: &mut Vec<Event>,
-    ) -> bool {
-        let fd = self.raw_fd();
-        let Some(batch) = self.tx.as_mut() else {
-            return false;
-        };
-        let result = loop {
-            if batch.remaining() == 0 {
-                break Ok(());
-            }
-            let iovs = &mut iov.0;
-            let mut offered = 0;
-            batch.for_each_unsent_upto(chunk, |s| {
-                if iovs.len() < IOV_MAX {
-                    iovs.push(libc::iovec {
-                        iov_base: s.as_ptr().cast_mut().cast(),
-                        iov_len: s.len(),
-                    });
-                    offered += s.len();
-                }
-            });
-            // SAFETY: msghdr is plain data; all-zero is a valid empty header.
-            let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-            msg.msg_iov = iovs.as_mut_ptr();
-            msg.msg_iovlen = iovs.len() as _;
-            // SAFETY: every iovec points into `batch`, which is borrowed (unmoved) for the
-            // call; sendmsg only reads them and keeps no pointer after returning.
-            let res = syscall!(sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT));
-            *calls += 1;
-            iovs.clear();
-            match res {
-                Ok(n) => {
-                    let n = n as usize;
-                    batch.advance(n);
-                    if n < offered && batch.remaining() > 0 {
-                        // Short write: the send buffer is full; resume on EPOLLOUT.
-                        self.writable = false;
-                        return false;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.writable = false;
-                    return false;
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        if let Some(batch) = self.tx.take() {
-            out.push(Event::Sent {
-                conn,
-                batch,
-                result,
-            });
-        }
-        true
+fn has_work(s: &Slot<Io>) -> bool {
+    if s.io.connecting {
+        s.io.writable
+    } else {
+        (s.send.busy() && s.io.writable) || (s.recv.busy() && s.io.readable)
     }
+}
 
-    /// Reads into the pending receive buffer (`recv`). Returns true when the receive
-    /// completed (its event is pushed to `out`).
-    fn try_recv(&mut self, conn: ConnId, out: &mut Vec<Event>) -> bool {
-        let fd = self.raw_fd();
-        let Some(rx) = self.rx.as_mut() else {
-            return false;
-        };
-        let result = loop {
-            let wants_all = rx.wants_all();
-            let spare = rx.spare_mut();
-            let want = spare.len();
-            if want == 0 {
-                break if self.rx_done > 0 {
-                    Ok(self.rx_done)
-                } else {
-                    Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "receive buffer has no spare room",
-                    ))
-                };
-            }
-            // SAFETY: `spare` is a live, exclusively borrowed slice of `want` bytes.
-            let res = syscall!(recv(
-                fd,
-                spare.as_mut_ptr().cast(),
-                want,
-                libc::MSG_DONTWAIT
-            ));
-            match res {
-                Ok(0) => {
-                    // End of stream: whatever was gathered, then 0 on the next receive.
-                    self.hup = true;
-                    break Ok(self.rx_done);
-                }
-                Ok(n) => {
-                    let n = n as usize;
-                    rx.commit(n);
-                    self.rx_done += n;
-                    if n < want && !self.hup {
-                        // A short read drained the socket; the next data brings an edge.
-                        self.readable = false;
-                    }
-                    if !wants_all || n == want {
-                        break Ok(self.rx_done);
-                    }
-                    if !self.readable {
-                        return false;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.readable = false;
-                    return false;
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        self.rx_done = 0;
-        if let Some(rx) = self.rx.take() {
-            out.push(Event::Recv { conn, rx, result });
+/// Writes as much of the pending batch as the socket takes ([`SendOp::try_now`](super::op::SendOp::try_now)).
+/// Returns the completion when the send is over.
+fn try_send(s: &mut Slot<Io>, conn: ConnId, chunk: usize, calls: &mut u64) -> Option<Event> {
+    match s.send.try_now(s.io.raw_fd(), chunk, calls) {
+        Attempt::Blocked => {
+            s.io.writable = false;
+            None
         }
-        true
+        Attempt::Done(result) => s.send.take().map(|batch| Event::Sent {
+            conn,
+            batch,
+            result,
+        }),
+    }
+}
+
+/// Reads into the pending receive buffer ([`RecvOp::try_now`](super::op::RecvOp::try_now)).
+/// Returns the completion when the receive is over.
+fn try_recv(s: &mut Slot<Io>, conn: ConnId) -> Option<Event> {
+    let tried = s.recv.try_now(s.io.raw_fd(), s.io.hup);
+    s.io.hup |= tried.eof;
+    if tried.drained && !s.io.hup {
+        // The socket is empty: the next data brings an edge.
+        s.io.readable = false;
+    }
+    match tried.attempt {
+        Attempt::Blocked => None,
+        Attempt::Done(result) => s.recv.take().map(|rx| Event::Recv { conn, rx, result }),
     }
 }
 
@@ -751,23 +576,10 @@ struct Listener {
     readable: bool,
 }
 
-/// The iovec array reused by every `sendmsg`.
-///
-/// It holds pointers only for the duration of one `sendmsg` call and is empty otherwise.
-struct IovScratch(Vec<libc::iovec>);
-
-// SAFETY: the array is empty between calls, so moving it to another thread moves no
-// pointer; while it is filled it is used by the owning thread only, inside `try_send`.
-unsafe impl Send for IovScratch {}
-
 /// `epoll_wait` returns at most this many events per call.
 const EVENTS_MAX: usize = 256;
 /// Connections accepted per listener per pass, so a connection storm cannot starve I/O.
 const ACCEPT_BATCH: usize = 64;
-/// Linux `IOV_MAX`: iovecs per `sendmsg`.
-const IOV_MAX: usize = 1024;
-/// Up to this many armed receives, `poll(None)` tries them directly.
-pub(crate) const DIRECT_RECV_MAX: usize = 8;
 /// In the direct fast path, collect epoll edges (accepts, hang-ups) every this many passes.
 pub(crate) const EPOLL_EVERY: u32 = 16;
 /// Edges after which a `recv` makes progress (data, end of stream, or the error).
@@ -777,21 +589,10 @@ const READ_EVENTS: u32 =
 const WRITE_EVENTS: u32 = (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) as u32;
 /// Edges after which no further edge is guaranteed: readiness stays set.
 const HANGUP_EVENTS: u32 = (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
-/// Marks a listener token (connections carry their generation in the upper half instead).
-const LISTENER_BIT: u64 = 1 << 63;
-const IDX_MASK: u64 = 0xffff_ffff;
-const GEN_MASK: u32 = 0x7fff_ffff;
-
-/// The epoll token of a connection: slot index and generation, so an edge queued for a
-/// closed socket cannot be taken for the next socket in the same slot.
-fn conn_token(idx: usize, gen: u32) -> u64 {
-    (u64::from(gen) << 32) | idx as u64
-}
-
-/// The result of an operation cut short by `close`.
-fn cancelled<T>() -> io::Result<T> {
-    Err(io::Error::from_raw_os_error(libc::ECANCELED))
-}
+/// Token kind of a connection's socket (the token carries slot and generation).
+const KIND_CONN: u8 = 1;
+/// Token kind of a listener (the token carries its index).
+const KIND_LISTENER: u8 = 2;
 
 /// Milliseconds for epoll_wait, rounded up so a short timeout does not become a spin.
 fn ceil_ms(d: Duration) -> i32 {
@@ -803,6 +604,7 @@ fn ceil_ms(d: Duration) -> i32 {
 mod tests {
     use std::collections::VecDeque;
     use std::io::{Read, Write};
+    use std::mem;
     use std::net::{TcpListener, TcpStream};
     use std::thread;
 
@@ -810,6 +612,7 @@ mod tests {
 
     use super::*;
     use crate::proto::recv_cache::Next;
+    use crate::reactor::slots::DIRECT_RECV_MAX;
     use crate::reactor::AnyBackend;
     use crate::wire::{FrameKind, Header, Tag, HEADER_LEN};
 
@@ -977,12 +780,6 @@ mod tests {
     }
 
     #[test]
-    fn backend_can_move_to_a_progress_thread() {
-        fn is_send<T: Send>() {}
-        is_send::<Epoll>();
-    }
-
-    #[test]
     fn listen_connect_accept() {
         let mut d = Driver::new(Epoll::new(opts()).unwrap());
         assert_eq!(d.b.name(), "epoll");
@@ -1044,7 +841,7 @@ mod tests {
         d.connected(client).unwrap();
         // More than IOV_MAX pieces, so one sendmsg can never take the whole batch.
         let (batch, wire) = batch_of(LEN, 3, 4 * 1024);
-        assert!(batch.parts() > IOV_MAX);
+        assert!(batch.parts() > crate::reactor::op::MAX_IOV);
         d.b.send(client, batch);
         let (back, result) = d.sent(client);
         result.unwrap();
@@ -1054,41 +851,6 @@ mod tests {
         let got = reader.join().unwrap();
         assert_eq!(got.len(), wire.len());
         assert!(got == wire, "bytes differ");
-    }
-
-    #[test]
-    fn wants_all_buffer_completes_once_when_full() {
-        const LEN: usize = 3 << 20;
-        let mut d = Driver::new(Epoll::new(opts()).unwrap());
-        let (client, server) = d.pair();
-        let hdr = Header {
-            kind: FrameKind::Send,
-            tag: Tag(4),
-            len: LEN as u32,
-        };
-        let payload = pattern(LEN, 11);
-        let mut b = TxBatch::with_capacity(64, 2);
-        b.push_copy(&hdr.to_bytes());
-        b.push_ext(Bytes::from(payload.clone()));
-        d.b.send(client, b);
-
-        d.b.recv(server, RxBuf::cache(4096));
-        let (mut cache, result) = d.received(server);
-        assert!(result.unwrap() > 0);
-        let Ok(Next::Large(h)) = cache.next_frame(u32::MAX) else {
-            panic!("expected a large frame header");
-        };
-        let large = cache.into_large(h, RxBuf::empty_large());
-        assert!(large.wants_all() && large.large_complete().is_none());
-        let had = large.pending();
-        d.b.recv(server, large);
-        // One completion for the whole payload, however many reads it took.
-        let (large, result) = d.received(server);
-        assert_eq!(result.unwrap(), LEN - had);
-        let (got_hdr, got) = large.large_complete().expect("payload complete");
-        assert_eq!(got_hdr, h);
-        assert!(got == payload, "payload differs");
-        d.sent(client).1.unwrap();
     }
 
     #[test]
@@ -1326,7 +1088,7 @@ mod tests {
     fn spun_poll_delivers_with_and_without_fast_path() {
         for direct_max in [0, DIRECT_RECV_MAX] {
             let mut b = Epoll::new(opts()).unwrap();
-            b.direct_max = direct_max;
+            b.slots.direct_max = direct_max;
             let addr = b.listen(loopback()).unwrap();
             let client = b.connect(addr, None).unwrap();
             // Only `poll(None)` from here on: accepts and connects must still arrive.

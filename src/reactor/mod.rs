@@ -6,30 +6,50 @@
 //! [`Backend::poll`]. The io_uring backend maps each operation to an SQE; the epoll
 //! backend performs the same operation with non-blocking calls when the socket is ready.
 //!
+//! Layout: each operation is described once (`op`: its memory, its io_uring SQE, its
+//! non-blocking call, the meaning of its result); the connection table is written once
+//! (`slots`: generation-tagged slots, deferred events, the direct-receive set); socket
+//! set-up and listening are shared (`sys`, `listen`). A backend (`uring`, `epoll`)
+//! supplies only submission and completion.
+//!
 //! Buffer ownership ("rent"): [`Backend::send`] takes a [`TxBatch`] and
 //! [`Backend::recv`] an [`RxBuf`] *by value*; the backend keeps them in the connection's
 //! slot while the kernel may touch them and hands them back in [`Event::Sent`] /
 //! [`Event::Recv`]. Nothing is freed while an operation is in flight.
 //!
-//! Contract every backend keeps:
+//! # Contract every backend keeps
+//!
+//! (Checked for both backends by the conformance suite, `reactor/conformance.rs`.)
 //! - at most one send and one receive in flight per connection (the caller guarantees it;
-//!   the backend may `debug_assert!` it);
+//!   a second one is refused as misuse, below);
 //! - a send completes only when every byte of the batch is written, or with an error:
 //!   short writes are resumed inside the backend;
 //! - sends never raise `SIGPIPE` (`MSG_NOSIGNAL`);
+//! - a receive completes with the bytes it committed at the start of `rx.spare_mut()`:
+//!   whatever one read brought (`Ok(0)` = end of stream), except for a buffer that
+//!   [`wants_all`](RxBuf::wants_all) of its bytes (a large payload, which nothing can use
+//!   before its last byte): that one completes once, when it is full, or early only at
+//!   end of stream or on an error;
+//! - misuse is answered, never panics, and every backend answers it the same way: the
+//!   operation completes through the next `poll` with its buffer and `ENOTCONN` (no such
+//!   connection), `ECANCELED` (closing), `EBUSY` (one already in flight) or `EINVAL`
+//!   (a receive buffer without spare room);
 //! - after [`Backend::close`], every pending operation of that connection still
-//!   completes (usually with `ECANCELED` or the socket's error) and returns its buffer;
-//!   then exactly one [`Event::Closed`] follows, after which the id may be reused;
+//!   completes (with `ECANCELED` or the socket's error) and returns its buffer; then
+//!   exactly one [`Event::Closed`] follows, after which the id may be reused;
 //! - events of one connection are delivered in completion order.
 //!
-//! Provided-buffer receives (io_uring only, opt-in): after [`Backend::provide_buffers`]
-//! succeeded, [`Backend::recv_provided`] arms one multishot receive per connection that
-//! stays armed until end of stream, an error or [`Backend::close`]. Each read arrives as an
-//! [`Event::RecvProvided`] carrying a [`ProvidedBuf`] lent from a ring shared by every
-//! connection; the caller parses it in place and gives it back with
-//! [`Backend::recycle`] (dropping it does the same). When the ring runs empty the kernel
-//! stops that connection's receive (`ENOBUFS`); the backend re-arms it as soon as a
-//! buffer is back, and since the unread bytes stay in the socket nothing is lost.
+//! # Provided-buffer receive (io_uring only, opt-in)
+//!
+//! An extension, not part of [`Backend`]: [`AnyBackend::provided`] is `Some` only for a
+//! backend that has it ([`ProvidedRecv`]). After [`ProvidedRecv::provide_buffers`]
+//! succeeded, [`ProvidedRecv::recv_provided`] arms one multishot receive per connection
+//! that stays armed until end of stream, an error or [`Backend::close`]. Each read
+//! arrives as an [`Event::RecvProvided`] carrying a [`ProvidedBuf`] lent from a ring
+//! shared by every connection; the caller parses it in place and drops it, which gives
+//! it back to the ring. When the ring runs empty the kernel stops that connection's
+//! receive (`ENOBUFS`); the backend re-arms it as soon as a buffer is back, and since
+//! the unread bytes stay in the socket nothing is lost.
 
 #![allow(unsafe_code)]
 
@@ -46,6 +66,9 @@ pub(crate) mod bufring;
 mod conformance;
 #[cfg(feature = "epoll")]
 pub(crate) mod epoll;
+mod listen;
+pub(crate) mod op;
+pub(crate) mod slots;
 pub(crate) mod sys;
 #[cfg(feature = "uring")]
 pub(crate) mod uring;
@@ -106,8 +129,8 @@ pub(crate) enum Event {
     },
     /// A provided-buffer receive produced data (`Ok(n)`, `data` holds the `n` bytes),
     /// hit end of stream (`Ok(0)`, no data) or failed (no data). The receive stays armed
-    /// after data; give `data` back with [`Backend::recycle`] once parsed. Only the
-    /// io_uring backend produces it.
+    /// after data; drop `data` once parsed, which gives it back to the ring. Only the
+    /// io_uring backend produces it ([`ProvidedRecv`]).
     #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     RecvProvided {
         conn: ConnId,
@@ -115,7 +138,7 @@ pub(crate) enum Event {
         result: io::Result<usize>,
     },
     /// The connection's multishot receive stopped as asked by
-    /// [`Backend::pause_provided`]: every byte the kernel put in provided buffers was
+    /// [`ProvidedRecv::pause_provided`]: every byte the kernel put in provided buffers was
     /// reported before this, the rest is still in the socket. Only io_uring produces it.
     #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     ProvidedPaused { conn: ConnId },
@@ -136,8 +159,7 @@ pub(crate) trait Backend {
     fn connect(&mut self, addr: SocketAddr, bind: Option<SocketAddr>) -> io::Result<ConnId>;
     /// Starts writing the whole batch (one gathered `sendmsg`, resumed on short writes).
     fn send(&mut self, conn: ConnId, batch: TxBatch);
-    /// Starts one read into `rx.spare_mut()` (whole, with `MSG_WAITALL`, when
-    /// `rx.wants_all()`).
+    /// Starts receiving into `rx.spare_mut()` (all of it when `rx.wants_all()`).
     fn recv(&mut self, conn: ConnId, rx: RxBuf);
     /// Closes the connection once its pending operations have completed (they are
     /// cancelled). Idempotent.
@@ -145,52 +167,67 @@ pub(crate) trait Backend {
     /// Submits what is queued and collects completions into `out`. `None` never blocks;
     /// `Some(t)` waits up to `t` when no event is ready.
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()>;
-    /// Sets up a ring of `geo.count` provided buffers of `geo.size` bytes shared by every
-    /// connection, for [`recv_provided`](Self::recv_provided). `Ok(false)`: this backend
-    /// has no provided buffers (epoll), receives stay single-shot. Call before any
-    /// connection exists.
-    fn provide_buffers(&mut self, geo: RingGeometry) -> io::Result<bool> {
-        let _ = geo;
-        Ok(false)
-    }
-    /// Arms the connection's multishot receive on the provided buffers (idempotent).
-    /// Returns false when the backend has no provided buffers: the caller then uses
-    /// [`recv`](Self::recv).
-    fn recv_provided(&mut self, conn: ConnId) -> bool {
-        let _ = conn;
-        false
-    }
-    /// Stops the connection's multishot receive so that the next bytes can be read with
-    /// [`recv`](Self::recv) into a buffer of the caller's (a large payload's
-    /// destination); [`Event::ProvidedPaused`] follows once no multishot receive of it
-    /// is in flight. [`recv_provided`](Self::recv_provided) resumes it. Idempotent;
-    /// nothing for a backend without provided buffers.
-    fn pause_provided(&mut self, conn: ConnId) {
-        let _ = conn;
-    }
-    /// Returns a buffer lent by [`Event::RecvProvided`] to the ring.
-    #[inline]
-    fn recycle(&mut self, buf: ProvidedBuf) {
-        drop(buf);
-    }
-    /// How many times a provided-buffer receive stopped because the ring was empty.
-    fn recv_starved(&self) -> u64 {
-        0
-    }
     /// Why an open connection whose receive just reported end of stream ended, when the
-    /// kernel aborted it rather than the peer closing it (see
-    /// `sys::timeout_abort`). `None` by default: a backend whose operations always
-    /// report a connection's error needs no second look.
-    fn end_cause(&self, _conn: ConnId) -> Option<io::Error> {
-        None
-    }
-    /// Zero-copy sends completed, and how many of them the kernel copied after all.
-    fn zerocopy_counts(&self) -> (u64, u64) {
-        (0, 0)
-    }
+    /// kernel aborted it rather than the peer closing it (`sys::timeout_abort`), else
+    /// `None`. (An io_uring send that had moved part of its data reports that count and
+    /// the abort shows only as end of stream; the socket still tells.)
+    fn end_cause(&self, conn: ConnId) -> Option<io::Error>;
+    /// What the backend counted so far.
+    fn counters(&self) -> Counters;
+}
+
+/// Counters kept by a backend.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counters {
     /// Send operations handed to the kernel (a batch takes more than one when it is
     /// offered in `send_chunk` pieces, has more than IOV_MAX parts, or is written short).
-    fn send_calls(&self) -> u64;
+    pub(crate) send_calls: u64,
+    /// Zero-copy sends completed (`SENDMSG_ZC`, io_uring only).
+    pub(crate) zerocopy_sends: u64,
+    /// Of those, how many the kernel copied after all.
+    pub(crate) zerocopy_copied: u64,
+    /// Provided-buffer receives stopped because the ring was empty (io_uring only).
+    pub(crate) recv_starved: u64,
+}
+
+/// Provided-buffer receive, the extension a backend may have besides [`Backend`] (see the
+/// module documentation). Reached through [`AnyBackend::provided`].
+pub(crate) trait ProvidedRecv {
+    /// Sets up a ring of `geo.count` provided buffers of `geo.size` bytes shared by every
+    /// connection. Call before any connection exists.
+    fn provide_buffers(&mut self, geo: RingGeometry) -> io::Result<()>;
+    /// Arms the connection's multishot receive on the provided buffers (idempotent).
+    /// Returns false when no ring is set up: the caller then uses [`Backend::recv`].
+    fn recv_provided(&mut self, conn: ConnId) -> bool;
+    /// Stops the connection's multishot receive so that the next bytes can be read with
+    /// [`Backend::recv`] into a buffer of the caller's (a large payload's destination);
+    /// [`Event::ProvidedPaused`] follows once no multishot receive of it is in flight.
+    /// [`recv_provided`](Self::recv_provided) resumes it. Idempotent.
+    fn pause_provided(&mut self, conn: ConnId);
+}
+
+/// The type behind [`AnyBackend::provided`].
+#[cfg(feature = "uring")]
+pub(crate) type Provided = uring::Uring;
+/// The type behind [`AnyBackend::provided`]: none can exist without io_uring.
+#[cfg(not(feature = "uring"))]
+pub(crate) type Provided = NoProvided;
+
+/// No backend of this build has provided buffers: a value of this type cannot exist.
+#[cfg(not(feature = "uring"))]
+pub(crate) enum NoProvided {}
+
+#[cfg(not(feature = "uring"))]
+impl ProvidedRecv for NoProvided {
+    fn provide_buffers(&mut self, _: RingGeometry) -> io::Result<()> {
+        match *self {}
+    }
+    fn recv_provided(&mut self, _: ConnId) -> bool {
+        match *self {}
+    }
+    fn pause_provided(&mut self, _: ConnId) {
+        match *self {}
+    }
 }
 
 /// The backend kinds that can be asked for.
@@ -226,6 +263,19 @@ macro_rules! forward {
     };
 }
 
+impl AnyBackend {
+    /// The provided-buffer receive extension, for a backend that has it (io_uring).
+    #[inline]
+    pub(crate) fn provided(&mut self) -> Option<&mut Provided> {
+        match self {
+            #[cfg(feature = "uring")]
+            AnyBackend::Uring(b) => Some(b),
+            #[cfg(feature = "epoll")]
+            AnyBackend::Epoll(_) => None,
+        }
+    }
+}
+
 impl Backend for AnyBackend {
     fn name(&self) -> &'static str {
         forward!(self, b => b.name())
@@ -254,30 +304,81 @@ impl Backend for AnyBackend {
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()> {
         forward!(self, b => b.poll(timeout, out))
     }
-    fn provide_buffers(&mut self, geo: RingGeometry) -> io::Result<bool> {
-        forward!(self, b => b.provide_buffers(geo))
-    }
-    #[inline]
-    fn recv_provided(&mut self, conn: ConnId) -> bool {
-        forward!(self, b => b.recv_provided(conn))
-    }
-    fn pause_provided(&mut self, conn: ConnId) {
-        forward!(self, b => b.pause_provided(conn))
-    }
-    #[inline]
-    fn recycle(&mut self, buf: ProvidedBuf) {
-        forward!(self, b => b.recycle(buf))
-    }
-    fn recv_starved(&self) -> u64 {
-        forward!(self, b => b.recv_starved())
-    }
     fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
         forward!(self, b => b.end_cause(conn))
     }
-    fn zerocopy_counts(&self) -> (u64, u64) {
-        forward!(self, b => b.zerocopy_counts())
+    fn counters(&self) -> Counters {
+        forward!(self, b => b.counters())
     }
-    fn send_calls(&self) -> u64 {
-        forward!(self, b => b.send_calls())
+}
+
+/// Chooses the backend: the requested one, or for `Auto` io_uring when it works here and
+/// epoll otherwise. Returns the backend and the note explaining a fallback, or why no
+/// backend can run.
+pub(crate) fn make_backend(
+    kind: BackendKind,
+    opts: SockOpts,
+) -> Result<(AnyBackend, Option<String>), String> {
+    match kind {
+        BackendKind::Uring => uring(opts).map(|b| (b, None)),
+        BackendKind::Epoll => epoll(opts).map(|b| (b, None)),
+        // Built without io_uring: epoll is the only choice, nothing to explain.
+        BackendKind::Auto if !cfg!(feature = "uring") => epoll(opts).map(|b| (b, None)),
+        BackendKind::Auto => match uring(opts.clone()) {
+            Ok(b) => Ok((b, None)),
+            Err(why) => {
+                let b = epoll(opts).map_err(|e| format!("{why}; and the epoll backend: {e}"))?;
+                let note = format!("io_uring unavailable ({why}): using the epoll backend");
+                eprintln!("ringbtl: {note}");
+                Ok((b, Some(note)))
+            }
+        },
+    }
+}
+
+#[cfg(feature = "uring")]
+fn uring(opts: SockOpts) -> Result<AnyBackend, String> {
+    #[cfg(feature = "testing")]
+    if testing::uring_unavailable() {
+        return Err("io_uring: made unavailable by ringbtl::testing".into());
+    }
+    uring::Uring::new(opts)
+        .map(AnyBackend::Uring)
+        .map_err(|e| format!("io_uring: {e}"))
+}
+
+#[cfg(not(feature = "uring"))]
+fn uring(_: SockOpts) -> Result<AnyBackend, String> {
+    Err("io_uring: backend not compiled in (cargo feature `uring`)".into())
+}
+
+#[cfg(feature = "epoll")]
+fn epoll(opts: SockOpts) -> Result<AnyBackend, String> {
+    epoll::Epoll::new(opts)
+        .map(AnyBackend::Epoll)
+        .map_err(|e| format!("epoll: {e}"))
+}
+
+#[cfg(not(feature = "epoll"))]
+fn epoll(_: SockOpts) -> Result<AnyBackend, String> {
+    Err("epoll: backend not compiled in (cargo feature `epoll`)".into())
+}
+
+/// Failure injection for the crate's own tests (cargo feature `testing`, enabled only
+/// by the crate's dev-dependency on itself, so never in a build of a user's program).
+#[cfg(feature = "testing")]
+pub mod testing {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    static URING_UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+
+    /// From now on, in this process, creating an io_uring backend fails as it does on a
+    /// kernel where io_uring is disabled (`kernel.io_uring_disabled`, seccomp, memlock).
+    pub fn make_uring_unavailable() {
+        URING_UNAVAILABLE.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn uring_unavailable() -> bool {
+        URING_UNAVAILABLE.load(Ordering::Relaxed)
     }
 }

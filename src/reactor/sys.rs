@@ -101,7 +101,6 @@ pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts, peer: &SocketAddr) -> io
     apply_opts(&socket2::SockRef::from(&bfd), opts, peer)
 }
 
-#[cfg(feature = "uring")]
 /// `ETIMEDOUT` with the kernel's retry counts when the connection on `fd` was aborted by
 /// its retransmission or keepalive timer (`TCP_USER_TIMEOUT`, `tcp_retries2`, keepalive
 /// count), else `None` (open, closed by a FIN, or reset).

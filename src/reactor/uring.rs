@@ -1,11 +1,13 @@
 //! The io_uring backend: every socket operation is one SQE, every result one CQE.
 //!
-//! What it owns: the ring, one slot per connection (a [`Slab`] entry whose index is the
-//! [`ConnId`]) and the listeners. Each slot owns, while its operations are in flight,
-//! every byte the kernel may read or write: the [`TxBatch`] being sent with its iovec
-//! array and `msghdr`, the [`RxBuf`] being filled, the `sockaddr` of a connect. Memory the
-//! kernel sees is heap-stable (a `Box` or a `Vec` that is not touched while in flight), so
-//! the slab may grow and move slots without moving anything the kernel points at.
+//! What it owns: the ring, the listeners, and the connection table (`slots`, shared with
+//! the epoll backend; the slot index is the [`ConnId`]). Each slot owns, while its
+//! operations are in flight, every byte the kernel may read or write: the send op with
+//! its batch, iovec array and `msghdr`, the receive op with its [`RxBuf`], the `sockaddr`
+//! of a connect. The operations themselves (their memory and SQEs) are described once in
+//! `op`; this backend pushes their SQEs and routes their CQEs. Memory the kernel sees is
+//! heap-stable (a `Box`, or a buffer that is not touched while in flight), so the table
+//! may grow and move slots without moving anything the kernel points at.
 //!
 //! Ring set-up: `SINGLE_ISSUER | DEFER_TASKRUN | TASKRUN_FLAG` where the kernel accepts it
 //! (6.1+), else `COOP_TASKRUN | TASKRUN_FLAG` (5.19+), else a plain ring. With deferred
@@ -19,20 +21,24 @@
 //! refuses an enter from another task with `EEXIST`.
 //!
 //! Receives come in two modes. By default each receive is one `Recv` into the
-//! connection's own cache (an [`RxBuf`] rented from the engine), parked for a direct
-//! non-blocking `recv` while the caller spins. With [`Backend::provide_buffers`] (opt-in,
+//! connection's own cache (an [`RxBuf`] rented from the engine). While the table's
+//! direct set has room, a receive is first *parked* there: tried with a direct
+//! non-blocking `recv` on every non-blocking `poll` (the latency floor), and handed to the
+//! kernel as a `Recv` SQE only before the backend waits in the kernel. A parked receive
+//! keeps the contract: a buffer that wants all of its bytes stays parked until it is full,
+//! and its SQE reads only the rest. With [`ProvidedRecv::provide_buffers`] (opt-in,
 //! kernel 6.0+), one ring of provided buffers (buffer group 0) serves every connection:
 //! each connection has one `RecvMulti` armed, each CQE lends a filled buffer to the caller
-//! as a [`ProvidedBuf`], and the caller gives it back after parsing. A multishot receive
+//! as a [`ProvidedBuf`](super::ProvidedBuf), and the caller gives it back after parsing. A multishot receive
 //! that ends without `IORING_CQE_F_MORE` is re-armed; one that ends with `ENOBUFS` (the
 //! ring ran empty) waits in `starved` until a buffer comes back, then is re-armed, the
 //! unread bytes waiting in the socket meanwhile. Receive memory is then shared instead of
 //! one cache per connection, at the price of the direct-`recv` fast path.
 //!
-//! `user_data` layout: bits 0..32 slot index, 32..56 slot generation, 56..64 operation
-//! kind. A connection has at most one op of each kind in flight, so the token names one
-//! SQE exactly and `AsyncCancel` can target it. The generation changes each time a slot
-//! is reused, so a completion that outlived its slot is recognised and dropped.
+//! `user_data` is a token of the table (slot index, generation) whose kind is the
+//! operation. A connection has at most one op of each kind in flight, so the token names
+//! one SQE exactly and `AsyncCancel` can target it; a completion that outlived its slot
+//! carries an old generation and is dropped.
 
 use std::collections::VecDeque;
 use std::io;
@@ -43,27 +49,26 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, EnterFlags, IoUring, Probe};
-use slab::Slab;
 use socket2::SockAddr;
 
 use super::bufring::BufPool;
-use super::{sys, Backend, ConnId, Event, ProvidedBuf, RingGeometry, RxBuf, SockOpts, TxBatch};
+use super::op::{cancelled, Attempt, Misuse, SendFlavor};
+use super::slots::{token, untoken, Slot, Slots};
+use super::{
+    sys, Backend, ConnId, Counters, Event, ProvidedRecv, RingGeometry, RxBuf, SockOpts, TxBatch,
+};
 
 /// The io_uring completion-ring backend.
 pub(crate) struct Uring {
     ring: IoUring,
     mode: RingMode,
     opts: SockOpts,
-    conns: Slab<Conn>,
+    slots: Slots<Io>,
     listeners: Vec<Listener>,
     /// SQEs that did not fit in the SQ, pushed in order before any newer one.
     backlog: VecDeque<squeue::Entry>,
-    /// Events produced outside `poll` (close of an idle connection, misuse), delivered
-    /// first by the next `poll`.
-    deferred: VecDeque<Event>,
     /// Reused scratch space for reaped CQEs (`user_data`, `res`, `flags`).
     cqes: Vec<(u64, i32, u32)>,
-    next_gen: u32,
     /// Set by `Drop`: accepts are not re-armed and sends not resumed.
     shutting_down: bool,
     /// Number of `io_uring_enter` calls made (for the no-syscall spin test and tools).
@@ -80,9 +85,6 @@ pub(crate) struct Uring {
     zc_supported: bool,
     /// The kernel has `IORING_OP_SEND`: single-buffer batches skip the msghdr.
     send_op: bool,
-    /// Slots whose receive is *parked*: requested but not yet armed in the ring (see
-    /// [`DIRECT_RECV_MAX`]). At most that many.
-    parked: Vec<usize>,
     /// The provided-buffer ring (buffer group [`BGID`]), when receives are multishot.
     /// Declared after `ring`; the kernel's registration is removed in `shutdown`, after
     /// every receive selecting from it completed.
@@ -105,18 +107,16 @@ pub(crate) enum RingMode {
     Plain,
 }
 
-/// One connection and every buffer its in-flight operations use.
-struct Conn {
+/// This backend's part of a connection (the send and receive ops are in the slot).
+///
+/// The slot's send op is in flight exactly while it holds a batch (unless only
+/// zero-copy notifications are outstanding); its receive op is in flight while it holds
+/// a buffer and is not parked in the direct set (a parked receive is never seen by the
+/// kernel).
+struct Io {
     fd: RawFd,
-    gen: u32,
     /// Destination of the connect in flight (read by the kernel until the CQE).
     connect: Option<Box<SockAddr>>,
-    /// iovec array and `msghdr` of the send in flight; allocated once per connection.
-    tx: Box<TxState>,
-    /// The batch being sent; `Some` exactly while a `SendMsg` is in flight or queued.
-    batch: Option<TxBatch>,
-    /// The buffer being filled; `Some` exactly while a `Recv` is in flight or queued.
-    rx: Option<RxBuf>,
     /// A multishot `RecvMulti` on the provided buffers is queued or in flight.
     mshot: bool,
     /// The multishot receive stopped because the ring was empty; it is in `starved`.
@@ -124,10 +124,6 @@ struct Conn {
     /// `pause_provided` asked to stop the multishot receive; `ProvidedPaused` is due when
     /// its last CQE arrives.
     pausing: bool,
-    /// A requested receive not handed to the kernel yet: tried with a direct
-    /// non-blocking `recv` on every non-blocking `poll`, armed as a `Recv` SQE before the
-    /// backend waits in the kernel. Never seen by the kernel, so not "in flight".
-    parked_rx: Option<RxBuf>,
     /// Sends to this peer may use `SENDMSG_ZC` (configured, and not a loopback peer).
     zc: bool,
     /// Zero-copy notifications still to come: until then the kernel may read the
@@ -138,17 +134,25 @@ struct Conn {
     zc_result: Option<io::Result<()>>,
     /// `AsyncCancel` SQEs whose own CQE has not arrived yet.
     cancels: u32,
-    /// `close` was called: no new op is started, pending ones are cancelled.
-    closing: bool,
-    /// The fd is closed and `Closed` is queued in `deferred`; the slot goes when it is
-    /// delivered.
+    /// The fd is closed and `Closed` is deferred; the slot goes when it is delivered.
     closed: bool,
 }
 
-/// Kernel-visible memory of one `sendmsg`. Boxed so that its address is stable.
-struct TxState {
-    iov: Vec<libc::iovec>,
-    msg: libc::msghdr,
+impl Io {
+    fn new(fd: RawFd) -> Self {
+        Self {
+            fd,
+            connect: None,
+            mshot: false,
+            starved: false,
+            pausing: false,
+            zc: false,
+            zc_notifs: 0,
+            zc_result: None,
+            cancels: 0,
+            closed: false,
+        }
+    }
 }
 
 struct Listener {
@@ -159,20 +163,8 @@ struct Listener {
     armed: bool,
 }
 
-/// Up to this many receives are kept parked for direct `recv` polling; beyond it each
-/// receive is armed in the ring at once. A spun direct `recv` is the latency floor on
-/// loopback (one syscall, no task work, no poll wake-up), while many idle connections
-/// are cheaper to watch through the ring than to poll one syscall each.
-const DIRECT_RECV_MAX: usize = 8;
-
-/// `IORING_SEND_ZC_REPORT_USAGE` (in the SQE's `ioprio`): the notification's result
-/// tells whether the kernel fell back to copying.
-const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// `IORING_NOTIF_USAGE_ZC_COPIED` in a notification's result.
 const NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
-
-/// At most this many iovecs per `sendmsg` (`UIO_MAXIOV`); the rest follows after.
-const MAX_IOV: usize = 1024;
 
 const KIND_ACCEPT: u8 = 1;
 const KIND_CONNECT: u8 = 2;
@@ -187,29 +179,14 @@ const KIND_RECV_MULTI: u8 = 7;
 /// Buffer group id of the provided-buffer ring.
 const BGID: u16 = 0;
 
-const GEN_MASK: u32 = (1 << 24) - 1;
-
 const SQ_ENTRIES: u32 = 256;
 
 /// How long `Drop` waits for cancelled operations before leaking their buffers.
 const DROP_DRAIN: Duration = Duration::from_secs(1);
 
-fn token(kind: u8, slot: usize, gen: u32) -> u64 {
-    (u64::from(kind) << 56) | (u64::from(gen & GEN_MASK) << 32) | (slot as u64 & 0xffff_ffff)
-}
-
-fn untoken(ud: u64) -> (u8, usize, u32) {
-    (
-        (ud >> 56) as u8,
-        (ud & 0xffff_ffff) as usize,
-        ((ud >> 32) as u32) & GEN_MASK,
-    )
-}
-
 fn errno(res: i32) -> io::Error {
     io::Error::from_raw_os_error(-res)
 }
-
 /// Creates a ring with the fastest set-up flags the kernel accepts, starting the search
 /// at `first` (tests start lower to exercise the fallbacks).
 fn build_ring(first: RingMode) -> io::Result<(IoUring, RingMode)> {
@@ -302,12 +279,10 @@ impl Uring {
             ring,
             mode,
             opts,
-            conns: Slab::new(),
+            slots: Slots::new(),
             listeners: Vec::new(),
             backlog: VecDeque::new(),
-            deferred: VecDeque::new(),
             cqes: Vec::with_capacity(SQ_ENTRIES as usize * 2),
-            next_gen: 0,
             shutting_down: false,
             enters: 0,
             resumes: 0,
@@ -316,7 +291,6 @@ impl Uring {
             zc_copied: 0,
             zc_supported,
             send_op,
-            parked: Vec::with_capacity(DIRECT_RECV_MAX),
             pool: None,
             starved: Vec::new(),
             starvations: 0,
@@ -339,34 +313,6 @@ impl Uring {
     #[cfg(test)]
     pub(crate) fn resumes(&self) -> u64 {
         self.resumes
-    }
-
-    fn insert_conn(&mut self, fd: RawFd) -> usize {
-        let gen = self.next_gen & GEN_MASK;
-        self.next_gen = self.next_gen.wrapping_add(1);
-        self.conns.insert(Conn {
-            fd,
-            gen,
-            connect: None,
-            tx: Box::new(TxState {
-                iov: Vec::new(),
-                // SAFETY: `msghdr` is a plain C struct for which all-zero bytes is the
-                // valid "no name, no iovecs, no control data" value.
-                msg: unsafe { mem::zeroed() },
-            }),
-            batch: None,
-            rx: None,
-            parked_rx: None,
-            mshot: false,
-            starved: false,
-            pausing: false,
-            zc: false,
-            zc_notifs: 0,
-            zc_result: None,
-            cancels: 0,
-            closing: false,
-            closed: false,
-        })
     }
 
     /// Queues an SQE: straight into the SQ when it has room and nothing older waits,
@@ -425,68 +371,30 @@ impl Uring {
         unsafe { self.push(entry.user_data(ud)) };
     }
 
-    /// Builds the iovecs for the unsent part of the slot's batch and queues a `SendMsg`
-    /// (a `Send` when they are one piece).
+    /// Queues the `SendMsg` (or `Send`, `SendMsgZc`) for the unsent part of the slot's
+    /// batch.
     fn submit_send(&mut self, idx: usize) {
-        let Some(c) = self.conns.get_mut(idx) else {
+        let Some(s) = self.slots.get_mut(idx) else {
             return;
         };
-        let Some(batch) = c.batch.as_ref() else {
+        let Some(left) = s.send.batch().map(TxBatch::remaining) else {
             return;
         };
-        let tx = &mut *c.tx;
-        tx.iov.clear();
-        let limit = self.opts.send_chunk.unwrap_or(usize::MAX);
-        batch.for_each_unsent_upto(limit, |s| {
-            if tx.iov.len() < MAX_IOV {
-                tx.iov.push(libc::iovec {
-                    iov_base: s.as_ptr() as *mut libc::c_void,
-                    iov_len: s.len(),
-                });
-            }
-        });
-        tx.msg.msg_iov = tx.iov.as_mut_ptr();
-        tx.msg.msg_iovlen = tx.iov.len() as _;
-        let msg: *const libc::msghdr = &tx.msg;
-        let flags = (libc::MSG_NOSIGNAL | libc::MSG_WAITALL) as u32;
-        let zc = c.zc
-            && self
-                .opts
-                .zerocopy_min
-                .is_some_and(|m| batch.remaining() >= m);
-        let entry = if zc {
-            // The kernel pins the pages instead of copying them; the buffers stay in the
-            // slot until its notification CQE (IORING_CQE_F_NOTIF) says it is done.
-            // IORING_SEND_ZC_REPORT_USAGE: that notification says whether it copied.
-            opcode::SendMsgZc::new(types::Fd(c.fd), msg)
-                .flags(flags)
-                .ioprio(SEND_ZC_REPORT_USAGE)
-                .build()
-        } else if self.send_op && tx.iov.len() == 1 && tx.iov[0].iov_len <= u32::MAX as usize {
-            // One contiguous piece (a run of small frames copied next to their headers):
-            // SEND spares the kernel the msghdr and iovec import of SENDMSG.
-            let one = tx.iov[0];
-            opcode::Send::new(
-                types::Fd(c.fd),
-                one.iov_base as *const u8,
-                one.iov_len as u32,
-            )
-            .flags(flags as i32)
-            .build()
-        } else {
-            opcode::SendMsg::new(types::Fd(c.fd), msg)
-                .flags(flags)
-                .build()
+        let how = SendFlavor {
+            zerocopy: s.io.zc && self.opts.zerocopy_min.is_some_and(|m| left >= m),
+            send_op: self.send_op,
         };
-        let entry = entry.user_data(token(KIND_SEND, idx, c.gen));
+        let chunk = self.opts.send_chunk.unwrap_or(usize::MAX);
+        let entry = s
+            .send
+            .sqe(s.io.fd, chunk, how)
+            .user_data(token(KIND_SEND, idx, s.gen));
         self.send_sqes += 1;
-        // SAFETY: for SendMsg, `msg` points into `c.tx`, a Box owned by the slot, whose
-        // `iov` Vec is not modified again until this SQE's CQE is reaped (only
-        // `submit_send` writes it, and only while `c.batch` is Some and no send is in
-        // flight, i.e. right here or after the previous CQE). Every iovec, and the one
-        // buffer of a Send, points into `c.batch`'s arena or `Bytes` parts: heap memory
-        // owned by the batch, which stays in the slot unmodified until the CQE. The slot is
-        // freed only after all its CQEs arrived (or leaked in Drop).
+        // SAFETY: the entry points into the slot's boxed send op (its `msghdr` and iovec
+        // array, not modified again until this SQE's CQE: only `submit_send` rebuilds
+        // them, and only while no send of the slot is in flight) and into its batch's
+        // arena and `Bytes` parts, heap memory that stays in the slot unmodified until the
+        // CQE. The slot is freed only after all its CQEs arrived (or leaked in Drop).
         unsafe { self.push(entry) };
     }
 
@@ -499,111 +407,76 @@ impl Uring {
     }
 
     /// Tries every parked receive with a direct non-blocking `recv`; completes those
-    /// that got bytes, end of stream or an error, keeps the rest parked.
+    /// that are done (data, a full buffer that wants all, end of stream, an error) and
+    /// keeps the rest parked.
     fn try_parked(&mut self, out: &mut Vec<Event>) {
         let mut k = 0;
-        while k < self.parked.len() {
-            let idx = self.parked[k];
-            // Invariant: parked slots exist (close and shutdown unpark before removal).
-            let Some(c) = self.conns.get_mut(idx) else {
-                self.parked.swap_remove(k);
+        while let Some(&idx) = self.slots.direct().get(k) {
+            let s = &mut self.slots[idx];
+            let tried = s.recv.try_now(s.io.fd, false);
+            let Attempt::Done(result) = tried.attempt else {
+                k += 1;
                 continue;
             };
-            let Some(rx) = c.parked_rx.as_mut() else {
-                self.parked.swap_remove(k);
-                continue;
-            };
-            let spare = rx.spare_mut();
-            // SAFETY: `spare` is a live, exclusively borrowed region of the RxBuf's heap
-            // buffer; `recv` writes at most `spare.len()` bytes into it and returns. The
-            // fd belongs to this slot and is open (closing slots are unparked first).
-            let res = unsafe {
-                libc::recv(
-                    c.fd,
-                    spare.as_mut_ptr().cast(),
-                    spare.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            let result = if res >= 0 {
-                rx.commit(res as usize);
-                Ok(res as usize)
-            } else {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EAGAIN | libc::EINTR) => {
-                        k += 1;
-                        continue;
-                    }
-                    _ => Err(e),
-                }
-            };
-            // Invariant: checked `Some` above.
-            let Some(rx) = c.parked_rx.take() else { return };
-            self.parked.swap_remove(k);
-            out.push(Event::Recv {
-                conn: ConnId(idx as u32),
-                rx,
-                result,
-            });
+            let rx = s.recv.take();
+            // Moves the last member to position `k`, which is tried next.
+            self.slots.leave_direct(idx);
+            if let Some(rx) = rx {
+                out.push(Event::Recv {
+                    conn: ConnId(idx as u32),
+                    rx,
+                    result,
+                });
+            }
         }
     }
 
     /// Hands every parked receive to the kernel as a `Recv` SQE.
     fn arm_parked(&mut self) {
-        while let Some(idx) = self.parked.pop() {
-            if let Some(rx) = self.conns.get_mut(idx).and_then(|c| c.parked_rx.take()) {
-                self.arm_recv(idx, rx);
-            }
+        while let Some(&idx) = self.slots.direct().last() {
+            self.slots.leave_direct(idx);
+            self.arm_recv(idx);
         }
     }
 
-    /// Queues a `Recv` SQE into `rx`'s spare region; the slot owns `rx` until the CQE.
-    fn arm_recv(&mut self, idx: usize, mut rx: RxBuf) {
-        // Invariant: callers pass an existing, non-closing slot.
-        let Some(c) = self.conns.get_mut(idx) else {
+    /// Queues a `Recv` SQE for the rest of the slot's receive; the slot owns the buffer
+    /// until the CQE.
+    fn arm_recv(&mut self, idx: usize) {
+        // Invariant: callers pass an existing, non-closing slot with a receive.
+        let Some(s) = self.slots.get_mut(idx) else {
             return;
         };
-        let spare = rx.spare_mut();
-        let (ptr, len) = (spare.as_mut_ptr(), spare.len().min(i32::MAX as usize));
-        let flags = if rx.wants_all() { libc::MSG_WAITALL } else { 0 };
-        let entry = opcode::Recv::new(types::Fd(c.fd), ptr, len as u32)
-            .flags(flags)
-            .build()
-            .user_data(token(KIND_RECV, idx, c.gen));
-        c.rx = Some(rx);
-        // SAFETY: `ptr..ptr+len` is the spare region of the RxBuf's heap buffer. The
-        // RxBuf is now owned by the slot (`c.rx`) and not touched until this Recv's CQE
-        // is reaped; moving the RxBuf struct does not move its heap data. The slot is
+        let Some(entry) = s.recv.sqe(s.io.fd) else {
+            return;
+        };
+        let entry = entry.user_data(token(KIND_RECV, idx, s.gen));
+        // SAFETY: the entry points into the spare region of the RxBuf's heap buffer. The
+        // RxBuf is owned by the slot's receive op and not touched until this Recv's CQE
+        // is reaped; moving the op or the slot does not move the heap data. The slot is
         // freed only after the CQE (or leaked by Drop).
         unsafe { self.push(entry) };
     }
 
     /// Starts `AsyncCancel` for every op of the slot that is in flight.
     fn cancel_ops(&mut self, idx: usize) {
-        let Some(c) = self.conns.get_mut(idx) else {
+        let Some(s) = self.slots.get_mut(idx) else {
             return;
         };
-        let gen = c.gen;
+        let gen = s.gen;
         let mut targets = [0u64; 4];
         let mut n = 0;
-        if c.connect.is_some() {
-            targets[n] = token(KIND_CONNECT, idx, gen);
-            n += 1;
+        for (busy, kind) in [
+            (s.io.connect.is_some(), KIND_CONNECT),
+            (s.send.busy(), KIND_SEND),
+            (recv_in_flight(s), KIND_RECV),
+            (s.io.mshot, KIND_RECV_MULTI),
+        ] {
+            if busy {
+                targets[n] = token(kind, idx, gen);
+                n += 1;
+            }
         }
-        if c.batch.is_some() {
-            targets[n] = token(KIND_SEND, idx, gen);
-            n += 1;
-        }
-        if c.rx.is_some() {
-            targets[n] = token(KIND_RECV, idx, gen);
-            n += 1;
-        }
-        if c.mshot {
-            targets[n] = token(KIND_RECV_MULTI, idx, gen);
-            n += 1;
-        }
-        c.cancels += n as u32;
+        s.io.cancels += n as u32;
         for &t in &targets[..n] {
             self.push_cancel(t, token(KIND_CANCEL, idx, gen));
         }
@@ -620,28 +493,25 @@ impl Uring {
     /// Closes a closing slot's fd once nothing of it is in flight, emits `Closed` and
     /// releases the slot (the caller hears of it in the same `poll`).
     fn maybe_finish_close(&mut self, idx: usize, out: &mut Vec<Event>) {
-        let Some(c) = self.conns.get_mut(idx) else {
+        let Some(s) = self.slots.get_mut(idx) else {
             return;
         };
-        if !c.closing || c.closed {
+        if !s.closing || s.io.closed {
             return;
         }
-        let left = in_flight(c);
+        let left = in_flight(s);
         if left > 0 {
-            if left == c.zc_notifs as usize && c.fd >= 0 {
+            if left == s.io.zc_notifs as usize && s.io.fd >= 0 {
                 // Only zero-copy notifications are left: they come when the socket lets
                 // go of the pages, which closing it makes it do (unsent data is dropped).
                 // The batch stays in the slot until then.
-                sys::close_fd(c.fd);
-                c.fd = -1;
+                sys::close_fd(s.io.fd);
+                s.io.fd = -1;
             }
             return;
         }
-        sys::close_fd(c.fd);
-        self.conns.remove(idx);
-        out.push(Event::Closed {
-            conn: ConnId(idx as u32),
-        });
+        sys::close_fd(s.io.fd);
+        self.slots.release(idx, out);
     }
 
     /// Enters the kernel: submits `to_submit` SQEs and, with `wait`, waits up to that
@@ -678,15 +548,9 @@ impl Uring {
     }
 
     /// One non-blocking pass: deliver deferred events, submit, run task work if the
-    /// kernel asks, reap the CQ.
+    /// kernel asks, reap the CQ, try the parked receives.
     fn pass(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
-        while let Some(ev) = self.deferred.pop_front() {
-            if let Event::Closed { conn } = ev {
-                // The id becomes reusable only now that the caller hears about it.
-                self.conns.try_remove(conn.0 as usize);
-            }
-            out.push(ev);
-        }
+        self.slots.deliver(out);
         self.rearm_starved();
         self.flush_backlog();
         let sq = self.ring.submission();
@@ -728,7 +592,7 @@ impl Uring {
             KIND_CANCEL_ACCEPT => return,
             _ => {}
         }
-        let Some(c) = self.conns.get_mut(idx).filter(|c| c.gen == gen) else {
+        let Some(s) = self.slots.tagged(idx, gen) else {
             // A slot is freed only after its multishot receive's final CQE, so no
             // buffer is expected here; if one comes, it goes back to the ring.
             if let (Some(pool), Some(bid)) = (self.pool.as_ref(), cqueue::buffer_select(flags)) {
@@ -741,36 +605,30 @@ impl Uring {
         match kind {
             KIND_RECV_MULTI => return self.complete_recv_multi(idx, res, flags, out),
             KIND_CONNECT => {
-                c.connect = None;
+                s.io.connect = None;
                 let result = if res < 0 { Err(errno(res)) } else { Ok(()) };
                 out.push(Event::Connected { conn, result });
             }
             KIND_RECV => {
-                // Invariant: a Recv CQE with this slot's generation means `rx` was
-                // stored when it was queued; a missing one is a bookkeeping bug, dropped.
-                let Some(mut rx) = c.rx.take() else {
+                // Invariant: a Recv CQE with this slot's generation means the receive op
+                // holds the buffer it was queued with; a missing one is a bookkeeping bug.
+                let Some((rx, result)) = s.recv.complete(res) else {
                     debug_assert!(false, "Recv completion without a buffer");
                     return;
-                };
-                let result = if res < 0 {
-                    Err(errno(res))
-                } else {
-                    rx.commit(res as usize);
-                    Ok(res as usize)
                 };
                 out.push(Event::Recv { conn, rx, result });
             }
             KIND_SEND if cqueue::notif(flags) => {
                 // A zero-copy notification: the kernel no longer reads the buffers.
-                c.zc_notifs = c.zc_notifs.saturating_sub(1);
+                s.io.zc_notifs = s.io.zc_notifs.saturating_sub(1);
                 self.zc_sends += 1;
                 if res as u32 & NOTIF_USAGE_ZC_COPIED != 0 {
                     self.zc_copied += 1;
                 }
-                if c.zc_notifs == 0 {
-                    if let Some(result) = c.zc_result.take() {
+                if s.io.zc_notifs == 0 {
+                    if let Some(result) = s.io.zc_result.take() {
                         // Invariant: `zc_result` is set only while the batch is held.
-                        if let Some(batch) = c.batch.take() {
+                        if let Some(batch) = s.send.take() {
                             out.push(Event::Sent {
                                 conn,
                                 batch,
@@ -783,38 +641,33 @@ impl Uring {
             KIND_SEND => {
                 if cqueue::more(flags) {
                     // SENDMSG_ZC: a notification follows this result.
-                    c.zc_notifs += 1;
+                    s.io.zc_notifs += 1;
                 }
-                let Some(batch) = c.batch.as_mut() else {
+                if !s.send.busy() {
                     debug_assert!(false, "SendMsg completion without a batch");
                     return;
-                };
+                }
                 let result = if res < 0 {
                     Err(errno(res))
+                } else if s.send.advance(res as usize) {
+                    Ok(())
+                } else if s.closing || self.shutting_down {
+                    cancelled()
+                } else if res == 0 {
+                    Err(io::Error::from(io::ErrorKind::WriteZero))
                 } else {
-                    batch.advance(res as usize);
-                    if batch.remaining() == 0 {
-                        Ok(())
-                    } else if c.closing || self.shutting_down {
-                        Err(io::Error::from_raw_os_error(libc::ECANCELED))
-                    } else if res == 0 {
-                        Err(io::Error::from(io::ErrorKind::WriteZero))
-                    } else {
-                        // Short write, or the batch was offered in pieces (more than
-                        // MAX_IOV parts, or more bytes than `send_chunk`): resume after
-                        // what the kernel took, keeping the batch in the slot.
-                        self.resumes += 1;
-                        self.submit_send(idx);
-                        return;
-                    }
+                    // Short write, or the batch was offered in pieces (more than
+                    // MAX_IOV parts, or more bytes than `send_chunk`): resume after
+                    // what the kernel took, keeping the batch in the slot.
+                    self.resumes += 1;
+                    self.submit_send(idx);
+                    return;
                 };
-                if c.zc_notifs > 0 {
+                if s.io.zc_notifs > 0 {
                     // The kernel may still read the pages: hold the batch until the
                     // notifications are in.
-                    c.zc_result = Some(result);
-                } else {
-                    // Invariant: checked `Some` above.
-                    let Some(batch) = c.batch.take() else { return };
+                    s.io.zc_result = Some(result);
+                } else if let Some(batch) = s.send.take() {
                     out.push(Event::Sent {
                         conn,
                         batch,
@@ -823,7 +676,7 @@ impl Uring {
                 }
             }
             KIND_CANCEL => {
-                c.cancels = c.cancels.saturating_sub(1);
+                s.io.cancels = s.io.cancels.saturating_sub(1);
             }
             _ => {
                 tracing::debug!(ud, res, "completion of unknown kind ignored");
@@ -838,16 +691,16 @@ impl Uring {
     fn complete_recv_multi(&mut self, idx: usize, res: i32, flags: u32, out: &mut Vec<Event>) {
         let conn = ConnId(idx as u32);
         // Invariant: `complete` found the slot with the right generation.
-        let Some(c) = self.conns.get_mut(idx) else {
+        let Some(c) = self.slots.get_mut(idx) else {
             return;
         };
         let more = cqueue::more(flags);
         if !more {
-            c.mshot = false;
+            c.io.mshot = false;
         }
-        let paused = !more && c.pausing;
+        let paused = !more && c.io.pausing;
         if paused {
-            c.pausing = false;
+            c.io.pausing = false;
         }
         let bid = cqueue::buffer_select(flags);
         let Some(pool) = self.pool.as_ref() else {
@@ -888,8 +741,8 @@ impl Uring {
                 // The ring is empty: the kernel stopped this receive. The bytes stay in
                 // the socket; re-armed by `rearm_starved` once a buffer is back.
                 self.starvations += 1;
-                if !c.starved {
-                    c.starved = true;
+                if !c.io.starved {
+                    c.io.starved = true;
                     self.starved.push(idx);
                 }
                 return;
@@ -915,20 +768,20 @@ impl Uring {
     /// Queues the connection's multishot receive on the provided buffers.
     fn arm_recv_multi(&mut self, idx: usize) {
         // Invariant: callers pass an existing, non-closing slot.
-        let Some(c) = self.conns.get_mut(idx) else {
+        let Some(c) = self.slots.get_mut(idx) else {
             return;
         };
-        if c.mshot || c.closing {
+        if c.io.mshot || c.closing {
             return;
         }
-        c.mshot = true;
-        let entry = opcode::RecvMulti::new(types::Fd(c.fd), BGID)
+        c.io.mshot = true;
+        let entry = opcode::RecvMulti::new(types::Fd(c.io.fd), BGID)
             .build()
             .user_data(token(KIND_RECV_MULTI, idx, c.gen));
         // SAFETY: the SQE carries no user pointer: the kernel picks each destination
         // buffer from the registered ring of group BGID, whose memory `self.pool` keeps
         // mapped, and which is unregistered only after every receive completed (see
-        // `shutdown`). The fd stays open until the slot's last CQE (`c.mshot` counts in
+        // `shutdown`). The fd stays open until the slot's last CQE (`c.io.mshot` counts in
         // `in_flight`).
         unsafe { self.push(entry) };
     }
@@ -940,12 +793,12 @@ impl Uring {
         }
         let mut starved = mem::take(&mut self.starved);
         for idx in starved.drain(..) {
-            let Some(c) = self.conns.get_mut(idx) else {
+            let Some(c) = self.slots.get_mut(idx) else {
                 continue;
             };
             // A slot freed and reused meanwhile has `starved == false`.
-            if c.starved {
-                c.starved = false;
+            if c.io.starved {
+                c.io.starved = false;
                 self.arm_recv_multi(idx);
             }
         }
@@ -973,8 +826,8 @@ impl Uring {
                 .and_then(|peer| sys::apply_opts_fd(fd, &self.opts, &peer).map(|()| peer));
             match setup {
                 Ok(peer) => {
-                    let idx = self.insert_conn(fd);
-                    self.conns[idx].zc = self.zerocopy_for(&peer);
+                    let zc = self.zerocopy_for(&peer);
+                    let idx = self.slots.insert(Io { zc, ..Io::new(fd) });
                     out.push(Event::Accepted {
                         conn: ConnId(idx as u32),
                         peer,
@@ -1003,11 +856,12 @@ impl Uring {
                 self.push_cancel(token(KIND_ACCEPT, i, 0), token(KIND_CANCEL_ACCEPT, i, 0));
             }
         }
-        let ids: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
-        for &i in &ids {
-            if let Some(c) = self.conns.get_mut(i) {
-                if !c.closing {
-                    c.closing = true;
+        for i in self.slots.ids() {
+            // Parked receives were never seen by the kernel: they are dropped below.
+            self.slots.leave_direct(i);
+            if let Some(s) = self.slots.get_mut(i) {
+                if !s.closing {
+                    s.closing = true;
                     self.cancel_ops(i);
                 }
             }
@@ -1044,24 +898,21 @@ impl Uring {
             drop(pool);
         }
         self.starved.clear();
-        for c in self.conns.drain() {
-            if in_flight(&c) > 0 {
-                // The kernel may still write into these buffers: never free them.
-                mem::forget(c.batch);
-                mem::forget(c.rx);
-                mem::forget(c.connect);
-                mem::forget(c.tx);
+        for s in self.slots.drain() {
+            let (fd, closed) = (s.io.fd, s.io.closed);
+            if in_flight(&s) > 0 {
+                // The kernel may still read or write this slot's memory (its ops'
+                // buffers, iovecs, sockaddr): never free it.
+                mem::forget(s);
             }
-            if !c.closed {
-                sys::close_fd(c.fd);
+            if !closed {
+                sys::close_fd(fd);
             }
         }
         for l in self.listeners.drain(..) {
             sys::close_fd(l.fd);
         }
         self.backlog.clear();
-        self.deferred.clear();
-        self.parked.clear();
         if leaked > 0 {
             tracing::warn!(
                 leaked,
@@ -1072,41 +923,31 @@ impl Uring {
     }
 
     fn total_in_flight(&self) -> usize {
-        let conns: usize = self.conns.iter().map(|(_, c)| in_flight(c)).sum();
+        let conns: usize = self.slots.iter().map(in_flight).sum();
         conns + self.listeners.iter().filter(|l| l.armed).count()
     }
 }
 
-fn in_flight(c: &Conn) -> usize {
-    c.zc_notifs as usize
-        + usize::from(c.mshot)
-        + usize::from(c.connect.is_some())
+/// Operations of the slot the kernel may still complete.
+fn in_flight(s: &Slot<Io>) -> usize {
+    s.io.zc_notifs as usize
+        + usize::from(s.io.mshot)
+        + usize::from(s.io.connect.is_some())
         // A batch whose send finished but whose zero-copy notifications are outstanding
         // is counted by `zc_notifs`.
-        + usize::from(c.batch.is_some() && c.zc_result.is_none())
-        + usize::from(c.rx.is_some())
-        + c.cancels as usize
+        + usize::from(s.send.busy() && s.io.zc_result.is_none())
+        + usize::from(recv_in_flight(s))
+        + s.io.cancels as usize
+}
+
+/// Whether the slot's receive is in the kernel's hands (held, and not parked).
+fn recv_in_flight(s: &Slot<Io>) -> bool {
+    s.recv.busy() && s.recv.direct_at.is_none()
 }
 
 impl Backend for Uring {
     fn name(&self) -> &'static str {
         "uring"
-    }
-
-    fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
-        let c = self.conns.get(conn.0 as usize)?;
-        if c.closed {
-            return None;
-        }
-        sys::timeout_abort(c.fd)
-    }
-
-    fn zerocopy_counts(&self) -> (u64, u64) {
-        (self.zc_sends, self.zc_copied)
-    }
-
-    fn send_calls(&self) -> u64 {
-        self.send_sqes
     }
 
     fn describe(&self) -> String {
@@ -1137,108 +978,76 @@ impl Backend for Uring {
 
     fn connect(&mut self, addr: SocketAddr, bind: Option<SocketAddr>) -> io::Result<ConnId> {
         let fd = sys::stream_socket(&addr, bind, &self.opts)?;
-        let idx = self.insert_conn(fd);
-        self.conns[idx].zc = self.zerocopy_for(&addr);
+        let zc = self.zerocopy_for(&addr);
         let sa = Box::new(SockAddr::from(addr));
         let (ptr, len) = (sa.as_ptr().cast::<libc::sockaddr>(), sa.len());
-        // Invariant: `idx` was returned by the insert just above.
-        let c = &mut self.conns[idx];
-        c.connect = Some(sa);
+        let idx = self.slots.insert(Io {
+            zc,
+            connect: Some(sa),
+            ..Io::new(fd)
+        });
         let entry = opcode::Connect::new(types::Fd(fd), ptr, len)
             .build()
-            .user_data(token(KIND_CONNECT, idx, c.gen));
-        // SAFETY: `ptr` points into the boxed `SockAddr` now held in `c.connect`, which is
-        // only dropped when this connect's CQE is reaped (or leaked by Drop).
+            .user_data(self.slots.token(KIND_CONNECT, idx));
+        // SAFETY: `ptr` points into the boxed `SockAddr` now held in the slot's
+        // `io.connect`, which is only dropped when this connect's CQE is reaped (or leaked
+        // by Drop); moving the box into the slot did not move the address it holds.
         unsafe { self.push(entry) };
         Ok(ConnId(idx as u32))
     }
 
+    #[inline]
     fn send(&mut self, conn: ConnId, batch: TxBatch) {
-        let idx = conn.0 as usize;
-        let err = match self.conns.get_mut(idx) {
-            None => Some(libc::EBADF),
-            Some(c) if c.closing => Some(libc::ECANCELED),
-            Some(c) => {
-                debug_assert!(c.batch.is_none(), "two sends in flight on one connection");
-                if c.batch.is_some() {
-                    Some(libc::EBUSY)
-                } else if batch.remaining() == 0 {
-                    None
-                } else {
-                    c.batch = Some(batch);
-                    self.submit_send(idx);
-                    return;
-                }
-            }
-        };
-        let result = match err {
-            Some(e) => Err(io::Error::from_raw_os_error(e)),
-            None => Ok(()),
-        };
-        self.deferred.push_back(Event::Sent {
-            conn,
-            batch,
-            result,
-        });
+        if let Some((idx, batch)) = self.slots.admit_send(conn, batch) {
+            self.slots[idx].send.start(batch);
+            self.submit_send(idx);
+        }
     }
 
-    fn recv(&mut self, conn: ConnId, mut rx: RxBuf) {
-        let idx = conn.0 as usize;
-        let err = match self.conns.get_mut(idx) {
-            None => libc::EBADF,
-            Some(c) if c.closing => libc::ECANCELED,
-            Some(c) if c.rx.is_some() || c.parked_rx.is_some() => {
-                debug_assert!(false, "two receives in flight on one connection");
-                libc::EBUSY
-            }
-            // A zero-length read would look like end of stream: refuse it.
-            Some(_) if rx.spare_mut().is_empty() => libc::EINVAL,
-            Some(c) if self.parked.len() < DIRECT_RECV_MAX => {
-                debug_assert!(c.parked_rx.is_none(), "two receives on one connection");
-                c.parked_rx = Some(rx);
-                self.parked.push(idx);
-                return;
-            }
-            Some(_) => {
-                self.arm_recv(idx, rx);
-                return;
-            }
+    #[inline]
+    fn recv(&mut self, conn: ConnId, rx: RxBuf) {
+        let Some((idx, rx)) = self.slots.admit_recv(conn, rx) else {
+            return;
         };
-        self.deferred.push_back(Event::Recv {
-            conn,
-            rx,
-            result: Err(io::Error::from_raw_os_error(err)),
-        });
+        self.slots[idx].recv.start(rx);
+        if self.slots.direct_has_room() {
+            // Parked: tried directly while the caller spins, armed before a wait.
+            self.slots.join_direct(idx);
+        } else {
+            self.arm_recv(idx);
+        }
     }
 
     fn close(&mut self, conn: ConnId) {
         let idx = conn.0 as usize;
-        let Some(c) = self.conns.get_mut(idx) else {
+        let Some(s) = self.slots.get_mut(idx) else {
             return;
         };
-        if c.closing {
+        if s.closing {
             return;
         }
-        c.closing = true;
+        s.closing = true;
         // A starved receive is not in flight: nothing to cancel.
-        c.starved = false;
-        if let Some(rx) = c.parked_rx.take() {
-            self.parked.retain(|&i| i != idx);
-            self.deferred.push_back(Event::Recv {
-                conn,
-                rx,
-                result: Err(io::Error::from_raw_os_error(libc::ECANCELED)),
-            });
+        s.io.starved = false;
+        if s.recv.direct_at.is_some() {
+            // A parked receive was never seen by the kernel: it ends now.
+            let rx = s.recv.take();
+            self.slots.leave_direct(idx);
+            if let Some(rx) = rx {
+                self.slots.defer(Event::Recv {
+                    conn,
+                    rx,
+                    result: cancelled(),
+                });
+            }
         }
         // Invariant: the slot exists (looked up above and nothing removed it since).
-        let Some(c) = self.conns.get_mut(idx) else {
-            return;
-        };
-        if in_flight(c) == 0 {
-            sys::close_fd(c.fd);
-            c.fd = -1;
-            c.closed = true;
-            self.deferred.push_back(Event::Closed { conn });
+        let s = &mut self.slots[idx];
+        if in_flight(s) == 0 {
+            sys::close_fd(s.io.fd);
+            s.io.fd = -1;
+            s.io.closed = true;
+            self.slots.defer_closed(idx);
         } else {
             self.cancel_ops(idx);
         }
@@ -1270,11 +1079,30 @@ impl Backend for Uring {
         }
     }
 
-    fn provide_buffers(&mut self, geo: RingGeometry) -> io::Result<bool> {
-        if self.pool.is_some() {
-            return Ok(true);
+    fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
+        let s = self.slots.get(conn.0 as usize)?;
+        if s.io.closed {
+            return None;
         }
-        if !self.conns.is_empty() {
+        sys::timeout_abort(s.io.fd)
+    }
+
+    fn counters(&self) -> Counters {
+        Counters {
+            send_calls: self.send_sqes,
+            zerocopy_sends: self.zc_sends,
+            zerocopy_copied: self.zc_copied,
+            recv_starved: self.starvations,
+        }
+    }
+}
+
+impl ProvidedRecv for Uring {
+    fn provide_buffers(&mut self, geo: RingGeometry) -> io::Result<()> {
+        if self.pool.is_some() {
+            return Ok(());
+        }
+        if !self.slots.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "provided buffers must be set up before any connection exists",
@@ -1300,22 +1128,23 @@ impl Backend for Uring {
         }
         tracing::debug!(?geo, "provided-buffer ring registered");
         self.pool = Some(pool);
-        Ok(true)
+        Ok(())
     }
 
+    #[inline]
     fn recv_provided(&mut self, conn: ConnId) -> bool {
         if self.pool.is_none() {
             return false;
         }
         let idx = conn.0 as usize;
-        match self.conns.get(idx) {
-            None => self.deferred.push_back(Event::RecvProvided {
+        match self.slots.get(idx) {
+            None => self.slots.defer(Event::RecvProvided {
                 conn,
                 data: None,
-                result: Err(io::Error::from_raw_os_error(libc::EBADF)),
+                result: Err(Misuse::NoConnection.error()),
             }),
             // Closing: the close completes without it.
-            Some(c) if c.closing || c.mshot || c.starved => {}
+            Some(s) if s.closing || s.io.mshot || s.io.starved => {}
             Some(_) => self.arm_recv_multi(idx),
         }
         true
@@ -1323,16 +1152,16 @@ impl Backend for Uring {
 
     fn pause_provided(&mut self, conn: ConnId) {
         let idx = conn.0 as usize;
-        let Some(c) = self.conns.get_mut(idx) else {
+        let Some(s) = self.slots.get_mut(idx) else {
             return;
         };
-        if c.closing || c.pausing {
+        if s.closing || s.io.pausing {
             return;
         }
-        if c.mshot {
-            c.pausing = true;
-            c.cancels += 1;
-            let gen = c.gen;
+        if s.io.mshot {
+            s.io.pausing = true;
+            s.io.cancels += 1;
+            let gen = s.gen;
             self.push_cancel(
                 token(KIND_RECV_MULTI, idx, gen),
                 token(KIND_CANCEL, idx, gen),
@@ -1340,19 +1169,9 @@ impl Backend for Uring {
         } else {
             // Not in flight (starved, or never armed): paused already. A starved slot
             // stays in `starved` with the flag cleared, which `rearm_starved` skips.
-            c.starved = false;
-            self.deferred.push_back(Event::ProvidedPaused { conn });
+            s.io.starved = false;
+            self.slots.defer(Event::ProvidedPaused { conn });
         }
-    }
-
-    #[inline]
-    fn recycle(&mut self, buf: ProvidedBuf) {
-        // Dropping the handle publishes the buffer at the ring's tail.
-        drop(buf);
-    }
-
-    fn recv_starved(&self) -> u64 {
-        self.starvations
     }
 }
 
@@ -1386,7 +1205,8 @@ impl Drop for Uring {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reactor::AnyBackend;
+    use crate::reactor::slots::DIRECT_RECV_MAX;
+    use crate::reactor::{AnyBackend, ProvidedBuf};
 
     fn make() -> Option<Uring> {
         match Uring::new(SockOpts::default()) {
@@ -1396,14 +1216,6 @@ mod tests {
                 None
             }
         }
-    }
-
-    #[test]
-    fn token_round_trip() {
-        let t = token(KIND_SEND, 123_456, 0xabcdef);
-        assert_eq!(untoken(t), (KIND_SEND, 123_456, 0xabcdef));
-        let t = token(KIND_CANCEL, u32::MAX as usize, GEN_MASK + 5);
-        assert_eq!(untoken(t), (KIND_CANCEL, u32::MAX as usize, 4));
     }
 
     #[test]
@@ -1641,7 +1453,7 @@ mod tests {
                 u.poll(None, &mut out).unwrap();
             }
             assert!(out.is_empty(), "{out:?}");
-            assert!(u.parked.is_empty(), "the wait armed the receive");
+            assert!(u.slots.direct().is_empty(), "the wait armed the receive");
             let enters = u.enters();
             peer.write_all(&round.to_le_bytes()).unwrap();
             poll_until(&mut u, true, |ev| match ev {
@@ -1676,7 +1488,7 @@ mod tests {
         for &s in &servers {
             u.recv(s, RxBuf::cache(64));
         }
-        assert_eq!(u.parked.len(), DIRECT_RECV_MAX);
+        assert_eq!(u.slots.direct().len(), DIRECT_RECV_MAX);
         let enters = u.enters();
         let mut out = Vec::new();
         for _ in 0..3 {
@@ -1741,7 +1553,7 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         });
         for b in held {
-            u.recycle(b);
+            drop(b);
         }
     }
 
@@ -1801,11 +1613,11 @@ mod tests {
                 assert!(out.is_empty(), "{out:?}");
             }
             for b in held.drain(..) {
-                u.recycle(b);
+                drop(b);
             }
         }
         assert_eq!(got, want, "bytes lost or reordered");
-        assert!(u.recv_starved() > 0, "the ring never ran empty");
+        assert!(u.counters().recv_starved > 0, "the ring never ran empty");
         assert_eq!(u.pool.as_ref().unwrap().lent(), 0);
         close_and_shut_down(u, server, writer.join().unwrap());
     }
@@ -1854,7 +1666,7 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         });
         for b in held.drain(..) {
-            u.recycle(b);
+            drop(b);
         }
         // The rest, minus a tail left for the resumed ring, goes through plain receives.
         let direct_end = data.len() - 500;
@@ -1905,14 +1717,14 @@ mod tests {
             u.poll(Some(Duration::from_millis(5)), &mut out).unwrap();
             assert!(out.is_empty(), "{out:?}");
         }
-        assert!(u.conns[server.0 as usize].starved);
+        assert!(u.slots[server.0 as usize].io.starved);
         u.close(server);
         poll_until(
             &mut u,
             false,
             |ev| matches!(ev, Event::Closed { conn } if conn == server),
         );
-        u.recycle(held.take().unwrap());
+        drop(held.take());
         u.poll(Some(Duration::from_millis(5)), &mut out).unwrap();
         assert!(out.is_empty(), "{out:?}");
         assert_eq!(u.shutdown(), 0);
@@ -2011,7 +1823,7 @@ mod tests {
         assert!(out.is_empty(), "{out:?}");
         assert_eq!(u.shutdown(), 0, "ops leaked");
         assert_eq!(u.shutdown(), 0);
-        assert!(u.conns.is_empty());
+        assert!(u.slots.is_empty());
     }
 
     /// More SQEs than the SQ holds (256): the overflow waits in the backlog, in order,
@@ -2047,7 +1859,7 @@ mod tests {
             closed += 1;
             closed == 2 * N
         });
-        assert!(u.conns.is_empty());
+        assert!(u.slots.is_empty());
         assert!(u.backlog.is_empty());
     }
 }

@@ -1,0 +1,113 @@
+//! Listening on the wildcard address of several families on one port, and the plain
+//! sockets that reserve such a port. The only sockets here are those throw-away ones;
+//! every listener is the backend's.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use socket2::{Domain, Socket, Type};
+
+use super::{AnyBackend, Backend};
+
+impl AnyBackend {
+    /// Listens on the wildcard address of every family among `addrs` (the local
+    /// addresses to publish), all on one port: the first free port of `ports`, else an
+    /// ephemeral one. Returns the port.
+    ///
+    /// With both families the port is chosen by binding plain sockets first (so that a
+    /// port taken in one family is skipped before the backend owns anything), then handed
+    /// to the backend; a port taken in between is retried with the next one.
+    ///
+    /// Errors: `AddrInUse` when no candidate port is free in every family (its message
+    /// carries the last refusal), else the error of the socket call that failed.
+    pub(crate) fn listen_wildcard(
+        &mut self,
+        addrs: impl IntoIterator<Item = IpAddr>,
+        ports: Option<(u16, u16)>,
+    ) -> io::Result<u16> {
+        let (mut v4, mut v6) = (false, false);
+        for a in addrs {
+            v4 |= a.is_ipv4();
+            v6 |= a.is_ipv6();
+        }
+        let mut fams: Vec<IpAddr> = Vec::new();
+        if v4 {
+            fams.push(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        }
+        if v6 {
+            fams.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+        }
+        let candidates: Vec<u16> = match ports {
+            Some((lo, hi)) => (lo..=hi).collect(),
+            None => vec![0],
+        };
+        let mut last: Option<io::Error> = None;
+        for &want in &candidates {
+            if let [ip] = fams[..] {
+                match self.listen(SocketAddr::new(ip, want)) {
+                    Ok(a) => return Ok(a.port()),
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            // Two families: find a port free in both, up to a few times for ephemeral ports.
+            for _ in 0..if want == 0 { 16 } else { 1 } {
+                let port = match reserve_port(&fams, want) {
+                    Ok(p) => p,
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                        last = Some(e);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let mut bound = 0;
+                for &ip in &fams {
+                    match self.listen(SocketAddr::new(ip, port)) {
+                        Ok(_) => bound += 1,
+                        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                            last = Some(e);
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                if bound == fams.len() {
+                    return Ok(port);
+                }
+                // A listener left from a partial success accepts on a port nobody
+                // publishes: harmless, as every connection must pass the handshake.
+            }
+        }
+        Err(match last {
+            Some(e) => io::Error::new(io::ErrorKind::AddrInUse, e.to_string()),
+            None => io::Error::from(io::ErrorKind::AddrInUse),
+        })
+    }
+}
+
+/// Binds a throw-away socket per family to `port` (0: the first family's ephemeral port)
+/// and returns the port, or `AddrInUse` when a family has it taken. The sockets close on
+/// return: the port is free again for the backend's listeners, which bind it at once.
+fn reserve_port(fams: &[IpAddr], port: u16) -> io::Result<u16> {
+    let mut held = Vec::with_capacity(fams.len());
+    let mut port = port;
+    for &ip in fams {
+        let a = SocketAddr::new(ip, port);
+        let s = Socket::new(Domain::for_address(a), Type::STREAM.cloexec(), None)?;
+        s.set_reuse_address(true)?;
+        if ip.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
+        s.bind(&a.into())?;
+        if port == 0 {
+            port = s
+                .local_addr()?
+                .as_socket()
+                .map(|a| a.port())
+                .ok_or_else(|| io::Error::other("bound socket has no inet address"))?;
+        }
+        held.push(s);
+    }
+    Ok(port)
+}

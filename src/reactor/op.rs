@@ -1,0 +1,384 @@
+//! The operations a connection runs, each described once for both backends (the idea of
+//! monoio's `OpAble`): the memory the kernel reads or writes, how the io_uring backend
+//! turns it into an SQE (`sqe`), how the epoll backend performs it with a non-blocking
+//! call (`try_now`), and what a result means. A backend supplies only submission (push
+//! the SQE, or call `try_now` when the socket is ready) and completion (reap the CQE).
+//!
+//! Ownership: an op owns its buffer from the moment it starts until it completes, and a
+//! connection's slot owns its ops. [`SendOp`] is boxed once per connection, so its iovec
+//! array and `msghdr` keep their address while the slot table grows; the bytes they point
+//! at belong to the [`TxBatch`] inside it, which is not touched until the send completes.
+//!
+//! Also here: the answer to misuse ([`Misuse`], one errno per case for every backend).
+
+use std::io;
+use std::os::fd::RawFd;
+
+#[cfg(feature = "uring")]
+use io_uring::{opcode, squeue, types};
+
+use super::{RxBuf, TxBatch};
+
+/// At most this many iovecs per `sendmsg` (Linux `UIO_MAXIOV` / `IOV_MAX`); the rest of
+/// a batch follows in the next call.
+pub(crate) const MAX_IOV: usize = 1024;
+
+/// A gathered send of one [`TxBatch`], resumed after short writes until every byte is out.
+pub(crate) struct SendOp {
+    /// The batch being sent; `Some` exactly while the send is in progress.
+    batch: Option<TxBatch>,
+    /// iovecs of the current call, pointing into `batch`.
+    iov: Vec<libc::iovec>,
+    /// The header of the current call, pointing at `iov`.
+    msg: libc::msghdr,
+}
+
+/// What one attempt at an operation came to.
+#[derive(Debug)]
+pub(crate) enum Attempt<T> {
+    /// The operation is over, with this result.
+    Done(io::Result<T>),
+    /// The socket cannot take (or give) more now; the op keeps its progress and waits.
+    Blocked,
+}
+
+/// What [`RecvOp::try_now`] came to.
+#[derive(Debug)]
+pub(crate) struct Tried {
+    /// The receive's outcome, or `Blocked` while it waits for data.
+    pub(crate) attempt: Attempt<usize>,
+    /// The socket was found drained (`EAGAIN`, or a read shorter than asked): the next
+    /// data brings a new readiness edge.
+    pub(crate) drained: bool,
+    /// The read met end of stream (sticky: every later read returns 0 at once).
+    pub(crate) eof: bool,
+}
+
+/// How the io_uring backend may send a batch.
+#[cfg(feature = "uring")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SendFlavor {
+    /// `SENDMSG_ZC` (the kernel pins the pages; a notification CQE follows the result).
+    pub(crate) zerocopy: bool,
+    /// The kernel has `IORING_OP_SEND`, used for a batch that is one piece.
+    pub(crate) send_op: bool,
+}
+
+impl SendOp {
+    /// An idle send op, boxed so that its `msghdr` and iovec array keep their address.
+    pub(crate) fn boxed() -> Box<Self> {
+        Box::new(Self {
+            batch: None,
+            iov: Vec::new(),
+            // SAFETY: `msghdr` is a plain C struct for which all-zero bytes is the valid
+            // "no name, no iovecs, no control data" value.
+            msg: unsafe { std::mem::zeroed() },
+        })
+    }
+
+    /// Whether a send is in progress.
+    #[inline]
+    pub(crate) fn busy(&self) -> bool {
+        self.batch.is_some()
+    }
+
+    /// The batch in progress.
+    #[inline]
+    pub(crate) fn batch(&self) -> Option<&TxBatch> {
+        self.batch.as_ref()
+    }
+
+    /// Starts sending `batch` (the caller checked that no send is in progress).
+    #[inline]
+    pub(crate) fn start(&mut self, batch: TxBatch) {
+        debug_assert!(
+            self.batch.is_none(),
+            "two sends in flight on one connection"
+        );
+        self.batch = Some(batch);
+    }
+
+    /// Ends the send and hands the batch back.
+    #[inline]
+    pub(crate) fn take(&mut self) -> Option<TxBatch> {
+        self.iov.clear();
+        self.batch.take()
+    }
+
+    /// Builds the iovecs of the next call: the unsent part of the batch, at most
+    /// [`MAX_IOV`] pieces and about `chunk` bytes. Returns the bytes offered.
+    ///
+    /// This is the one iovec builder of the reactor.
+    fn prepare(&mut self, chunk: usize) -> usize {
+        self.iov.clear();
+        let mut offered = 0;
+        if let Some(batch) = self.batch.as_ref() {
+            let iov = &mut self.iov;
+            batch.for_each_unsent_upto(chunk, |s| {
+                if iov.len() < MAX_IOV {
+                    iov.push(libc::iovec {
+                        iov_base: s.as_ptr().cast_mut().cast(),
+                        iov_len: s.len(),
+                    });
+                    offered += s.len();
+                }
+            });
+        }
+        self.msg.msg_iov = self.iov.as_mut_ptr();
+        self.msg.msg_iovlen = self.iov.len() as _;
+        offered
+    }
+
+    /// Records that a call wrote `n` bytes. Returns true when the whole batch is out.
+    #[inline]
+    pub(crate) fn advance(&mut self, n: usize) -> bool {
+        match self.batch.as_mut() {
+            Some(b) => {
+                b.advance(n);
+                b.remaining() == 0
+            }
+            None => true,
+        }
+    }
+
+    /// The SQE for the next piece of the batch on `fd` (`SENDMSG`, `SEND` for one piece,
+    /// or `SENDMSG_ZC`), always `MSG_WAITALL | MSG_NOSIGNAL`.
+    ///
+    /// The entry points into this op (its `msghdr` and iovec array) and into the batch:
+    /// the caller must keep the op in its slot, unmodified, until the entry's completion.
+    #[cfg(feature = "uring")]
+    pub(crate) fn sqe(&mut self, fd: RawFd, chunk: usize, how: SendFlavor) -> squeue::Entry {
+        self.prepare(chunk);
+        let msg: *const libc::msghdr = &self.msg;
+        let flags = (libc::MSG_NOSIGNAL | libc::MSG_WAITALL) as u32;
+        if how.zerocopy {
+            // The kernel pins the pages instead of copying them; the buffers stay in the
+            // slot until its notification CQE (IORING_CQE_F_NOTIF) says it is done.
+            // IORING_SEND_ZC_REPORT_USAGE: that notification says whether it copied.
+            opcode::SendMsgZc::new(types::Fd(fd), msg)
+                .flags(flags)
+                .ioprio(SEND_ZC_REPORT_USAGE)
+                .build()
+        } else if how.send_op && self.iov.len() == 1 && self.iov[0].iov_len <= u32::MAX as usize {
+            // One contiguous piece (a run of small frames copied next to their headers):
+            // SEND spares the kernel the msghdr and iovec import of SENDMSG.
+            let one = self.iov[0];
+            opcode::Send::new(types::Fd(fd), one.iov_base as *const u8, one.iov_len as u32)
+                .flags(flags as i32)
+                .build()
+        } else {
+            opcode::SendMsg::new(types::Fd(fd), msg)
+                .flags(flags)
+                .build()
+        }
+    }
+
+    /// Writes as much of the batch as the socket takes now (`sendmsg`, gathered, at most
+    /// `chunk` bytes per call, `MSG_NOSIGNAL | MSG_DONTWAIT`), counting calls in `calls`.
+    /// `Blocked` once the socket is full (a short write or `EAGAIN`).
+    #[cfg(feature = "epoll")]
+    pub(crate) fn try_now(&mut self, fd: RawFd, chunk: usize, calls: &mut u64) -> Attempt<()> {
+        loop {
+            if self.batch.as_ref().is_none_or(|b| b.remaining() == 0) {
+                return Attempt::Done(Ok(()));
+            }
+            let offered = self.prepare(chunk);
+            // SAFETY: `msg` points at `iov`, whose entries point into the batch; all are
+            // owned by `self` and unmoved for the call. sendmsg only reads them and keeps
+            // no pointer after it returns.
+            let res =
+                unsafe { libc::sendmsg(fd, &self.msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+            *calls += 1;
+            self.iov.clear();
+            if res >= 0 {
+                let n = res as usize;
+                if !self.advance(n) && n < offered {
+                    // Short write: the send buffer is full; resume when it drains.
+                    return Attempt::Blocked;
+                }
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock => return Attempt::Blocked,
+                _ => return Attempt::Done(Err(e)),
+            }
+        }
+    }
+}
+
+/// A receive into an [`RxBuf`]: one read into its spare region, or, for a buffer that
+/// [`wants_all`](RxBuf::wants_all) of its bytes, as many reads as it takes to fill it.
+/// It completes with the bytes it committed: the whole spare region for such a buffer
+/// (fewer only at end of stream), else whatever one read brought (0 = end of stream).
+#[derive(Default)]
+pub(crate) struct RecvOp {
+    /// The buffer being filled; `Some` exactly while the receive is in progress.
+    rx: Option<RxBuf>,
+    /// Bytes this receive committed so far (a buffer that wants all spans several reads).
+    done: usize,
+    /// Position in the connection table's direct set while the receive is there
+    /// (see [`DirectSet`](super::slots::DirectSet)).
+    pub(crate) direct_at: Option<usize>,
+}
+
+impl RecvOp {
+    /// Whether a receive is in progress.
+    #[inline]
+    pub(crate) fn busy(&self) -> bool {
+        self.rx.is_some()
+    }
+
+    /// Starts a receive into `rx` (the caller checked that none is in progress and that
+    /// `rx` has spare room).
+    #[inline]
+    pub(crate) fn start(&mut self, rx: RxBuf) {
+        debug_assert!(
+            self.rx.is_none(),
+            "two receives in flight on one connection"
+        );
+        self.rx = Some(rx);
+        self.done = 0;
+    }
+
+    /// Ends the receive and hands the buffer back.
+    #[inline]
+    pub(crate) fn take(&mut self) -> Option<RxBuf> {
+        self.done = 0;
+        self.rx.take()
+    }
+
+    /// The result of a receive that ended after committing what it did so far.
+    #[inline]
+    fn finish(&mut self, result: io::Result<()>) -> io::Result<usize> {
+        result.map(|()| self.done)
+    }
+
+    /// Tries the receive now with non-blocking `recv` calls on `fd` (`MSG_DONTWAIT`).
+    /// `eof_seen` says the socket already reported the peer's hang-up, so a short read is
+    /// not the end of the data for now.
+    pub(crate) fn try_now(&mut self, fd: RawFd, eof_seen: bool) -> Tried {
+        let tried = |attempt, drained, eof| Tried {
+            attempt,
+            drained,
+            eof,
+        };
+        let Some(rx) = self.rx.as_mut() else {
+            return tried(Attempt::Done(Ok(0)), false, false);
+        };
+        let wants_all = rx.wants_all();
+        loop {
+            let spare = rx.spare_mut();
+            let want = spare.len();
+            if want == 0 {
+                return tried(Attempt::Done(Ok(self.done)), false, false);
+            }
+            // SAFETY: `spare` is a live, exclusively borrowed region of the RxBuf's heap
+            // buffer; `recv` writes at most `want` bytes into it and keeps no pointer. The
+            // caller keeps `fd` open for the call.
+            let res =
+                unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), want, libc::MSG_DONTWAIT) };
+            if res == 0 {
+                // End of stream: whatever was gathered now, 0 on the next receive.
+                return tried(Attempt::Done(Ok(self.done)), false, true);
+            }
+            if res > 0 {
+                let n = res as usize;
+                rx.commit(n);
+                self.done += n;
+                let drained = n < want;
+                if !wants_all || n == want {
+                    return tried(Attempt::Done(Ok(self.done)), drained, false);
+                }
+                if drained && !eof_seen {
+                    // Part of a buffer that wants all: keep it, wait for more data.
+                    return tried(Attempt::Blocked, true, false);
+                }
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock => return tried(Attempt::Blocked, true, false),
+                _ => return tried(Attempt::Done(self.finish(Err(e))), false, false),
+            }
+        }
+    }
+
+    /// The SQE that reads the rest of the receive (`RECV` into the spare region, with
+    /// `MSG_WAITALL` for a buffer that wants all of it).
+    ///
+    /// The entry points into the buffer's heap memory: the caller must keep this op in
+    /// its slot, with the buffer, until the entry's completion.
+    #[cfg(feature = "uring")]
+    pub(crate) fn sqe(&mut self, fd: RawFd) -> Option<squeue::Entry> {
+        let rx = self.rx.as_mut()?;
+        let flags = if rx.wants_all() { libc::MSG_WAITALL } else { 0 };
+        let spare = rx.spare_mut();
+        let (ptr, len) = (spare.as_mut_ptr(), spare.len().min(i32::MAX as usize));
+        Some(
+            opcode::Recv::new(types::Fd(fd), ptr, len as u32)
+                .flags(flags)
+                .build(),
+        )
+    }
+
+    /// The completion of the SQE from [`sqe`](Self::sqe): `res` bytes (or `-errno`).
+    /// Returns the receive's result and hands the buffer back.
+    #[cfg(feature = "uring")]
+    pub(crate) fn complete(&mut self, res: i32) -> Option<(RxBuf, io::Result<usize>)> {
+        let result = if res < 0 {
+            self.finish(Err(io::Error::from_raw_os_error(-res)))
+        } else {
+            if let Some(rx) = self.rx.as_mut() {
+                rx.commit(res as usize);
+            }
+            self.done += res as usize;
+            Ok(self.done)
+        };
+        Some((self.take()?, result))
+    }
+}
+
+/// `IORING_SEND_ZC_REPORT_USAGE` (in the SQE's `ioprio`): the notification's result
+/// tells whether the kernel fell back to copying.
+#[cfg(feature = "uring")]
+const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+
+/// A request the backend refuses. Every backend answers it the same way: the operation
+/// completes (through the next `poll`, never at once) with the buffer and this errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Misuse {
+    /// The connection id names no open connection (never opened, or already `Closed`).
+    NoConnection,
+    /// The connection is closing: `close` cancels what is pending and refuses what comes.
+    Closing,
+    /// A send (or receive) is already in progress on the connection.
+    Busy,
+    /// The receive buffer has no spare room: a zero-length read would look like end of
+    /// stream.
+    NoRoom,
+}
+
+impl Misuse {
+    /// The errno of the answer: `ENOTCONN`, `ECANCELED`, `EBUSY`, `EINVAL`.
+    pub(crate) fn errno(self) -> i32 {
+        match self {
+            Self::NoConnection => libc::ENOTCONN,
+            Self::Closing => libc::ECANCELED,
+            Self::Busy => libc::EBUSY,
+            Self::NoRoom => libc::EINVAL,
+        }
+    }
+
+    /// The error an operation refused this way completes with.
+    pub(crate) fn error(self) -> io::Error {
+        io::Error::from_raw_os_error(self.errno())
+    }
+}
+
+/// The result of an operation cut short by `close` (or by the backend shutting down).
+pub(crate) fn cancelled<T>() -> io::Result<T> {
+    Err(io::Error::from_raw_os_error(libc::ECANCELED))
+}
