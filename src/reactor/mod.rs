@@ -378,6 +378,7 @@ pub mod testing {
         URING_UNAVAILABLE.store(true, Ordering::Relaxed);
     }
 
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(super) fn uring_unavailable() -> bool {
         URING_UNAVAILABLE.load(Ordering::Relaxed)
     }

@@ -49,8 +49,10 @@ pub(crate) struct Tried {
     pub(crate) attempt: Attempt<usize>,
     /// The socket was found drained (`EAGAIN`, or a read shorter than asked): the next
     /// data brings a new readiness edge.
+    #[cfg_attr(not(feature = "epoll"), allow(dead_code))]
     pub(crate) drained: bool,
     /// The read met end of stream (sticky: every later read returns 0 at once).
+    #[cfg_attr(not(feature = "epoll"), allow(dead_code))]
     pub(crate) eof: bool,
 }
 
@@ -84,6 +86,7 @@ impl SendOp {
 
     /// The batch in progress.
     #[inline]
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(crate) fn batch(&self) -> Option<&TxBatch> {
         self.batch.as_ref()
     }

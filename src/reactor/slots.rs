@@ -123,20 +123,24 @@ impl<C> Slots<C> {
         token(kind, idx, self.table.get(idx).map_or(0, |s| s.gen))
     }
 
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(crate) fn is_empty(&self) -> bool {
         self.table.is_empty()
     }
 
     /// Indices of every slot in use.
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(crate) fn ids(&self) -> Vec<usize> {
         self.table.iter().map(|(i, _)| i).collect()
     }
 
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Slot<C>> {
         self.table.iter().map(|(_, s)| s)
     }
 
     /// Empties the table (backend shutdown), the deferred events and the direct set.
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = Slot<C>> + '_ {
         self.deferred.clear();
         self.direct.clear();
@@ -210,6 +214,7 @@ impl<C> Slots<C> {
     }
 
     /// Frees slot `idx` now and reports its `Closed` in `out` (from inside `poll`).
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(crate) fn release(&mut self, idx: usize, out: &mut Vec<Event>) {
         if self.remove(idx).is_some() {
             out.push(Event::Closed {
@@ -240,6 +245,7 @@ impl<C> Slots<C> {
 
     /// Whether the direct set has room under its limit.
     #[inline]
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(crate) fn direct_has_room(&self) -> bool {
         self.direct.len() < self.direct_max
     }
@@ -247,6 +253,7 @@ impl<C> Slots<C> {
     /// Whether the direct set is within its limit (so trying each member directly is
     /// cheaper than asking the kernel which are ready).
     #[inline]
+    #[cfg_attr(not(feature = "epoll"), allow(dead_code))]
     pub(crate) fn direct_within_limit(&self) -> bool {
         self.direct.len() <= self.direct_max
     }
