@@ -738,8 +738,11 @@ impl Uring {
             }
         }
         for i in self.slots.ids() {
-            // Parked receives were never seen by the kernel: they are dropped below.
-            self.slots.leave_direct(i);
+            if self.slots[i].recv.direct_at.is_some() {
+                // A parked receive was never seen by the kernel: its buffer goes now.
+                self.slots.leave_direct(i);
+                drop(self.slots[i].recv.take());
+            }
             if let Some(s) = self.slots.get_mut(i) {
                 if !s.closing {
                     s.closing = true;
@@ -1364,6 +1367,19 @@ mod tests {
         assert!(out.is_empty(), "{out:?}");
         assert_eq!(u.shutdown(), 0, "ops leaked");
         assert_eq!(u.shutdown(), 0);
+        assert!(u.slots.is_empty());
+    }
+
+    /// A parked receive was never handed to the kernel: shutting down frees it at once
+    /// rather than waiting for a completion that cannot come (and then leaking it).
+    #[test]
+    fn shutdown_frees_parked_receives() {
+        let Some(mut u) = make() else { return };
+        let (client, server) = pair(&mut u);
+        u.recv(server, RxBuf::cache(1024));
+        u.recv(client, RxBuf::cache(1024));
+        assert_eq!(u.slots.direct().len(), 2, "receives parked");
+        assert_eq!(u.shutdown(), 0, "parked receives taken for ops in flight");
         assert!(u.slots.is_empty());
     }
 
