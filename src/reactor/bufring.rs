@@ -249,8 +249,7 @@ impl BufPool {
 ///
 /// The bytes stay valid and unchanged while the handle lives: the kernel does not write
 /// into a buffer until it is back in the ring, and only this handle puts it back, when it
-/// is dropped or handed to [`Backend::recycle`](super::Backend::recycle). Forgetting to
-/// recycle is therefore harmless (the drop does it); holding many buffers starves the
+/// is dropped: giving a buffer back is dropping it. Holding many buffers starves the
 /// ring, and the connections waiting for buffers resume once some come back.
 pub(crate) struct ProvidedBuf {
     pool: Rc<BufPool>,

@@ -222,7 +222,7 @@ pub(crate) struct RecvOp {
     /// Bytes this receive committed so far (a buffer that wants all spans several reads).
     done: usize,
     /// Position in the connection table's direct set while the receive is there
-    /// (see [`DirectSet`](super::slots::DirectSet)).
+    /// (see [`Slots::join_direct`](super::slots::Slots::join_direct)).
     pub(crate) direct_at: Option<usize>,
 }
 

@@ -26,7 +26,8 @@
 //! non-blocking `recv` on every non-blocking `poll` (the latency floor), and handed to the
 //! kernel as a `Recv` SQE only before the backend waits in the kernel. A parked receive
 //! keeps the contract: a buffer that wants all of its bytes stays parked until it is full,
-//! and its SQE reads only the rest. With [`ProvidedRecv::provide_buffers`] (opt-in,
+//! and its SQE reads only the rest. With
+//! [`ProvidedRecv::provide_buffers`](super::ProvidedRecv::provide_buffers) (opt-in,
 //! kernel 6.0+), one ring of provided buffers (buffer group 0) serves every connection:
 //! each connection has one `RecvMulti` armed, each CQE lends a filled buffer to the caller
 //! as a [`ProvidedBuf`](super::ProvidedBuf), and the caller gives it back after parsing. A multishot receive
