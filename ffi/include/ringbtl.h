@@ -1,0 +1,144 @@
+/*
+ * ringbtl.h - C ABI of ringbtl, a TCP byte-transfer layer for HPC message passing on
+ * Linux (io_uring, with an epoll fallback).
+ *
+ * Library: libringbtl_ffi.a (static) or libringbtl_ffi.so (shared), built by
+ *     cargo build --release -p ringbtl-ffi
+ * into target/release/. Linking the static library also needs the C libraries the Rust
+ * standard library uses:
+ *     cc prog.c -Iffi/include target/release/libringbtl_ffi.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+ *
+ * ABI version 1. Changes to the contract below are announced here, with the
+ * version bump they need.
+ *
+ * Threads: one thread drives a transport. Every function taking a ringbtl_t must be
+ * called on the thread that drives it, and every callback runs on that thread, from
+ * inside ringbtl_progress / ringbtl_wait / ringbtl_destroy. There are no locks inside;
+ * a program with several threads serializes the calls itself.
+ *
+ * Callbacks may call ringbtl_send, ringbtl_progress (which then returns 0 and does
+ * nothing), ringbtl_wait (likewise), ringbtl_register, ringbtl_unregister, ringbtl_add_peer,
+ * ringbtl_on_complete, ringbtl_on_error, ringbtl_pending and the accessors. ringbtl_destroy
+ * inside a callback is refused (RINGBTL_ERR_INVALID).
+ *
+ * Errors: functions return RINGBTL_OK (0) or a negative RINGBTL_ERR_* code, and leave a
+ * message for ringbtl_last_error(). No Rust panic crosses this boundary: one is caught
+ * and reported as RINGBTL_ERR_INTERNAL.
+ *
+ * Memory of a send: ringbtl_send does not copy large segments. Their bytes must stay
+ * valid and unchanged until the completion callback for the send's cookie has run; the
+ * library reports a send complete (with any status) only once the kernel has handed the
+ * batch that carries it back, so after the completion the caller may free or reuse the
+ * memory. One exception: if ringbtl_destroy's drain runs out of time while a send is
+ * still inside the kernel, its completion runs with RINGBTL_ERR_SHUTDOWN while the
+ * kernel may still read the bytes; such memory must stay valid until the process exits
+ * (the library leaks its own buffers in that case for the same reason).
+ *
+ * Hot path: ringbtl_send, ringbtl_progress and the receive and completion callbacks
+ * allocate nothing once the connections are warm.
+ */
+#ifndef RINGBTL_H
+#define RINGBTL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RINGBTL_ABI_VERSION 1u          /* bumped on any incompatible change */
+uint32_t ringbtl_abi_version(void);     /* the library's RINGBTL_ABI_VERSION */
+
+typedef struct ringbtl ringbtl_t;               /* one transport; one thread drives it */
+typedef struct ringbtl_config ringbtl_config_t; /* settings before creation */
+
+/* Status codes: 0 ok, negative errors. */
+enum {
+    RINGBTL_OK = 0,
+    RINGBTL_ERR_INVALID = -1,          /* bad argument (null pointer, bad tag, ...) */
+    RINGBTL_ERR_CONFIG = -2,           /* bad setting: ringbtl_last_error() names it */
+    RINGBTL_ERR_IO = -3,               /* a system call failed (errno in the message) */
+    RINGBTL_ERR_UNREACHABLE = -4,      /* the peer failed earlier / connection lost */
+    RINGBTL_ERR_UNKNOWN_PEER = -5,
+    RINGBTL_ERR_TOO_LARGE = -6,        /* above the maximum frame size */
+    RINGBTL_ERR_TOO_MANY_SEGMENTS = -7,
+    RINGBTL_ERR_SHUTDOWN = -8,         /* shutting down / shut down */
+    RINGBTL_ERR_TAG_IN_USE = -9,
+    RINGBTL_ERR_WOULD_BLOCK = -10,     /* reserved: send queue full, retry after progress */
+    RINGBTL_ERR_TIMEOUT = -11,
+    RINGBTL_ERR_NO_BACKEND = -12,
+    RINGBTL_ERR_PEER_CLOSED = -13,     /* completion status: peer closed cleanly (FIN) first */
+    RINGBTL_ERR_PROTOCOL = -14,        /* completion status: the peer broke the protocol */
+    RINGBTL_ERR_INTERNAL = -99         /* a Rust panic was caught at the boundary */
+};
+const char *ringbtl_strerror(int status);   /* static string, never NULL */
+/* Message of the last failed call on this thread (names the setting, errno text, ...);
+ * valid until the next ringbtl call on this thread; "" when none. */
+const char *ringbtl_last_error(void);
+
+typedef struct { const void *base; size_t len; } ringbtl_iov_t;
+
+/* A received active message: `data`/`len` are valid only during the call. */
+typedef void (*ringbtl_recv_fn)(void *ctx, uint32_t src, uint8_t tag,
+                                const void *data, size_t len);
+/* Exactly once per accepted ringbtl_send: status RINGBTL_OK or a negative code. */
+typedef void (*ringbtl_complete_fn)(void *ctx, uint32_t peer, uint64_t cookie, int status);
+/* Once per failed peer; `msg` valid during the call. */
+typedef void (*ringbtl_error_fn)(void *ctx, uint32_t peer, int status, const char *msg);
+
+/* Configuration: defaults for process id `local_id` (its rank in the job). */
+int  ringbtl_config_new(uint32_t local_id, ringbtl_config_t **out);
+/* Sets one parameter by its environment-variable name ("RINGBTL_MAX_FRAME", ...), with the
+ * same parsing and range checks as the environment. RINGBTL_ERR_CONFIG on a bad name/value
+ * (the setting is then unchanged). An empty value leaves the setting unchanged, as an
+ * empty environment variable does. */
+int  ringbtl_config_set(ringbtl_config_t *cfg, const char *name, const char *value);
+/* Applies the RINGBTL_* variables of the process environment. */
+int  ringbtl_config_from_env(ringbtl_config_t *cfg);
+void ringbtl_config_free(ringbtl_config_t *cfg);   /* NULL is fine */
+
+/* Creates the transport (listens, selects the backend). `cfg` is consumed in every case. */
+int  ringbtl_create(ringbtl_config_t *cfg, ringbtl_t **out);
+/* FIN to every peer, drain up to timeout_ms, close, free. NULL is fine. The completion
+ * callback runs (RINGBTL_ERR_SHUTDOWN) for sends still pending before it returns. */
+int  ringbtl_destroy(ringbtl_t *t, uint32_t timeout_ms);
+
+/* The local URI list ("tcp://ip:port;..."), NUL-terminated, owned by `t`. */
+const char *ringbtl_uris(const ringbtl_t *t);
+uint32_t ringbtl_local_id(const ringbtl_t *t);
+const char *ringbtl_backend_name(const ringbtl_t *t);   /* "uring" or "epoll" */
+size_t   ringbtl_max_frame(const ringbtl_t *t);         /* largest message, bytes */
+size_t   ringbtl_max_segments(void);                    /* most iovecs per send (8) */
+
+/* Adds peer `peer` with its URI list (as returned by its ringbtl_uris). Connections are
+ * made lazily on first send. */
+int  ringbtl_add_peer(ringbtl_t *t, uint32_t peer, const char *uris);
+
+int  ringbtl_register(ringbtl_t *t, uint8_t tag, ringbtl_recv_fn fn, void *ctx);
+int  ringbtl_unregister(ringbtl_t *t, uint8_t tag);     /* allowed inside its own callback */
+void ringbtl_on_complete(ringbtl_t *t, ringbtl_complete_fn fn, void *ctx);
+void ringbtl_on_error(ringbtl_t *t, ringbtl_error_fn fn, void *ctx);
+
+/* Queues one message: the concatenation of iov[0..iovcnt] (iovcnt <= ringbtl_max_segments()).
+ * The bytes are NOT copied: they must stay valid and unchanged until the completion
+ * callback for `cookie` has run (small segments may be copied, which changes nothing for
+ * the caller). Returns RINGBTL_OK (then exactly one completion follows) or a negative
+ * code (then none follows). Allowed inside any callback. */
+int  ringbtl_send(ringbtl_t *t, uint32_t peer, uint8_t tag,
+                  const ringbtl_iov_t *iov, size_t iovcnt, uint64_t cookie);
+
+/* One non-blocking pass: submit, reap, run callbacks. Returns the number of events handled
+ * (>= 0) or a negative code. Re-entrant: called from inside a callback it returns 0 and
+ * does nothing (the outer pass continues). */
+int  ringbtl_progress(ringbtl_t *t);
+/* Like progress but may sleep in the kernel up to timeout_us when nothing is ready. */
+int  ringbtl_wait(ringbtl_t *t, uint32_t timeout_us);
+/* Sends accepted for `peer` whose completion has not run yet. */
+size_t ringbtl_pending(const ringbtl_t *t, uint32_t peer);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RINGBTL_H */

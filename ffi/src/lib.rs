@@ -1,0 +1,74 @@
+//! # ringbtl-ffi: the C ABI of ringbtl
+//!
+//! A static library (`libringbtl_ffi.a`) and a shared library (`libringbtl_ffi.so`) that
+//! put a C face on [`ringbtl::Transport`], described by the hand-written header
+//! `ffi/include/ringbtl.h` (ABI version [`RINGBTL_ABI_VERSION`]). The Open MPI BTL
+//! component is its first user.
+//!
+//! ```sh
+//! cargo build --release -p ringbtl-ffi     # target/release/libringbtl_ffi.{a,so}
+//! cc -std=c11 prog.c -Iffi/include target/release/libringbtl_ffi.a \
+//!    -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+//! ```
+//!
+//! ## The contract, in short
+//!
+//! - `ringbtl_config_new` / `ringbtl_config_set` (by the `RINGBTL_*` variable names, with
+//!   the environment's parser and range checks) / `ringbtl_config_from_env`, then
+//!   `ringbtl_create` (consumes the configuration) and `ringbtl_destroy` (FIN, drain,
+//!   close, free).
+//! - `ringbtl_uris` publishes the local addresses; `ringbtl_add_peer` takes a peer's.
+//! - `ringbtl_register(tag, fn, ctx)`: a receive callback per tag; its bytes are borrowed
+//!   for the call.
+//! - `ringbtl_send(peer, tag, iov, iovcnt, cookie)`: a gather list of at most
+//!   `ringbtl_max_segments()` pieces, sent without copying (small pieces are copied next
+//!   to their header). The completion callback runs exactly once per accepted send, and
+//!   only after the kernel is done with the bytes.
+//! - `ringbtl_progress` / `ringbtl_wait`: one pass; called from inside a callback they
+//!   return 0 and do nothing, so callbacks may call anything that leads to them.
+//! - Status codes (`RINGBTL_ERR_*`, negative) and a per-thread message,
+//!   `ringbtl_last_error()`.
+//!
+//! ## Threads
+//!
+//! One thread drives a transport: every call on a handle, and every callback, happens on
+//! it. There are no locks; a multi-threaded program serializes its calls.
+//!
+//! ## How it maps onto the library
+//!
+//! - Sends: each `ringbtl_iov_t` becomes a `Bytes::from_static` over the caller's memory
+//!   (no allocation, nothing freed by the library), valid by the caller's promise until the
+//!   completion.
+//! - Receive: one dispatcher per tag registered with the transport looks up the C callback
+//!   at each message, and lends the transport to the functions the callback calls.
+//! - Completions and peer failures are queued during the pass and handed to C right after
+//!   it, in order, when the callback may use the transport freely.
+//! - Errors: [`ringbtl::Error`], [`ringbtl::SendError`] and [`ringbtl::FailReason`] map
+//!   onto the codes; no panic crosses the boundary (`RINGBTL_ERR_INTERNAL`).
+//! - Steady state allocates nothing on the send, progress, receive and completion paths
+//!   (`tests/alloc.rs` counts).
+
+mod config;
+mod handle;
+mod status;
+
+pub use config::{
+    ringbtl_config_free, ringbtl_config_from_env, ringbtl_config_new, ringbtl_config_set,
+    RingbtlConfig,
+};
+pub use handle::{
+    ringbtl_add_peer, ringbtl_backend_name, ringbtl_create, ringbtl_destroy, ringbtl_local_id,
+    ringbtl_max_frame, ringbtl_max_segments, ringbtl_on_complete, ringbtl_on_error,
+    ringbtl_pending, ringbtl_progress, ringbtl_register, ringbtl_send, ringbtl_unregister,
+    ringbtl_uris, ringbtl_wait, CompleteFn, ErrorFn, RecvFn, Ringbtl, RingbtlIov,
+};
+pub use status::*;
+
+/// The ABI version this library implements (`RINGBTL_ABI_VERSION` in the header).
+pub const RINGBTL_ABI_VERSION: u32 = 1;
+
+/// The library's ABI version, to compare with the header's `RINGBTL_ABI_VERSION`.
+#[no_mangle]
+pub extern "C" fn ringbtl_abi_version() -> u32 {
+    RINGBTL_ABI_VERSION
+}
