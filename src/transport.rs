@@ -513,14 +513,16 @@ impl Transport {
 
     /// Sends FIN to every connected peer, waits (up to `timeout`) for their FINs and for
     /// every socket to close, then abandons whatever is left (pending sends complete with
-    /// [`FailReason::Shutdown`]). Sends are refused from the first call on.
+    /// [`FailReason::Shutdown`]). Sends are refused from the first call on. Every send
+    /// accepted before has completed when this returns; only a send whose batch the kernel
+    /// still held at the deadline completes while the kernel may read its bytes.
     pub fn shutdown(&mut self, timeout: Duration) -> Result<(), Error> {
         if self.dispatching > 0 {
             return Err(Error::Reentrant("shutdown"));
         }
         let deadline = Instant::now() + timeout;
         self.core.shutdown();
-        while !self.core.is_quiescent() {
+        while !self.core.is_quiescent() || self.core.orphaned() > 0 {
             let now = Instant::now();
             if now >= deadline {
                 self.core.abort_all();
@@ -531,6 +533,12 @@ impl Transport {
         // Let the closes go through so the sockets are gone when this returns.
         self.pass(None)?;
         self.pass(Some(Duration::from_millis(1)))?;
+        if self.core.orphaned() > 0 {
+            // Batches still in the kernel past the deadline: their sends complete now
+            // (the reactor leaks those batches rather than free them under the kernel).
+            self.core.release_orphans();
+            self.deliver_core_events();
+        }
         Ok(())
     }
 

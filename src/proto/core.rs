@@ -36,7 +36,9 @@
 //! the endpoint's queue until exactly one connection is adopted.
 //!
 //! Failure: every queued and in-flight send completes exactly once with an error, and a
-//! [`CoreEvent::PeerFailed`] is raised once. A failed endpoint stays failed; later sends
+//! [`CoreEvent::PeerFailed`] is raised once. A send whose batch the driver holds (the
+//! kernel may still read its payload) completes when the batch comes back, so that its
+//! completion always means "the caller's memory is free again". A failed endpoint stays failed; later sends
 //! return [`SendError::Unreachable`] at once.
 
 use std::collections::VecDeque;
@@ -251,6 +253,9 @@ struct Endpoint {
     queue: VecDeque<Frag>,
     /// Cookies of the frames in the connection's in-flight batch, in order.
     inflight: VecDeque<Option<u64>>,
+    /// Sends whose batch was in flight when the endpoint failed: they complete when the
+    /// driver hands the batch back (see [`Conn::orphans`]).
+    orphaned: usize,
     attempts: u32,
     dirty: bool,
     fin_sent: bool,
@@ -278,6 +283,10 @@ struct Conn {
     peer: Option<PeerId>,
     /// Send batch; `None` while rented to the driver (in flight).
     tx: Option<TxBatch>,
+    /// The cookies of the rented batch when its endpoint failed, and why: they complete
+    /// only when the batch comes back, since until then the kernel may still read the
+    /// caller's payload memory (which a C caller frees at the completion).
+    orphans: Option<(PeerId, FailReason, VecDeque<Option<u64>>)>,
     /// The batch holds bytes not yet submitted.
     tx_ready: bool,
     /// Close once the current batch is written (a REJECT, or our FIN).
@@ -368,6 +377,7 @@ impl Core {
                     state: EpState::Closed,
                     queue: VecDeque::new(),
                     inflight: VecDeque::new(),
+                    orphaned: 0,
                     attempts: 0,
                     dirty: false,
                     fin_sent: false,
@@ -394,6 +404,7 @@ impl Core {
         self.ep(peer).map_or(0, |e| {
             e.queue.iter().filter(|f| f.cookie.is_some()).count()
                 + e.inflight.iter().filter(|c| c.is_some()).count()
+                + e.orphaned
         })
     }
 
@@ -556,6 +567,10 @@ impl Core {
         batch.clear();
         let Some(c) = self.conn_mut(conn) else { return };
         c.tx = Some(batch);
+        if let Some(o) = c.orphans.take() {
+            self.complete_orphans(o);
+        }
+        let Some(c) = self.conn_mut(conn) else { return };
         let peer = c.peer;
         let close_after = c.close_after_tx;
         let stage = c.stage;
@@ -785,7 +800,28 @@ impl Core {
     /// The driver closed the socket and no operation of it remains: forget it.
     pub fn handle_closed(&mut self, conn: ConnKey) {
         if let Some(slot) = self.conns.get_mut(conn.0 as usize) {
-            *slot = None;
+            // The batch comes back before the close; should it not have, its sends
+            // still complete once.
+            if let Some(o) = slot.take().and_then(|c| c.orphans) {
+                self.complete_orphans(o);
+            }
+        }
+    }
+
+    /// Sends that wait for their batch to come back from the driver (their peer failed
+    /// meanwhile).
+    pub fn orphaned(&self) -> usize {
+        self.endpoints.iter().flatten().map(|e| e.orphaned).sum()
+    }
+
+    /// Completes the sends of every batch still with the driver now, without waiting for
+    /// it: for a shutdown whose drain ran out of time (the driver then leaks the batches
+    /// rather than free memory the kernel may read).
+    pub fn release_orphans(&mut self) {
+        for i in 0..self.conns.len() {
+            if let Some(o) = self.conns[i].as_mut().and_then(|c| c.orphans.take()) {
+                self.complete_orphans(o);
+            }
         }
     }
 
@@ -1626,9 +1662,43 @@ impl Core {
         };
         if let Some(c) = conn {
             self.kill_conn(c);
+            self.orphan_inflight(peer, c, &reason);
         }
         self.fail_queued(peer, reason);
         true
+    }
+
+    /// The endpoint of `peer` fails while `conn`'s batch is with the driver: its frames
+    /// complete when it comes back ([`handle_sent`](Self::handle_sent)), not now.
+    fn orphan_inflight(&mut self, peer: PeerId, conn: ConnKey, reason: &FailReason) {
+        let (Some(c), Some(ep)) = (
+            slot(&mut self.conns, conn.0),
+            slot(&mut self.endpoints, peer.0),
+        ) else {
+            return;
+        };
+        if c.tx.is_some() || ep.inflight.is_empty() {
+            return;
+        }
+        let cookies = mem::take(&mut ep.inflight);
+        ep.orphaned += cookies.iter().flatten().count();
+        c.orphans = Some((peer, reason.clone(), cookies));
+    }
+
+    fn complete_orphans(
+        &mut self,
+        (peer, reason, cookies): (PeerId, FailReason, VecDeque<Option<u64>>),
+    ) {
+        if let Some(ep) = self.ep_mut(peer) {
+            ep.orphaned = ep.orphaned.saturating_sub(cookies.iter().flatten().count());
+        }
+        for cookie in cookies.into_iter().flatten() {
+            self.events.push_back(CoreEvent::Completed {
+                peer,
+                cookie,
+                result: Err(reason.clone()),
+            });
+        }
     }
 }
 
@@ -1647,6 +1717,7 @@ impl Conn {
             stage,
             peer,
             tx: Some(TxBatch::with_capacity(HELLO_LEN, 2)),
+            orphans: None,
             tx_ready: false,
             close_after_tx: false,
             rx: Some(RxBuf::cache(cache)),

@@ -1524,6 +1524,60 @@ fn abrupt_close_fails_every_pending_send_once() {
 }
 
 #[test]
+fn a_batch_in_flight_completes_only_when_it_comes_back() {
+    // The peer dies while node 0's batch is with the kernel (the send stalls): the
+    // endpoint fails at once, but the sends of that batch complete only when the driver
+    // hands it back, since until then the kernel may read their payload memory.
+    for seed in 0..50 {
+        let ctx = format!("seed {seed}");
+        let mut net = Net::pair(seed);
+        connect_pair(&mut net);
+        net.knobs.stall = Some(0);
+        let n = 1 + net.rng.below(4);
+        for _ in 0..n {
+            net.send(0, 1, 1, vec![7; 4096]).unwrap();
+        }
+        net.pump(0);
+        let inflight = net.inflight_frames(0);
+        assert_eq!(inflight, n, "{ctx}: one batch carries every send");
+        let before = net.count_events(0, |e| matches!(e, CoreEvent::Completed { .. }));
+        net.crash(1);
+        let eof = net
+            .ready()
+            .into_iter()
+            .find(|i| matches!(i, Item::Eof(_)))
+            .expect("node 0 sees the end of the stream");
+        net.exec(eof);
+        assert_eq!(net.core(0).state(PeerId(1)), Some(EndpointState::Failed));
+        assert_eq!(net.failed_events(0).len(), 1, "{ctx}");
+        let after = net.count_events(0, |e| matches!(e, CoreEvent::Completed { .. }));
+        assert_eq!(
+            after, before,
+            "{ctx}: completed while the kernel held the batch"
+        );
+        assert_eq!(net.core(0).pending(PeerId(1)), n, "{ctx}");
+        assert_eq!(net.core(0).orphaned(), n, "{ctx}");
+        // The close cancels the send: the batch comes back, the sends complete once.
+        net.drive();
+        let done = net.completions(0);
+        let errs: Vec<_> = done.values().filter_map(|r| r.as_ref().err()).collect();
+        assert_eq!(errs.len(), n, "{ctx}: {done:?}");
+        assert!(
+            errs.iter().all(|r| matches!(
+                r,
+                FailReason::ConnectionLost {
+                    peer: PeerId(1),
+                    ..
+                }
+            )),
+            "{ctx}: {errs:?}"
+        );
+        assert_eq!(net.core(0).pending(PeerId(1)), 0, "{ctx}");
+        assert_eq!(net.core(0).orphaned(), 0, "{ctx}");
+    }
+}
+
+#[test]
 fn abort_all_fails_pending_sends_once() {
     for seed in 0..100 {
         let mut net = Net::pair(seed);
