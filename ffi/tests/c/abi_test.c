@@ -1,0 +1,397 @@
+/*
+ * The C ABI from C: two transports in one process on loopback.
+ *
+ * - gather sends of 1 to 8 segments with cookies, small (copied) and large (sent from
+ *   this program's memory, which is poisoned and freed in the completion callback); every
+ *   byte checked at the receiver, in order; every completion exactly once;
+ * - sends from inside a receive callback and from inside a completion callback, nested
+ *   progress and wait returning 0, a callback that unregisters itself, re-registration;
+ * - error codes and messages for bad input;
+ * - a peer destroyed while sends to it are in flight: every send still completes once;
+ * - destroy.
+ *
+ * Built with -Wall -Wextra -Werror -std=c11 against ffi/include/ringbtl.h and run by
+ * ffi/tests/c_program.rs; exits 0 when every check passed. Loops are bounded in time.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "ringbtl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHECK(cond, ...)                                                                   \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fprintf(stderr, " (last error: %s)\n", ringbtl_last_error());                  \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+enum {
+    NMSG = 300,          /* data messages A -> B */
+    NFAIL = 160,         /* messages in flight when B goes away (more than the socket buffers hold) */
+    TAG_DATA = 7,
+    TAG_REPLY = 8,
+    TAG_LATE = 9,        /* sent from inside a completion callback */
+    TAG_ONCE = 10,       /* its callback unregisters itself */
+    MAX_FRAME = 64 * 1024,
+    COOKIE_REPLY = 100000,
+    COOKIE_LATE = 200000,
+    COOKIE_ONCE = 300000,
+    COOKIE_FAIL = 400000,
+    COOKIE_MAX = 400000 + NFAIL
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static ringbtl_t *A, *B;
+
+/* Sender A */
+static unsigned char *bufs[NMSG];
+static unsigned a_completed[COOKIE_MAX];
+static int a_status[COOKIE_MAX];
+static unsigned a_replies, a_errors, a_nested_zero;
+static unsigned char fail_buf[NFAIL][MAX_FRAME - 4096];
+/* Receiver B */
+static unsigned char reply_buf[NMSG][4];
+static unsigned b_received, b_late, b_once, b_completed, b_nested_zero;
+
+static size_t msg_len(unsigned i) {
+    /* small ones are copied next to their header, large ones sent by reference */
+    return (i % 3 == 0) ? 4 + i % 200 : 2000 + (i * 397) % (MAX_FRAME - 2000);
+}
+
+static unsigned char pattern(unsigned i, size_t j) {
+    return (unsigned char)(i * 31u + j * 7u + (j >> 8));
+}
+
+static void put_index(unsigned char *p, unsigned i) {
+    p[0] = (unsigned char)(i >> 24);
+    p[1] = (unsigned char)(i >> 16);
+    p[2] = (unsigned char)(i >> 8);
+    p[3] = (unsigned char)i;
+}
+
+static unsigned get_index(const unsigned char *p) {
+    return ((unsigned)p[0] << 24) | ((unsigned)p[1] << 16) | ((unsigned)p[2] << 8) | p[3];
+}
+
+/* Sends `len` bytes of `buf` as `nseg` segments cut at fixed points. */
+static int send_split(ringbtl_t *t, uint32_t peer, uint8_t tag, const unsigned char *buf,
+                      size_t len, size_t nseg, uint64_t cookie) {
+    ringbtl_iov_t iov[8];
+    size_t at = 0;
+    for (size_t s = 0; s < nseg; s++) {
+        size_t end = (s + 1 == nseg) ? len : len * (s + 1) / nseg;
+        iov[s].base = buf + at;
+        iov[s].len = end - at;
+        at = end;
+    }
+    return ringbtl_send(t, peer, tag, iov, nseg, cookie);
+}
+
+/* ----- B's callbacks ---------------------------------------------------------------- */
+
+static void b_on_data(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
+    CHECK(ctx == &b_received, "context passed through");
+    CHECK(src == 0 && tag == TAG_DATA, "src %u tag %u", src, tag);
+    const unsigned char *p = data;
+    CHECK(len >= 4, "message of %zu bytes", len);
+    unsigned i = get_index(p);
+    CHECK(i == b_received, "message %u arrived as number %u (order)", i, b_received);
+    CHECK(len == msg_len(i), "message %u: %zu bytes, want %zu", i, len, msg_len(i));
+    for (size_t j = 4; j < len; j++) {
+        CHECK(p[j] == pattern(i, j), "message %u byte %zu", i, j);
+    }
+    b_received++;
+    /* nested progress does nothing */
+    CHECK(ringbtl_progress(B) == 0, "nested progress");
+    CHECK(ringbtl_wait(B, 1000) == 0, "nested wait");
+    b_nested_zero++;
+    /* reply from inside the callback with this message's index: from memory that stays
+     * valid until the completion (not from `data`, valid only during this call) */
+    memcpy(reply_buf[i], p, 4);
+    ringbtl_iov_t iov = {reply_buf[i], 4};
+    CHECK(ringbtl_send(B, src, TAG_REPLY, &iov, 1, COOKIE_REPLY + i) == RINGBTL_OK,
+          "reply from a callback");
+}
+
+static void b_on_late(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
+    (void)ctx;
+    CHECK(src == 0 && tag == TAG_LATE && len == 5 && memcmp(data, "late!", 5) == 0, "late");
+    b_late++;
+}
+
+static void b_on_once(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
+    (void)ctx;
+    (void)src;
+    (void)data;
+    (void)len;
+    CHECK(tag == TAG_ONCE, "tag");
+    b_once++;
+    CHECK(ringbtl_unregister(B, TAG_ONCE) == RINGBTL_OK, "unregister inside own callback");
+    CHECK(ringbtl_unregister(B, TAG_ONCE) == RINGBTL_ERR_INVALID, "twice");
+}
+
+static void b_on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status) {
+    (void)ctx;
+    CHECK(peer == 0 && status == RINGBTL_OK, "B's completion %llu: %d",
+          (unsigned long long)cookie, status);
+    CHECK(cookie >= COOKIE_REPLY && cookie < COOKIE_REPLY + NMSG, "cookie");
+    b_completed++;
+}
+
+/* ----- A's callbacks ---------------------------------------------------------------- */
+
+static void a_on_reply(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
+    (void)ctx;
+    CHECK(src == 1 && tag == TAG_REPLY && len == 4, "reply");
+    CHECK(get_index(data) == a_replies, "reply %u in order", a_replies);
+    a_replies++;
+}
+
+static void a_on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status) {
+    CHECK(ctx == a_completed, "context passed through");
+    CHECK(peer == 1, "peer %u", peer);
+    CHECK(cookie < COOKIE_MAX, "cookie %llu", (unsigned long long)cookie);
+    a_completed[cookie]++;
+    a_status[cookie] = status;
+    CHECK(a_completed[cookie] == 1, "cookie %llu completed twice", (unsigned long long)cookie);
+    if (cookie < NMSG) {
+        CHECK(status == RINGBTL_OK, "send %llu: %s", (unsigned long long)cookie,
+              ringbtl_strerror(status));
+        /* The library is done with the bytes: poison and free them. */
+        memset(bufs[cookie], 0xEE, msg_len((unsigned)cookie));
+        free(bufs[cookie]);
+        bufs[cookie] = NULL;
+        if (cookie == 0) {
+            static const char late[] = "late!";
+            ringbtl_iov_t iov = {late, 5};
+            CHECK(ringbtl_send(A, 1, TAG_LATE, &iov, 1, COOKIE_LATE) == RINGBTL_OK,
+                  "send from a completion callback");
+            CHECK(ringbtl_progress(A) == 0, "nested progress in a completion callback");
+            a_nested_zero++;
+        }
+    }
+}
+
+static void a_on_error(void *ctx, uint32_t peer, int status, const char *msg) {
+    (void)ctx;
+    CHECK(peer == 1 && status < 0 && msg != NULL && msg[0] != '\0', "error callback");
+    fprintf(stderr, "peer %u failed: %s (%s)\n", peer, msg, ringbtl_strerror(status));
+    a_errors++;
+}
+
+/* Progress both until `done()` holds; at most 20 s. */
+static void drive(int (*done)(void), const char *what, int with_b) {
+    double deadline = now_s() + 20.0;
+    while (!done()) {
+        CHECK(now_s() < deadline, "%s: stalled", what);
+        CHECK(ringbtl_progress(A) >= 0, "progress A");
+        if (with_b) {
+            CHECK(ringbtl_progress(B) >= 0, "progress B");
+        }
+    }
+}
+
+static int all_data_done(void) {
+    unsigned done = 0;
+    for (unsigned i = 0; i < NMSG; i++) {
+        done += a_completed[i];
+    }
+    return done == NMSG && b_received == NMSG && a_replies == NMSG && b_completed == NMSG &&
+           a_completed[COOKIE_LATE] == 1 && b_late == 1;
+}
+
+static int marker_done(void) {
+    return b_late == 2 && a_completed[COOKIE_ONCE + 2] == 1;
+}
+
+static int reregistered_done(void) {
+    return b_once == 2;
+}
+
+static int fail_done(void) {
+    for (unsigned i = 0; i < NFAIL; i++) {
+        if (a_completed[COOKIE_FAIL + i] == 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static ringbtl_t *make(uint32_t id) {
+    ringbtl_config_t *cfg = NULL;
+    CHECK(ringbtl_config_new(id, &cfg) == RINGBTL_OK && cfg != NULL, "config_new");
+    /* RINGBTL_BACKEND from the environment picks the backend under test */
+    CHECK(ringbtl_config_from_env(cfg) == RINGBTL_OK, "config_from_env");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_MAX_FRAME", "64k") == RINGBTL_OK, "set max frame");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_INLINE", "512") == RINGBTL_OK, "set inline");
+    ringbtl_t *t = NULL;
+    CHECK(ringbtl_create(cfg, &t) == RINGBTL_OK && t != NULL, "create %u", id);
+    return t;
+}
+
+static void check_bad_input(void) {
+    /* versions, texts */
+    CHECK(ringbtl_abi_version() == RINGBTL_ABI_VERSION, "ABI version");
+    CHECK(ringbtl_max_segments() == 8, "max segments");
+    CHECK(strcmp(ringbtl_strerror(RINGBTL_ERR_UNKNOWN_PEER), ringbtl_strerror(12345)) != 0,
+          "codes have texts");
+    CHECK(ringbtl_strerror(12345) != NULL, "never NULL");
+
+    /* configuration */
+    ringbtl_config_t *cfg = NULL;
+    CHECK(ringbtl_config_new(5, &cfg) == RINGBTL_OK, "config_new");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_NO_SUCH_THING", "1") == RINGBTL_ERR_CONFIG,
+          "unknown setting");
+    CHECK(strstr(ringbtl_last_error(), "RINGBTL_NO_SUCH_THING") != NULL, "names the setting");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_MAX_FRAME", "12") == RINGBTL_ERR_CONFIG, "range");
+    CHECK(strstr(ringbtl_last_error(), "RINGBTL_MAX_FRAME") != NULL, "names the variable");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_BACKEND", "kqueue") == RINGBTL_ERR_CONFIG, "enum");
+    CHECK(ringbtl_config_set(cfg, NULL, "1") == RINGBTL_ERR_INVALID, "NULL name");
+    CHECK(ringbtl_config_set(NULL, "RINGBTL_MAX_FRAME", "1m") == RINGBTL_ERR_INVALID, "NULL");
+    ringbtl_config_free(cfg);
+    ringbtl_config_free(NULL);
+    CHECK(ringbtl_create(NULL, NULL) == RINGBTL_ERR_INVALID, "create NULL");
+
+    /* sends */
+    unsigned char big[MAX_FRAME + 1];
+    memset(big, 1, sizeof big);
+    ringbtl_iov_t iov[9];
+    for (int i = 0; i < 9; i++) {
+        iov[i].base = big;
+        iov[i].len = 1;
+    }
+    CHECK(ringbtl_send(A, 42, 1, iov, 1, 0) == RINGBTL_ERR_UNKNOWN_PEER, "unknown peer");
+    CHECK(strstr(ringbtl_last_error(), "42") != NULL, "names the peer: %s",
+          ringbtl_last_error());
+    CHECK(ringbtl_send(A, 1, 1, iov, 9, 0) == RINGBTL_ERR_TOO_MANY_SEGMENTS, "9 segments");
+    CHECK(strstr(ringbtl_last_error(), "9") != NULL, "says how many");
+    iov[0].len = sizeof big;
+    CHECK(ringbtl_send(A, 1, 1, iov, 1, 0) == RINGBTL_ERR_TOO_LARGE, "above max frame");
+    CHECK(ringbtl_max_frame(A) == MAX_FRAME, "max frame %zu", ringbtl_max_frame(A));
+    iov[0].base = NULL;
+    CHECK(ringbtl_send(A, 1, 1, iov, 1, 0) == RINGBTL_ERR_INVALID, "NULL base");
+    CHECK(ringbtl_send(A, 1, 1, NULL, 1, 0) == RINGBTL_ERR_INVALID, "NULL iov");
+    CHECK(ringbtl_send(NULL, 1, 1, iov, 0, 0) == RINGBTL_ERR_INVALID, "NULL transport");
+    CHECK(ringbtl_progress(NULL) == RINGBTL_ERR_INVALID, "NULL progress");
+    CHECK(ringbtl_pending(A, 1) == 0, "nothing accepted");
+
+    /* peers and tags */
+    CHECK(ringbtl_add_peer(A, 3, "not a uri") == RINGBTL_ERR_INVALID, "bad URI list");
+    CHECK(ringbtl_last_error()[0] != '\0', "with a message");
+    CHECK(ringbtl_add_peer(A, 3, NULL) == RINGBTL_ERR_INVALID, "NULL URI list");
+    CHECK(ringbtl_register(A, TAG_REPLY, a_on_reply, NULL) == RINGBTL_ERR_TAG_IN_USE, "taken");
+    CHECK(ringbtl_register(A, 200, NULL, NULL) == RINGBTL_ERR_INVALID, "NULL callback");
+    CHECK(ringbtl_unregister(A, 201) == RINGBTL_ERR_INVALID, "nothing to unregister");
+    CHECK(ringbtl_destroy(NULL, 0) == RINGBTL_OK, "destroy NULL");
+}
+
+int main(void) {
+    A = make(0);
+    B = make(1);
+    CHECK(ringbtl_local_id(A) == 0 && ringbtl_local_id(B) == 1, "ids");
+    const char *backend = ringbtl_backend_name(A);
+    CHECK(strcmp(backend, "uring") == 0 || strcmp(backend, "epoll") == 0, "%s", backend);
+    CHECK(strncmp(ringbtl_uris(B), "tcp://", 6) == 0, "%s", ringbtl_uris(B));
+    CHECK(ringbtl_add_peer(A, 1, ringbtl_uris(B)) == RINGBTL_OK, "add B");
+    CHECK(ringbtl_add_peer(B, 0, ringbtl_uris(A)) == RINGBTL_OK, "add A");
+
+    CHECK(ringbtl_register(B, TAG_DATA, b_on_data, &b_received) == RINGBTL_OK, "register");
+    CHECK(ringbtl_register(B, TAG_LATE, b_on_late, NULL) == RINGBTL_OK, "register");
+    CHECK(ringbtl_register(B, TAG_ONCE, b_on_once, NULL) == RINGBTL_OK, "register");
+    CHECK(ringbtl_register(A, TAG_REPLY, a_on_reply, NULL) == RINGBTL_OK, "register");
+    ringbtl_on_complete(A, a_on_complete, a_completed);
+    ringbtl_on_complete(B, b_on_complete, NULL);
+    ringbtl_on_error(A, a_on_error, NULL);
+
+    check_bad_input();
+
+    /* 1. gather sends, every byte and completion checked */
+    for (unsigned i = 0; i < NMSG; i++) {
+        size_t len = msg_len(i);
+        bufs[i] = malloc(len);
+        CHECK(bufs[i] != NULL, "malloc");
+        put_index(bufs[i], i);
+        for (size_t j = 4; j < len; j++) {
+            bufs[i][j] = pattern(i, j);
+        }
+        size_t nseg = 1 + i % 8;
+        if (nseg > len) {
+            nseg = len;
+        }
+        CHECK(send_split(A, 1, TAG_DATA, bufs[i], len, nseg, i) == RINGBTL_OK, "send %u", i);
+        if (i % 50 == 49) {
+            CHECK(ringbtl_progress(A) >= 0, "progress");
+        }
+    }
+    drive(all_data_done, "data", 1);
+    CHECK(ringbtl_pending(A, 1) == 0 && ringbtl_pending(B, 0) == 0, "nothing pending");
+    CHECK(b_nested_zero == NMSG && a_nested_zero == 1, "nested calls");
+    printf("ok: %u gather sends checked byte for byte, %u replies from callbacks (%s)\n",
+           NMSG, a_replies, backend);
+
+    /* 2. a callback that unregisters itself, then registration again */
+    static const char one[] = "x";
+    ringbtl_iov_t iov = {one, 1};
+    for (unsigned k = 0; k < 3; k++) {
+        CHECK(ringbtl_send(A, 1, TAG_ONCE, &iov, 1, COOKIE_ONCE + k) == RINGBTL_OK, "once");
+    }
+    /* a marker behind them: once it arrived, so did the three (per-peer order) */
+    static const char late[] = "late!";
+    ringbtl_iov_t marker = {late, 5};
+    CHECK(ringbtl_send(A, 1, TAG_LATE, &marker, 1, COOKIE_LATE + 1) == RINGBTL_OK, "marker");
+    drive(marker_done, "once", 1);
+    /* the ones after the unregistration were dropped (no callback for the tag) */
+    CHECK(b_once == 1, "the callback ran %u times after unregistering itself", b_once);
+    CHECK(ringbtl_register(B, TAG_ONCE, b_on_once, NULL) == RINGBTL_OK, "register again");
+    CHECK(ringbtl_send(A, 1, TAG_ONCE, &iov, 1, COOKIE_ONCE + 3) == RINGBTL_OK, "once more");
+    drive(reregistered_done, "re-registered", 1);
+    printf("ok: unregister inside its own callback, register again\n");
+
+    /* 3. B goes away while A's sends to it are in flight: each completes exactly once */
+    for (unsigned i = 0; i < NFAIL; i++) {
+        memset(fail_buf[i], (int)i, sizeof fail_buf[i]);
+        CHECK(send_split(A, 1, TAG_DATA + 100, fail_buf[i], sizeof fail_buf[i], 2,
+                         COOKIE_FAIL + i) == RINGBTL_OK,
+              "send %u", i);
+    }
+    for (int k = 0; k < 50; k++) {
+        CHECK(ringbtl_progress(A) >= 0, "progress A");
+    }
+    CHECK(ringbtl_destroy(B, 20) == RINGBTL_OK, "destroy B");
+    B = NULL;
+    drive(fail_done, "sends to a destroyed peer", 0);
+    unsigned ok = 0, failed = 0;
+    for (unsigned i = 0; i < NFAIL; i++) {
+        int s = a_status[COOKIE_FAIL + i];
+        CHECK(s == RINGBTL_OK || s == RINGBTL_ERR_UNREACHABLE || s == RINGBTL_ERR_PEER_CLOSED,
+              "status %d", s);
+        if (s == RINGBTL_OK) {
+            ok++;
+        } else {
+            failed++;
+        }
+    }
+    CHECK(a_errors <= 1, "one error callback at most: %u", a_errors);
+    CHECK(ringbtl_pending(A, 1) == 0, "nothing pending");
+    for (unsigned c = 0; c < COOKIE_MAX; c++) {
+        CHECK(a_completed[c] <= 1, "cookie %u completed %u times", c, a_completed[c]);
+    }
+    printf("ok: peer destroyed with sends in flight: %u completed ok, %u failed, %u error "
+           "callbacks\n",
+           ok, failed, a_errors);
+
+    CHECK(ringbtl_destroy(A, 1000) == RINGBTL_OK, "destroy A");
+    printf("ok: destroyed\n");
+    return 0;
+}
