@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Lint, build and test every feature set CI supports, then a short benchmark smoke run.
-# Every cargo command runs at the workspace root and so covers the library and the
-# benchmark crate (bench/) alike; the benchmark forwards the library's feature names.
+# Every cargo command runs at the workspace root and so covers the library, the
+# benchmark crate (bench/) and the C ABI (ffi/) alike; both forward the library's feature
+# names.
 # Usage: tools/ci.sh            (everything)
 #        tools/ci.sh quick      (default features only)
 set -euo pipefail
@@ -29,6 +30,8 @@ for fs in "${feature_sets[@]}"; do
   cargo clippy --all-targets $fs -- -D warnings
 done
 
+# The C ABI's tests (ffi/) compile a C program with -Werror against ffi/include/ringbtl.h
+# (cc, also with -fsanitize=address) and compare the header with the library's symbols (nm).
 for fs in "${feature_sets[@]}"; do
   step "test ${fs:-(default features)}"
   # shellcheck disable=SC2086

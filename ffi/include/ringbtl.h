@@ -9,7 +9,20 @@
  *     cc prog.c -Iffi/include target/release/libringbtl_ffi.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
  *
  * ABI version 1. Changes to the contract below are announced here, with the
- * version bump they need.
+ * version bump they need. Beyond the first agreed text, version 1 also says:
+ * - ringbtl_add_peer: RINGBTL_ERR_INVALID for a URI list that does not parse,
+ *   RINGBTL_ERR_UNREACHABLE when none of its addresses is reachable from the selected
+ *   interfaces (RINGBTL_LISTEN=auto with RINGBTL_IF_INCLUDE / RINGBTL_IF_EXCLUDE),
+ *   RINGBTL_ERR_UNKNOWN_PEER for the local id itself;
+ * - ringbtl_unregister of a tag without a callback: RINGBTL_ERR_INVALID;
+ * - ringbtl_destroy runs the completions still owed before it returns, and is refused
+ *   (RINGBTL_ERR_INVALID, nothing done) inside a callback;
+ * - completions that arrive while no completion callback is set are dropped: set it
+ *   before the first send;
+ * - ringbtl_progress / ringbtl_wait count the callbacks they ran among the events;
+ * - ringbtl_last_error's text lives in one buffer per thread (up to 2047 bytes), so a
+ *   pointer kept past the next failing call shows the newer message;
+ * - after RINGBTL_ERR_INTERNAL the transport's state is unknown: destroy it.
  *
  * Threads: one thread drives a transport. Every function taking a ringbtl_t must be
  * called on the thread that drives it, and every callback runs on that thread, from

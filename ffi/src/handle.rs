@@ -28,8 +28,8 @@ use ringbtl::{Completion, Error, FailReason, PeerId, SendError, Tag, Transport};
 
 use crate::config::RingbtlConfig;
 use crate::status::{
-    fail, fail_code, fail_with, guard, send_code, RINGBTL_ERR_CONFIG, RINGBTL_ERR_INTERNAL,
-    RINGBTL_ERR_INVALID, RINGBTL_OK,
+    fail, fail_code, fail_with, guard, send_code, RINGBTL_ERR_INTERNAL, RINGBTL_ERR_INVALID,
+    RINGBTL_ERR_UNREACHABLE, RINGBTL_OK,
 };
 
 /// A received active message (`ringbtl_recv_fn`).
@@ -363,17 +363,14 @@ pub unsafe extern "C" fn ringbtl_add_peer(
         let Ok(uris) = unsafe { CStr::from_ptr(uris) }.to_str() else {
             return fail(RINGBTL_ERR_INVALID, "ringbtl_add_peer: uris is not UTF-8");
         };
+        // A list that does not parse is a bad argument; one that parses but that no
+        // selected interface can reach makes the peer unreachable.
+        if let Err(e) = ringbtl::wireup::uri::parse_uri_list(uris) {
+            return fail(RINGBTL_ERR_INVALID, e);
+        }
         match h.transport().add_peer_uris(PeerId(peer), uris) {
             Ok(()) => RINGBTL_OK,
-            // A URI list that does not parse is a bad argument.
-            Err(e @ Error::Wireup(_)) => {
-                let code = fail_with(&e);
-                if code == RINGBTL_ERR_CONFIG {
-                    RINGBTL_ERR_INVALID
-                } else {
-                    code
-                }
-            }
+            Err(e @ Error::Wireup(_)) => fail(RINGBTL_ERR_UNREACHABLE, e),
             Err(e) => fail_with(&e),
         }
     })

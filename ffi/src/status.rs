@@ -2,7 +2,7 @@
 //! library's errors onto the codes, and the panic guard every exported function runs in.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ringbtl::{Error, FailReason, SendError};
@@ -40,8 +40,15 @@ pub const RINGBTL_ERR_PROTOCOL: c_int = -14;
 /// A Rust panic was caught at the boundary.
 pub const RINGBTL_ERR_INTERNAL: c_int = -99;
 
+/// Longest last-error message kept, in bytes (longer ones are cut at a character).
+const LAST_ERROR_MAX: usize = 2047;
+
 thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// The last error message, NUL-terminated, in one buffer per thread whose address
+    /// never changes: a pointer the caller kept too long shows a newer message, never
+    /// freed memory.
+    static LAST_ERROR: RefCell<[u8; LAST_ERROR_MAX + 1]> =
+        const { RefCell::new([0; LAST_ERROR_MAX + 1]) };
 }
 
 /// Text of a status code: a static string, never NULL.
@@ -54,10 +61,8 @@ pub extern "C" fn ringbtl_strerror(status: c_int) -> *const c_char {
 /// next failing call on this thread replaces it.
 #[no_mangle]
 pub extern "C" fn ringbtl_last_error() -> *const c_char {
-    // The CString's heap buffer does not move while it stays in the slot; a later failure
-    // replaces it, which the contract allows.
     LAST_ERROR
-        .try_with(|l| l.borrow().as_ptr())
+        .try_with(|l| l.as_ptr().cast::<c_char>().cast_const())
         .unwrap_or(c"".as_ptr())
 }
 
@@ -86,10 +91,19 @@ pub(crate) fn strerror(status: c_int) -> &'static CStr {
 
 /// Records `msg` as this thread's last error and returns `code`.
 pub(crate) fn fail(code: c_int, msg: impl std::fmt::Display) -> c_int {
-    let text = msg.to_string().replace('\0', "\\0");
-    // Invariant: every NUL was replaced above.
-    let c = CString::new(text).unwrap_or_default();
-    let _ = LAST_ERROR.try_with(|l| *l.borrow_mut() = c);
+    let text = msg.to_string();
+    let mut n = text.len().min(LAST_ERROR_MAX);
+    while !text.is_char_boundary(n) {
+        n -= 1;
+    }
+    let _ = LAST_ERROR.try_with(|l| {
+        let mut buf = l.borrow_mut();
+        for (d, &s) in buf.iter_mut().zip(&text.as_bytes()[..n]) {
+            // A NUL inside would end the C string early.
+            *d = if s == 0 { b'?' } else { s };
+        }
+        buf[n] = 0;
+    });
     code
 }
 
@@ -184,6 +198,20 @@ mod tests {
         let texts: std::collections::HashSet<_> = codes.iter().map(|&c| strerror(c)).collect();
         assert_eq!(texts.len(), codes.len());
         assert!(!texts.contains(strerror(12345)));
+    }
+
+    #[test]
+    fn long_messages_are_cut_at_a_character() {
+        let long = "é".repeat(LAST_ERROR_MAX);
+        assert_eq!(fail(RINGBTL_ERR_CONFIG, &long), RINGBTL_ERR_CONFIG);
+        // SAFETY: this thread's last-error buffer, NUL-terminated.
+        let msg = unsafe { CStr::from_ptr(ringbtl_last_error()) };
+        let msg = msg.to_str().expect("whole characters");
+        assert!(msg.len() <= LAST_ERROR_MAX && msg.len() >= LAST_ERROR_MAX - 1);
+        fail(RINGBTL_ERR_CONFIG, "a\0b");
+        // SAFETY: as above.
+        let msg = unsafe { CStr::from_ptr(ringbtl_last_error()) };
+        assert_eq!(msg.to_str().unwrap(), "a?b");
     }
 
     #[test]

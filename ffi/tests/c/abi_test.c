@@ -33,7 +33,7 @@
 
 enum {
     NMSG = 300,          /* data messages A -> B */
-    NFAIL = 160,         /* messages in flight when B goes away (more than the socket buffers hold) */
+    NFAIL = 160,         /* sent when B goes away: more than the socket buffers hold */
     TAG_DATA = 7,
     TAG_REPLY = 8,
     TAG_LATE = 9,        /* sent from inside a completion callback */
@@ -290,6 +290,19 @@ static void check_bad_input(void) {
     CHECK(ringbtl_add_peer(A, 3, "not a uri") == RINGBTL_ERR_INVALID, "bad URI list");
     CHECK(ringbtl_last_error()[0] != '\0', "with a message");
     CHECK(ringbtl_add_peer(A, 3, NULL) == RINGBTL_ERR_INVALID, "NULL URI list");
+    CHECK(ringbtl_add_peer(A, 0, ringbtl_uris(A)) == RINGBTL_ERR_UNKNOWN_PEER, "itself");
+    /* interface selection: a peer on no selected interface's network is unreachable */
+    CHECK(ringbtl_config_new(2, &cfg) == RINGBTL_OK, "config_new");
+    CHECK(ringbtl_config_from_env(cfg) == RINGBTL_OK, "config_from_env");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_LISTEN", "auto") == RINGBTL_OK, "listen auto");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_IF_INCLUDE", "lo") == RINGBTL_OK, "include lo");
+    ringbtl_t *c = NULL;
+    CHECK(ringbtl_create(cfg, &c) == RINGBTL_OK, "create with interface selection");
+    CHECK(strstr(ringbtl_uris(c), "tcp://127.0.0.1:") != NULL, "%s", ringbtl_uris(c));
+    CHECK(ringbtl_add_peer(c, 1, "tcp://10.99.99.99:1") == RINGBTL_ERR_UNREACHABLE, "route");
+    CHECK(strstr(ringbtl_last_error(), "10.99.99.99") != NULL, "names the address");
+    CHECK(ringbtl_add_peer(c, 1, ringbtl_uris(B)) == RINGBTL_OK, "loopback peer");
+    CHECK(ringbtl_destroy(c, 0) == RINGBTL_OK, "destroy");
     CHECK(ringbtl_register(A, TAG_REPLY, a_on_reply, NULL) == RINGBTL_ERR_TAG_IN_USE, "taken");
     CHECK(ringbtl_register(A, 200, NULL, NULL) == RINGBTL_ERR_INVALID, "NULL callback");
     CHECK(ringbtl_unregister(A, 201) == RINGBTL_ERR_INVALID, "nothing to unregister");
