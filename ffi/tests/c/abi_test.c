@@ -178,6 +178,8 @@ static void a_on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
             CHECK(ringbtl_send(A, 1, TAG_LATE, &iov, 1, COOKIE_LATE) == RINGBTL_OK,
                   "send from a completion callback");
             CHECK(ringbtl_progress(A) == 0, "nested progress in a completion callback");
+            size_t pending = ringbtl_pending(A, 1);
+            CHECK(pending >= 1 && pending <= NMSG + 1, "pending in a callback: %zu", pending);
             a_nested_zero++;
         }
     }
