@@ -115,6 +115,8 @@ impl Ringbtl {
     /// Inside a receive callback this is the `&mut Transport` the pass lent the handler
     /// (`current`); elsewhere no other reference to the transport is live: the exported
     /// functions release theirs before calling into C, and one thread drives the handle.
+    // The handle is shared with the callbacks; the transport it holds is reached through
+    // an `UnsafeCell` (or the lent pointer) under the single-driver rule above.
     #[allow(clippy::mut_from_ref)]
     fn transport(&self) -> &mut Transport {
         let cur = self.shared.current.get();

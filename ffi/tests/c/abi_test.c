@@ -128,6 +128,7 @@ static void b_on_late(void *ctx, uint32_t src, uint8_t tag, const void *data, si
     (void)ctx;
     CHECK(src == 0 && tag == TAG_LATE && len == 5 && memcmp(data, "late!", 5) == 0, "late");
     b_late++;
+    CHECK(ringbtl_destroy(B, 0) == RINGBTL_ERR_INVALID, "destroy inside a callback");
 }
 
 static void b_on_once(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
