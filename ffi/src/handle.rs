@@ -43,7 +43,15 @@ pub type CompleteFn =
 pub type ErrorFn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, peer: u32, status: c_int, msg: *const c_char)>;
 
-/// One element of a gather list (`ringbtl_iov_t`).
+/// One element of a gather list (`ringbtl_iov_t`), laid out as C lays out
+/// `struct { const void *base; size_t len; }` (and as `struct iovec`):
+///
+/// ```text
+///  0                 8                 16   (x86_64, aarch64: LP64)
+///  +-----------------+-----------------+
+///  | base: pointer   | len: size_t     |
+///  +-----------------+-----------------+
+/// ```
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct RingbtlIov {
@@ -52,6 +60,12 @@ pub struct RingbtlIov {
     /// Number of bytes.
     pub len: usize,
 }
+
+// The layout above, checked at compile time (the C test checks the C side).
+const _: () = {
+    assert!(size_of::<RingbtlIov>() == 2 * size_of::<usize>());
+    assert!(std::mem::offset_of!(RingbtlIov, len) == size_of::<*const c_void>());
+};
 
 /// A transport driven from C (`ringbtl_t`).
 pub struct Ringbtl {

@@ -16,6 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ringbtl.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,10 @@
             exit(1);                                                                       \
         }                                                                                  \
     } while (0)
+
+/* ringbtl_iov_t as the library lays it out (RingbtlIov in ffi/src/handle.rs) */
+_Static_assert(sizeof(ringbtl_iov_t) == 2 * sizeof(size_t), "ringbtl_iov_t size");
+_Static_assert(offsetof(ringbtl_iov_t, len) == sizeof(void *), "ringbtl_iov_t.len offset");
 
 enum {
     NMSG = 300,          /* data messages A -> B */
