@@ -207,6 +207,11 @@ fn dispatcher(shared: Rc<Shared>) -> impl FnMut(&mut Transport, &ringbtl::Am<'_>
     }
 }
 
+/// The largest message `t` sends or accepts.
+pub(crate) fn max_frame(t: &Transport) -> usize {
+    t.config().max_frame as usize
+}
+
 /// Reads a handle argument.
 ///
 /// # Safety
@@ -263,7 +268,7 @@ pub unsafe extern "C" fn ringbtl_create(cfg: *mut RingbtlConfig, out: *mut *mut 
         };
         let h = Box::new(Ringbtl {
             local_id: t.local_id().0,
-            max_frame: t.config().max_frame as usize,
+            max_frame: max_frame(&t),
             transport: UnsafeCell::new(t),
             shared,
             uris,
