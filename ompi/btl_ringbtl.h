@@ -1,0 +1,102 @@
+/*
+ * mca_btl_ringbtl: an Open MPI 4.1 BTL (interface 3.1) over ringbtl, the io_uring TCP
+ * transport of this repository, through its C ABI (ffi/include/ringbtl.h).
+ *
+ * One module per process. The module owns one ringbtl transport whose process id is
+ * this process's vpid; peers are the processes of the same job (same jobid), addressed
+ * by vpid. Send only (MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE): no put/get, so
+ * ob1 runs its copy-based rendezvous over send/recv.
+ */
+#ifndef MCA_BTL_RINGBTL_H
+#define MCA_BTL_RINGBTL_H
+
+#include "opal_config.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "opal/class/opal_free_list.h"
+#include "opal/mca/btl/btl.h"
+#include "opal/util/proc.h"
+
+#include "ringbtl.h"
+
+BEGIN_C_DECLS
+
+/* One setting of the transport, exposed as MCA parameter btl_ringbtl_<mca> and passed to
+ * ringbtl_config_set under <env> when the user set it. */
+typedef struct {
+    const char *mca;
+    const char *env;
+    const char *help;
+    char *value; /* storage of the MCA variable; NULL = ringbtl's default */
+} mca_btl_ringbtl_setting_t;
+
+struct mca_btl_base_endpoint_t {
+    opal_proc_t *proc;
+    uint32_t peer;  /* ringbtl process id = the peer's vpid */
+    bool failed;    /* ringbtl reported the peer failed */
+};
+typedef struct mca_btl_base_endpoint_t mca_btl_ringbtl_endpoint_t;
+
+typedef struct {
+    mca_btl_base_module_t super;
+    ringbtl_t *rt;
+    mca_btl_base_module_error_cb_fn_t error_cb;
+    /* Endpoints indexed by vpid (NULL = not added). */
+    mca_btl_ringbtl_endpoint_t **endpoints;
+    uint32_t nendpoints;
+    opal_free_list_t eager_frags; /* capacity: btl_eager_limit */
+    opal_free_list_t max_frags;   /* capacity: btl_max_send_size */
+    /* Aligned copy of a received frame whose bytes are not 8-byte aligned. */
+    void *scratch;
+    size_t scratch_len;
+    bool closing; /* finalize started: completions only recycle fragments */
+    bool threads; /* MPI_THREAD_MULTIPLE: every entry point takes `lock` */
+    pthread_mutex_t lock; /* recursive: ob1 sends from inside our callbacks */
+} mca_btl_ringbtl_module_t;
+
+typedef struct {
+    mca_btl_base_component_3_0_0_t super;
+    int verbose;
+    int free_list_num;
+    int free_list_max;
+    int free_list_inc;
+    unsigned int finalize_timeout_ms;
+    mca_btl_ringbtl_setting_t *settings; /* terminated by mca == NULL */
+} mca_btl_ringbtl_component_t;
+
+OPAL_MODULE_DECLSPEC extern mca_btl_ringbtl_component_t mca_btl_ringbtl_component;
+extern mca_btl_ringbtl_module_t mca_btl_ringbtl_module;
+
+/* A send fragment: the descriptor, its segments and, behind it, `cap` bytes of buffer. */
+typedef struct {
+    mca_btl_base_descriptor_t base;
+    mca_btl_base_segment_t segs[2];
+    mca_btl_ringbtl_endpoint_t *ep;
+    opal_free_list_t *list;
+    size_t cap;
+    unsigned char *buf;
+} mca_btl_ringbtl_frag_t;
+OBJ_CLASS_DECLARATION(mca_btl_ringbtl_frag_t);
+
+int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool threads);
+int mca_btl_ringbtl_progress(void);
+
+#define RINGBTL_LOCK(m)                                                                  \
+    do {                                                                                 \
+        if ((m)->threads) {                                                              \
+            pthread_mutex_lock(&(m)->lock);                                              \
+        }                                                                                \
+    } while (0)
+#define RINGBTL_UNLOCK(m)                                                                \
+    do {                                                                                 \
+        if ((m)->threads) {                                                              \
+            pthread_mutex_unlock(&(m)->lock);                                            \
+        }                                                                                \
+    } while (0)
+
+END_C_DECLS
+
+#endif

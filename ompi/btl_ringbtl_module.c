@@ -1,0 +1,596 @@
+/*
+ * mca_btl_ringbtl module: peers (add_procs/del_procs), descriptors (alloc/free/
+ * prepare_src), send/sendi, completion and receive callbacks, error reporting, finalize.
+ */
+#include "btl_ringbtl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "opal/datatype/opal_convertor.h"
+#include "opal/mca/pmix/pmix.h"
+#include "opal/util/output.h"
+
+static void frag_construct(mca_btl_ringbtl_frag_t *f)
+{
+    f->buf = (unsigned char *) (f + 1);
+    f->cap = 0;
+    f->list = NULL;
+    f->ep = NULL;
+    f->base.des_segments = f->segs;
+    f->base.des_segment_count = 1;
+}
+OBJ_CLASS_INSTANCE(mca_btl_ringbtl_frag_t, mca_btl_base_descriptor_t, frag_construct, NULL);
+
+/* ---- ringbtl status -> Open MPI status ------------------------------------------------ */
+
+static int status_to_opal(int rc)
+{
+    switch (rc) {
+    case RINGBTL_OK:
+        return OPAL_SUCCESS;
+    case RINGBTL_ERR_UNREACHABLE:
+    case RINGBTL_ERR_UNKNOWN_PEER:
+    case RINGBTL_ERR_PEER_CLOSED:
+    case RINGBTL_ERR_PROTOCOL:
+    case RINGBTL_ERR_TIMEOUT:
+    case RINGBTL_ERR_SHUTDOWN:
+        return OPAL_ERR_UNREACH;
+    case RINGBTL_ERR_WOULD_BLOCK:
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    case RINGBTL_ERR_TOO_LARGE:
+        return OPAL_ERR_BAD_PARAM;
+    default:
+        return OPAL_ERROR;
+    }
+}
+
+/* ---- fragments ------------------------------------------------------------------------ */
+
+static int frag_item_init(opal_free_list_item_t *item, void *ctx)
+{
+    mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) item;
+    opal_free_list_t *list = ctx;
+    f->list = list;
+    f->cap = (list == &mca_btl_ringbtl_module.eager_frags)
+                 ? mca_btl_ringbtl_module.super.btl_eager_limit
+                 : mca_btl_ringbtl_module.super.btl_max_send_size;
+    return OPAL_SUCCESS;
+}
+
+/* A fragment with room for `size` bytes, or NULL (too large, or no memory). */
+static mca_btl_ringbtl_frag_t *frag_get(mca_btl_ringbtl_module_t *m, size_t size)
+{
+    opal_free_list_t *list;
+    if (size <= m->super.btl_eager_limit) {
+        list = &m->eager_frags;
+    } else if (size <= m->super.btl_max_send_size) {
+        list = &m->max_frags;
+    } else {
+        return NULL;
+    }
+    mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) opal_free_list_get(list);
+    if (NULL == f) {
+        return NULL;
+    }
+    f->base.des_segments = f->segs;
+    f->base.des_segment_count = 1;
+    f->base.des_cbfunc = NULL;
+    f->base.des_cbdata = NULL;
+    f->base.des_context = NULL;
+    f->base.des_flags = 0;
+    f->base.order = MCA_BTL_NO_ORDER;
+    f->segs[0].seg_addr.pval = f->buf;
+    f->segs[0].seg_len = size;
+    f->segs[1].seg_addr.pval = NULL;
+    f->segs[1].seg_len = 0;
+    f->ep = NULL;
+    return f;
+}
+
+static void frag_return(mca_btl_ringbtl_frag_t *f)
+{
+    opal_free_list_return(f->list, (opal_free_list_item_t *) f);
+}
+
+/* ---- callbacks from ringbtl ----------------------------------------------------------- */
+
+/* Exactly once per accepted ringbtl_send: the fragment's send is over. */
+static void on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
+{
+    mca_btl_ringbtl_module_t *m = ctx;
+    mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) (uintptr_t) cookie;
+    (void) peer;
+    /* Read ownership first: the callback may free a descriptor ob1 owns. */
+    const bool btl_owns = 0 != (f->base.des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP);
+    if (!m->closing && NULL != f->base.des_cbfunc) {
+        f->base.des_cbfunc(&m->super, f->ep, &f->base, status_to_opal(status));
+    }
+    if (btl_owns) {
+        frag_return(f);
+    }
+}
+
+/* A received message: hand it to the upper layer registered for `tag`. The bytes are
+ * ringbtl's, valid during this call only, which is what the BTL receive contract asks. */
+static void on_recv(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len)
+{
+    mca_btl_ringbtl_module_t *m = ctx;
+    const mca_btl_active_message_callback_t *reg = &mca_btl_base_active_message_trigger[tag];
+    mca_btl_base_segment_t seg;
+    mca_btl_base_descriptor_t des;
+
+    if (NULL == reg->cbfunc) {
+        opal_output(0, "btl ringbtl: message with tag %u from rank %u has no receiver; dropped",
+                    (unsigned) tag, (unsigned) src);
+        return;
+    }
+    /* ob1 reads its headers through typed pointers: give it 8-byte aligned bytes. */
+    if (0 != ((uintptr_t) data & 7) && len > 0) {
+        if (len > m->scratch_len) {
+            void *p = NULL;
+            if (0 != posix_memalign(&p, 64, len)) {
+                opal_output(0, "btl ringbtl: out of memory for a %zu-byte message", len);
+                return;
+            }
+            free(m->scratch);
+            m->scratch = p;
+            m->scratch_len = len;
+        }
+        memcpy(m->scratch, data, len);
+        data = m->scratch;
+    }
+    memset(&des, 0, sizeof(des));
+    seg.seg_addr.pval = (void *) data;
+    seg.seg_len = len;
+    des.des_segments = &seg;
+    des.des_segment_count = 1;
+    des.order = MCA_BTL_NO_ORDER;
+    reg->cbfunc(&m->super, tag, &des, reg->cbdata);
+}
+
+/* Once per failed peer. A clean close (FIN) while sends were pending is not a fault of the
+ * network: it is reported at verbose level only. */
+static void on_error(void *ctx, uint32_t peer, int status, const char *msg)
+{
+    mca_btl_ringbtl_module_t *m = ctx;
+    mca_btl_ringbtl_endpoint_t *ep = peer < m->nendpoints ? m->endpoints[peer] : NULL;
+    char text[512];
+
+    if (NULL != ep) {
+        ep->failed = true;
+    }
+    if (m->closing) {
+        return;
+    }
+    if (RINGBTL_ERR_PEER_CLOSED == status) {
+        if (mca_btl_ringbtl_component.verbose > 0) {
+            opal_output(0, "btl ringbtl: rank %u closed its connections: %s", (unsigned) peer,
+                        msg);
+        }
+        return;
+    }
+    snprintf(text, sizeof(text), "btl ringbtl: connection to rank %u failed: %s (%s)",
+             (unsigned) peer, ringbtl_strerror(status), msg);
+    if (NULL != m->error_cb) {
+        m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, NULL != ep ? ep->proc : NULL, text);
+    } else {
+        opal_output(0, "%s", text);
+    }
+}
+
+/* ---- peers ---------------------------------------------------------------------------- */
+
+static int ensure_endpoint_slots(mca_btl_ringbtl_module_t *m, uint32_t vpid)
+{
+    if (vpid < m->nendpoints) {
+        return OPAL_SUCCESS;
+    }
+    uint32_t n = m->nendpoints ? m->nendpoints : 16;
+    while (n <= vpid) {
+        n *= 2;
+    }
+    mca_btl_ringbtl_endpoint_t **e = realloc(m->endpoints, n * sizeof(*e));
+    if (NULL == e) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    memset(e + m->nendpoints, 0, (n - m->nendpoints) * sizeof(*e));
+    m->endpoints = e;
+    m->nendpoints = n;
+    return OPAL_SUCCESS;
+}
+
+static int btl_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                             struct opal_proc_t **procs,
+                             struct mca_btl_base_endpoint_t **peers, opal_bitmap_t *reachable)
+{
+    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
+    const opal_proc_t *self = opal_proc_local_get();
+    int verbose = mca_btl_ringbtl_component.verbose;
+
+    RINGBTL_LOCK(m);
+    for (size_t i = 0; i < nprocs; i++) {
+        opal_proc_t *p = procs[i];
+        if (p == self) {
+            continue;
+        }
+        if (p->proc_name.jobid != self->proc_name.jobid) {
+            /* Processes of another job (MPI_Comm_spawn, connect/accept) carry vpids of
+             * their own job: one ringbtl transport serves one job. */
+            if (verbose > 0) {
+                opal_output(0, "btl ringbtl: %s belongs to another job: unreachable",
+                            OPAL_NAME_PRINT(p->proc_name));
+            }
+            continue;
+        }
+        uint32_t vpid = (uint32_t) p->proc_name.vpid;
+        if (OPAL_SUCCESS != ensure_endpoint_slots(m, vpid)) {
+            RINGBTL_UNLOCK(m);
+            return OPAL_ERR_OUT_OF_RESOURCE;
+        }
+        mca_btl_ringbtl_endpoint_t *ep = m->endpoints[vpid];
+        if (NULL == ep) {
+            char *uris = NULL;
+            size_t len = 0;
+            int rc;
+            OPAL_MODEX_RECV(rc, &mca_btl_ringbtl_component.super.btl_version, &p->proc_name,
+                            (void **) &uris, &len);
+            if (OPAL_SUCCESS != rc || NULL == uris || 0 == len || '\0' != uris[len - 1]) {
+                if (verbose > 0) {
+                    opal_output(0, "btl ringbtl: %s published no ringbtl address: unreachable",
+                                OPAL_NAME_PRINT(p->proc_name));
+                }
+                free(uris);
+                continue;
+            }
+            rc = ringbtl_add_peer(m->rt, vpid, uris);
+            if (RINGBTL_OK != rc) {
+                opal_output(0, "btl ringbtl: %s unreachable: address \"%s\": %s (%s)",
+                            OPAL_NAME_PRINT(p->proc_name), uris, ringbtl_strerror(rc),
+                            ringbtl_last_error());
+                free(uris);
+                continue;
+            }
+            if (verbose > 1) {
+                opal_output(0, "btl ringbtl: peer %s at %s", OPAL_NAME_PRINT(p->proc_name),
+                            uris);
+            }
+            free(uris);
+            ep = calloc(1, sizeof(*ep));
+            if (NULL == ep) {
+                RINGBTL_UNLOCK(m);
+                return OPAL_ERR_OUT_OF_RESOURCE;
+            }
+            ep->proc = p;
+            ep->peer = vpid;
+            m->endpoints[vpid] = ep;
+        }
+        if (ep->failed) {
+            continue;
+        }
+        peers[i] = ep;
+        opal_bitmap_set_bit(reachable, (int) i);
+    }
+    RINGBTL_UNLOCK(m);
+    return OPAL_SUCCESS;
+}
+
+/* Endpoints stay allocated until finalize: ringbtl keeps its peer table (and a peer may
+ * be added again), and a completion may still name the endpoint. */
+static int btl_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                             struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **peers)
+{
+    (void) btl;
+    (void) nprocs;
+    (void) procs;
+    (void) peers;
+    return OPAL_SUCCESS;
+}
+
+static int btl_register_error(struct mca_btl_base_module_t *btl,
+                                  mca_btl_base_module_error_cb_fn_t cbfunc)
+{
+    ((mca_btl_ringbtl_module_t *) btl)->error_cb = cbfunc;
+    return OPAL_SUCCESS;
+}
+
+/* ---- descriptors ---------------------------------------------------------------------- */
+
+static mca_btl_base_descriptor_t *btl_alloc(struct mca_btl_base_module_t *btl,
+                                                struct mca_btl_base_endpoint_t *endpoint,
+                                                uint8_t order, size_t size, uint32_t flags)
+{
+    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
+    (void) order;
+    mca_btl_ringbtl_frag_t *f = frag_get(m, size);
+    if (NULL == f) {
+        return NULL;
+    }
+    f->ep = endpoint;
+    f->base.des_flags = flags;
+    return &f->base;
+}
+
+static int btl_free(struct mca_btl_base_module_t *btl, mca_btl_base_descriptor_t *des)
+{
+    (void) btl;
+    frag_return((mca_btl_ringbtl_frag_t *) des);
+    return OPAL_SUCCESS;
+}
+
+/* Reserve `reserve` bytes for the caller's header, then the data: contiguous user data is
+ * referenced in place (second segment, valid until the completion callback as ob1
+ * guarantees); anything else is packed behind the header. */
+static mca_btl_base_descriptor_t *btl_prepare_src(struct mca_btl_base_module_t *btl,
+                                                      struct mca_btl_base_endpoint_t *endpoint,
+                                                      struct opal_convertor_t *convertor,
+                                                      uint8_t order, size_t reserve,
+                                                      size_t *size, uint32_t flags)
+{
+    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
+    struct iovec iov;
+    uint32_t iov_count = 1;
+    size_t max_data = *size;
+    mca_btl_ringbtl_frag_t *f;
+    (void) order;
+
+    if (reserve > m->super.btl_max_send_size) {
+        return NULL;
+    }
+    if (max_data > m->super.btl_max_send_size - reserve) {
+        max_data = m->super.btl_max_send_size - reserve;
+    }
+    if (0 != max_data && !opal_convertor_need_buffers(convertor)) {
+        f = frag_get(m, reserve);
+        if (NULL == f) {
+            return NULL;
+        }
+        iov.iov_base = NULL;
+        iov.iov_len = max_data;
+        if (opal_convertor_pack(convertor, &iov, &iov_count, &max_data) < 0) {
+            frag_return(f);
+            return NULL;
+        }
+        f->segs[0].seg_len = reserve;
+        f->segs[1].seg_addr.pval = iov.iov_base;
+        f->segs[1].seg_len = max_data;
+        f->base.des_segment_count = 2;
+    } else {
+        f = frag_get(m, reserve + max_data);
+        if (NULL == f) {
+            return NULL;
+        }
+        if (0 != max_data) {
+            iov.iov_base = f->buf + reserve;
+            iov.iov_len = max_data;
+            if (opal_convertor_pack(convertor, &iov, &iov_count, &max_data) < 0) {
+                frag_return(f);
+                return NULL;
+            }
+        }
+        f->segs[0].seg_len = reserve + max_data;
+    }
+    *size = max_data;
+    f->ep = endpoint;
+    f->base.des_flags = flags;
+    return &f->base;
+}
+
+/* ---- send ----------------------------------------------------------------------------- */
+
+static int frag_send(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_frag_t *f,
+                     mca_btl_base_tag_t tag)
+{
+    ringbtl_iov_t iov[2];
+    size_t n = 0;
+    for (size_t i = 0; i < f->base.des_segment_count && i < 2; i++) {
+        if (0 == f->segs[i].seg_len && f->base.des_segment_count > 1) {
+            continue;
+        }
+        iov[n].base = f->segs[i].seg_addr.pval;
+        iov[n].len = (size_t) f->segs[i].seg_len;
+        n++;
+    }
+    return ringbtl_send(m->rt, f->ep->peer, tag, iov, n, (uint64_t) (uintptr_t) f);
+}
+
+static int btl_send(struct mca_btl_base_module_t *btl,
+                            struct mca_btl_base_endpoint_t *endpoint,
+                            struct mca_btl_base_descriptor_t *des, mca_btl_base_tag_t tag)
+{
+    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
+    mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) des;
+    int rc;
+
+    if (OPAL_UNLIKELY(endpoint->failed)) {
+        return OPAL_ERR_UNREACH;
+    }
+    f->ep = endpoint;
+    RINGBTL_LOCK(m);
+    rc = frag_send(m, f, tag);
+    RINGBTL_UNLOCK(m);
+    /* Accepted: the completion (and des_cbfunc) follows from progress. */
+    return status_to_opal(rc);
+}
+
+/* Header and data copied into one fragment the BTL owns, then sent: done for the caller.
+ * When no fragment fits, the BTL hands back a descriptor (or none) per the contract. */
+static int btl_sendi(struct mca_btl_base_module_t *btl,
+                         struct mca_btl_base_endpoint_t *endpoint,
+                         struct opal_convertor_t *convertor, void *header, size_t header_size,
+                         size_t payload_size, uint8_t order, uint32_t flags,
+                         mca_btl_base_tag_t tag, mca_btl_base_descriptor_t **descriptor)
+{
+    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
+    const size_t total = header_size + payload_size;
+    mca_btl_ringbtl_frag_t *f;
+    int rc;
+
+    if (OPAL_UNLIKELY(endpoint->failed)) {
+        if (NULL != descriptor) {
+            *descriptor = NULL;
+        }
+        return OPAL_ERR_UNREACH;
+    }
+    if (OPAL_UNLIKELY(total > m->super.btl_eager_limit)
+        || NULL == (f = frag_get(m, total))) {
+        if (NULL != descriptor) {
+            *descriptor = btl_alloc(btl, endpoint, order, total, flags);
+        }
+        return OPAL_ERR_RESOURCE_BUSY;
+    }
+    memcpy(f->buf, header, header_size);
+    if (0 != payload_size) {
+        struct iovec iov = {.iov_base = f->buf + header_size, .iov_len = payload_size};
+        uint32_t iov_count = 1;
+        size_t max_data = payload_size;
+        if (opal_convertor_pack(convertor, &iov, &iov_count, &max_data) < 0
+            || max_data != payload_size) {
+            frag_return(f);
+            if (NULL != descriptor) {
+                *descriptor = NULL;
+            }
+            return OPAL_ERROR;
+        }
+    }
+    f->ep = endpoint;
+    f->base.des_flags = MCA_BTL_DES_FLAGS_BTL_OWNERSHIP;
+    RINGBTL_LOCK(m);
+    rc = frag_send(m, f, tag);
+    RINGBTL_UNLOCK(m);
+    if (RINGBTL_OK != rc) {
+        frag_return(f);
+        if (NULL != descriptor) {
+            *descriptor = NULL;
+        }
+        return status_to_opal(rc);
+    }
+    return OPAL_SUCCESS;
+}
+
+/* ---- finalize ------------------------------------------------------------------------- */
+
+static int btl_finalize(struct mca_btl_base_module_t *btl)
+{
+    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
+    int rc;
+
+    if (NULL == m->rt) {
+        return OPAL_SUCCESS;
+    }
+    RINGBTL_LOCK(m);
+    /* The upper layers are gone: from here completions only recycle fragments and peer
+     * failures are no longer reported. */
+    m->closing = true;
+    m->error_cb = NULL;
+    rc = ringbtl_destroy(m->rt, mca_btl_ringbtl_component.finalize_timeout_ms);
+    if (RINGBTL_OK != rc && mca_btl_ringbtl_component.verbose > 0) {
+        opal_output(0, "btl ringbtl: shutdown: %s (%s)", ringbtl_strerror(rc),
+                    ringbtl_last_error());
+    }
+    m->rt = NULL;
+    RINGBTL_UNLOCK(m);
+    for (uint32_t i = 0; i < m->nendpoints; i++) {
+        free(m->endpoints[i]);
+    }
+    free(m->endpoints);
+    m->endpoints = NULL;
+    m->nendpoints = 0;
+    free(m->scratch);
+    m->scratch = NULL;
+    m->scratch_len = 0;
+    OBJ_DESTRUCT(&m->eager_frags);
+    OBJ_DESTRUCT(&m->max_frags);
+    if (m->threads) {
+        pthread_mutex_destroy(&m->lock);
+    }
+    return OPAL_SUCCESS;
+}
+
+/* ---- module --------------------------------------------------------------------------- */
+
+mca_btl_ringbtl_module_t mca_btl_ringbtl_module = {
+    .super =
+        {
+            .btl_component = &mca_btl_ringbtl_component.super,
+            .btl_add_procs = btl_add_procs,
+            .btl_del_procs = btl_del_procs,
+            .btl_finalize = btl_finalize,
+            .btl_alloc = btl_alloc,
+            .btl_free = btl_free,
+            .btl_prepare_src = btl_prepare_src,
+            .btl_send = btl_send,
+            .btl_sendi = btl_sendi,
+            .btl_register_error = btl_register_error,
+        },
+};
+
+int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool threads)
+{
+    mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
+    const size_t frame = ringbtl_max_frame(rt);
+    int rc;
+
+    /* ob1 puts its header inside the BTL's fragment: every fragment is one ringbtl frame. */
+    if (m->super.btl_max_send_size > frame) {
+        opal_output(0, "btl ringbtl: btl_ringbtl_max_send_size %zu above ringbtl's max frame "
+                       "%zu: lowered",
+                    m->super.btl_max_send_size, frame);
+        m->super.btl_max_send_size = frame;
+    }
+    if (m->super.btl_eager_limit > m->super.btl_max_send_size) {
+        m->super.btl_eager_limit = m->super.btl_max_send_size;
+    }
+    if (m->super.btl_rndv_eager_limit > m->super.btl_eager_limit) {
+        m->super.btl_rndv_eager_limit = m->super.btl_eager_limit;
+    }
+
+    m->rt = rt;
+    m->closing = false;
+    m->error_cb = NULL;
+    m->endpoints = NULL;
+    m->nendpoints = 0;
+    m->scratch = NULL;
+    m->scratch_len = 0;
+    m->threads = threads;
+    if (threads) {
+        pthread_mutexattr_t attr;
+        pthread_mutexattr_init(&attr);
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(&m->lock, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
+
+    OBJ_CONSTRUCT(&m->eager_frags, opal_free_list_t);
+    OBJ_CONSTRUCT(&m->max_frags, opal_free_list_t);
+    rc = opal_free_list_init(&m->eager_frags,
+                             sizeof(mca_btl_ringbtl_frag_t) + m->super.btl_eager_limit,
+                             opal_cache_line_size, OBJ_CLASS(mca_btl_ringbtl_frag_t), 0,
+                             opal_cache_line_size, c->free_list_num, c->free_list_max,
+                             c->free_list_inc, NULL, 0, NULL, frag_item_init, &m->eager_frags);
+    if (OPAL_SUCCESS == rc) {
+        rc = opal_free_list_init(&m->max_frags,
+                                 sizeof(mca_btl_ringbtl_frag_t) + m->super.btl_max_send_size,
+                                 opal_cache_line_size, OBJ_CLASS(mca_btl_ringbtl_frag_t), 0,
+                                 opal_cache_line_size, c->free_list_num, c->free_list_max,
+                                 c->free_list_inc, NULL, 0, NULL, frag_item_init,
+                                 &m->max_frags);
+    }
+    if (OPAL_SUCCESS != rc) {
+        opal_output(0, "btl ringbtl: fragment lists not created (%d)", rc);
+        OBJ_DESTRUCT(&m->eager_frags);
+        OBJ_DESTRUCT(&m->max_frags);
+        m->rt = NULL;
+        return rc;
+    }
+
+    for (unsigned tag = 0; tag < MCA_BTL_TAG_MAX; tag++) {
+        rc = ringbtl_register(rt, (uint8_t) tag, on_recv, m);
+        if (RINGBTL_OK != rc) {
+            opal_output(0, "btl ringbtl: tag %u not registered: %s", tag, ringbtl_strerror(rc));
+        }
+    }
+    ringbtl_on_complete(rt, on_complete, m);
+    ringbtl_on_error(rt, on_error, m);
+    return OPAL_SUCCESS;
+}
