@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# CI check of the Open MPI BTL component: builds it, checks that ompi_info lists its
+# parameters, runs an MPI program that checks every byte (ompi/tests/ringbtl_check.c) over
+# `--mca btl self,ringbtl` at 2 and 4 ranks (both backends) and next to vader, and a short
+# subset of mpi4py's test suite compared with btl tcp. A few minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v mpicc >/dev/null || missing+=("mpicc (libopenmpi-dev)")
+command -v ompi_info >/dev/null || missing+=("ompi_info (openmpi-bin)")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "Open MPI BTL check cannot run here: missing ${missing[*]}"
+  [ "${RINGBTL_REQUIRE_ALL:-0}" = 1 ] && exit 1
+  exit 0
+fi
+source tools/ompi-common.sh
+
+tools/build-ompi.sh
+echo "-- ompi_info lists the component's parameters"
+params=$(OMPI_MCA_mca_base_component_path="$OMPI_PATH" ompi_info --param btl ringbtl --level 9)
+for p in btl_ringbtl_backend btl_ringbtl_if_include btl_ringbtl_max_frame btl_ringbtl_eager_limit; do
+  grep -q "\"$p\"" <<<"$params" || { echo "ompi_info does not list $p" >&2; exit 1; }
+done
+
+check() {
+  local what="$1"; shift
+  echo "-- ringbtl_check: $what"
+  out=$(timeout -k 5 180 "${MPIRUN[@]}" "$@" "$OMPI_OUT/ringbtl_check" 2>&1) || {
+    echo "$out" >&2; echo "FAILED: $what" >&2; exit 1; }
+  grep -q "ringbtl_check: OK" <<<"$out" || { echo "$out" >&2; echo "no OK line: $what" >&2; exit 1; }
+  tail -1 <<<"$out"
+}
+check "self,ringbtl, 2 ranks" --mca btl self,ringbtl -np 2
+check "self,ringbtl, 4 ranks" --mca btl self,ringbtl -np 4
+check "self,ringbtl, 4 ranks, epoll backend" --mca btl self,ringbtl --mca btl_ringbtl_backend epoll -np 4
+check "self,ringbtl, 2 ranks, small eager limit and fragments" --mca btl self,ringbtl \
+  --mca btl_ringbtl_eager_limit 4096 --mca btl_ringbtl_max_send_size 32768 -np 2
+check "self,vader,ringbtl, 4 ranks" --mca btl self,vader,ringbtl -np 4
+
+echo "-- a bad setting makes the component decline with a message, not crash"
+out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_max_frame 12 \
+  -np 2 "$OMPI_OUT/ringbtl_check" 2>&1) && { echo "$out" >&2; echo "ran with max_frame=12" >&2; exit 1; }
+grep -q "btl_ringbtl_max_frame=12 rejected" <<<"$out" || { echo "$out" >&2; exit 1; }
+
+echo "-- mpi4py subset over btl ringbtl and btl tcp"
+tools/ompi-mpi4py.sh --ranks "2 4" --only "p2p_buf cco_buf msgspec" --timeout 300

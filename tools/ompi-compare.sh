@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# MPI ping-pong latency, streaming bandwidth and message rate (ompi/tests/ringbtl_perf.c)
+# over btl ringbtl and over btl tcp on loopback, both with pml ob1, ranks bound to cores,
+# runs alternating between the two; prints the medians, the ratios ringbtl / tcp and the
+# targets, and writes every run as records for tools/plot.
+#
+# Usage: tools/ompi-compare.sh [--runs N] [--sizes "8 65536 1048576 4194304"] [--plot]
+# Output: target/ompi-results/compare.jsonl, compare.md (the table), compare.png (--plot)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/ompi-common.sh
+export LC_ALL=C
+
+runs=5; sizes="8 65536 1048576 4194304"; plot=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs="$2"; shift ;;
+    --sizes) sizes="$2"; shift ;;
+    --plot) plot=1 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -x "$OMPI_OUT/ringbtl_perf" ] && [ -x "$OMPI_OUT/mca_btl_ringbtl.so" ] || tools/build-ompi.sh >/dev/null
+res="$PWD/target/ompi-results"
+mkdir -p "$res"
+jsonl="$res/compare.jsonl"
+: >"$jsonl"
+for r in $(seq 1 "$runs"); do
+  # Alternate which transport goes first, so a drift in the machine's load hits both.
+  order="ringbtl tcp"; [ $((r % 2)) = 0 ] && order="tcp ringbtl"
+  for btl in $order; do
+    eval "args=(\"\${BTL_$btl[@]}\")"
+    # shellcheck disable=SC2086
+    "${MPIRUN[@]}" "${args[@]}" -np 2 --bind-to core "$OMPI_OUT/ringbtl_perf" $sizes \
+      | awk -v sys="$btl" -v run="$r" '
+          $1 == "lat"  { m = "lat_us"; b = "latency" }
+          $1 == "bw"   { m = "bw_mb_s"; b = "bw" }
+          $1 == "rate" { m = "rate_msg_s"; b = "rate" }
+          NF == 3 && m != "" {
+            name = (sys == "ringbtl") ? "ringbtl (btl ringbtl)" : "btl tcp (lo)"
+            printf "{\"system\": \"%s\", \"bench\": \"%s\", \"metric\": \"%s\", \"size\": %d, \"run\": %d, \"value\": %s}\n", name, b, m, $2, run, $3
+            m = "" }' >>"$jsonl"
+    echo "run $r $btl done" >&2
+  done
+done
+
+python3 - "$jsonl" "$runs" <<'PY' | tee "$res/compare.md"
+import json, statistics, sys
+from collections import defaultdict
+vals = defaultdict(list)
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    vals[(o["metric"], o["size"], o["system"].split()[0])].append(o["value"])
+def fmt_size(n):
+    return f"{n // 1048576} MiB" if n >= 1048576 else (f"{n // 1024} KiB" if n >= 1024 else f"{n} B")
+rows = [("lat_us", "latency (us)", lambda r: r, "<="), ("bw_mb_s", "bandwidth (MB/s)", lambda r: r, ">="),
+        ("rate_msg_s", "message rate (msg/s)", lambda r: r, ">=")]
+target = {("lat_us", 8): 0.9, ("lat_us", 65536): 0.7, ("bw_mb_s", 65536): 1.2,
+          ("bw_mb_s", 1048576): 1.2, ("bw_mb_s", 4194304): 1.2, ("rate_msg_s", 8): 3.0}
+print(f"Medians of {sys.argv[2]} alternating runs, pml ob1, 2 ranks bound to cores, loopback.\n")
+print("| measure | size | btl ringbtl | btl tcp | ringbtl / tcp | target | met |")
+print("|---|---|---|---|---|---|---|")
+for metric, label, _, op in rows:
+    sizes = sorted({s for (m, s, _) in vals if m == metric})
+    for s in sizes:
+        a, b = vals.get((metric, s, "ringbtl")), vals.get((metric, s, "btl"))
+        if not a or not b:
+            continue
+        ma, mb = statistics.median(a), statistics.median(b)
+        ratio = ma / mb
+        t = target.get((metric, s))
+        met = "" if t is None else ("yes" if (ratio <= t if op == "<=" else ratio >= t) else "no")
+        tt = "" if t is None else f"{op} {t}"
+        prec = 2 if metric == "lat_us" else (1 if metric == "bw_mb_s" else 0)
+        print(f"| {label} | {fmt_size(s)} | {ma:.{prec}f} | {mb:.{prec}f} | {ratio:.2f} | {tt} | {met} |")
+PY
+if [ "$plot" = 1 ]; then
+  tools/plot "$jsonl" -o "$res/compare.png" --title "MPI over btl ringbtl vs btl tcp (pml ob1, loopback, 2 ranks bound to cores)"
+fi

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Runs mpi4py's own test suite (the test/ directory of the source release matching the
+# installed python3-mpi4py) under mpirun over btl ringbtl and over btl tcp (loopback), at
+# 2 and 4 ranks, and lists every test whose outcome differs between the two.
+#
+# Usage: tools/ompi-mpi4py.sh [--ranks "2 4"] [--only PATTERN] [--spawn] [--timeout S]
+#   default: the suite without the spawn tests (-e spawn)
+#   --spawn: the spawn tests only (-i spawn), reported separately
+#   --only "P1 P2": a subset, the test modules matching any of the patterns (runtests -i)
+# Output: target/ompi-results/mpi4py[-spawn]/<btl>-<n>.{log,tsv}, summary on stdout.
+# Exit status: 1 when a test that passes on tcp does not pass on ringbtl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/ompi-common.sh
+export LC_ALL=C
+
+ranks="2 4"; select=(-e spawn); tag=mpi4py; timeout_s=900
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ranks) ranks="$2"; shift ;;
+    --only) select=(); for p in $2; do select+=(-i "$p"); done; tag=mpi4py-subset; shift ;;
+    --spawn) select=(-i spawn); tag=mpi4py-spawn ;;
+    --timeout) timeout_s="$2"; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+py=/usr/bin/python3
+ver=$($py -c 'import mpi4py; print(mpi4py.__version__)' 2>/dev/null) || {
+  echo "python3-mpi4py is not installed: cannot run mpi4py's suite"
+  [ "${RINGBTL_REQUIRE_ALL:-0}" = 1 ] && exit 1; exit 0; }
+src="$PWD/target/mpi4py-$ver"
+if [ ! -f "$src/test/runtests.py" ]; then
+  mkdir -p "$src.dl"
+  $py -m pip download "mpi4py==$ver" --no-deps --no-binary :all: -d "$src.dl" -q
+  tar -xzf "$src.dl/mpi4py-$ver.tar.gz" -C "$PWD/target"
+fi
+[ -x "$OMPI_OUT/mca_btl_ringbtl.so" ] || tools/build-ompi.sh >/dev/null
+
+res="$PWD/target/ompi-results/$tag"
+mkdir -p "$res"
+# One line per test: name<TAB>outcome, the worst outcome over the ranks.
+parse() {
+  $py - "$1" <<'PY'
+import re, sys, glob, os
+rank = {"ok": 0, "skipped": 1, "expected failure": 1, "FAIL": 3, "ERROR": 3,
+        "unexpected success": 3}
+res = {}
+pat = re.compile(r"^(test\S*) \(([^)]+)\)(?:\s.*)? \.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)")
+for f in glob.glob(os.path.join(sys.argv[1], "**", "stderr"), recursive=True):
+    for line in open(f, errors="replace"):
+        m = pat.match(line.strip())
+        if not m:
+            continue
+        name = m.group(2) if m.group(2).endswith(m.group(1)) else m.group(2) + "." + m.group(1)
+        o = m.group(3)
+        if name not in res or rank[o] > rank[res[name]]:
+            res[name] = o
+for k in sorted(res):
+    print(f"{k}\t{res[k]}")
+PY
+}
+
+status=0
+for n in $ranks; do
+  for btl in tcp ringbtl; do
+    eval "args=(\"\${BTL_$btl[@]}\")"
+    out="$res/$btl-$n"
+    rm -rf "$out.d"
+    start=$(date +%s)
+    set +e
+    timeout -k 10 "$timeout_s" "${MPIRUN[@]}" "${args[@]}" -np "$n" --output-filename "$out.d" \
+      $py "$src/test/runtests.py" --no-builddir -v "${select[@]}" >"$out.log" 2>&1
+    rc=$?
+    set -e
+    secs=$(( $(date +%s) - start ))
+    parse "$out.d" >"$out.tsv"
+    total=$(wc -l <"$out.tsv")
+    printf '%-8s np=%s exit=%-3s %4ss  tests=%-5s ok=%-5s skipped=%-4s fail/error=%s\n' \
+      "$btl" "$n" "$rc" "$secs" "$total" "$(grep -c $'\tok$' "$out.tsv" || true)" \
+      "$(grep -cE $'\t(skipped|expected failure)$' "$out.tsv" || true)" \
+      "$(grep -cE $'\t(FAIL|ERROR|unexpected success)$' "$out.tsv" || true)"
+  done
+  echo "differences at np=$n (test, tcp, ringbtl):"
+  if join -t $'\t' -a1 -a2 -e missing -o 0,1.2,2.2 "$res/tcp-$n.tsv" "$res/ringbtl-$n.tsv" \
+      | awk -F'\t' '$2 != $3 { print "  " $0; d++ } END { if (!d) print "  none" }' \
+      | tee "$res/diff-$n.txt" | grep -q .; then :; fi
+  cat "$res/diff-$n.txt"
+  if awk -F'\t' '$2 == "ok" && $3 != "ok"' <(join -t $'\t' -a1 -e missing -o 0,1.2,2.2 \
+      "$res/tcp-$n.tsv" "$res/ringbtl-$n.tsv") | grep -q .; then
+    echo "  a test that passes on btl tcp does not pass on btl ringbtl (np=$n)"
+    status=1
+  fi
+done
+exit $status
