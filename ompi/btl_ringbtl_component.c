@@ -323,8 +323,13 @@ int mca_btl_ringbtl_progress(void)
             return 0;
         }
     }
-    n = ringbtl_progress(m->rt);
+    n = mca_btl_ringbtl_run_deferred(m);
+    int k = ringbtl_progress(m->rt);
     RINGBTL_UNLOCK(m);
+    if (k >= 0) {
+        return n + k;
+    }
+    n = k;
     if (n < 0) {
         if (!reported) {
             reported = true;

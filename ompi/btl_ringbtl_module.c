@@ -96,11 +96,8 @@ static void frag_return(mca_btl_ringbtl_frag_t *f)
 /* ---- callbacks from ringbtl ----------------------------------------------------------- */
 
 /* Exactly once per accepted ringbtl_send: the fragment's send is over. */
-static void on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
+static void complete_frag(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_frag_t *f, int status)
 {
-    mca_btl_ringbtl_module_t *m = ctx;
-    mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) (uintptr_t) cookie;
-    (void) peer;
     /* Read ownership first: the callback may free a descriptor ob1 owns. */
     const bool btl_owns = 0 != (f->base.des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP);
     if (!m->closing && NULL != f->base.des_cbfunc) {
@@ -111,11 +108,85 @@ static void on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
     }
 }
 
+static void on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
+{
+    mca_btl_ringbtl_module_t *m = ctx;
+    mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) (uintptr_t) cookie;
+    (void) peer;
+    if (m->flushing && !m->closing) {
+        f->status = status;
+        f->next_done = NULL;
+        *m->done_tail = f;
+        m->done_tail = &f->next_done;
+        return;
+    }
+    complete_frag(m, f, status);
+}
+
+static void deliver(mca_btl_ringbtl_module_t *m, uint32_t src, uint8_t tag, const void *data,
+                    size_t len);
+
+int mca_btl_ringbtl_run_deferred(mca_btl_ringbtl_module_t *m)
+{
+    int n = 0;
+    if (m->in_deferred) {
+        return 0;
+    }
+    m->in_deferred = true;
+    /* One at a time from the head: what a callback's send defers goes to the tail, after
+     * what arrived before it. */
+    while (NULL != m->recv_head || NULL != m->done_head) {
+        if (NULL != m->recv_head) {
+            mca_btl_ringbtl_deferred_recv_t *r = m->recv_head;
+            m->recv_head = r->next;
+            if (NULL == m->recv_head) {
+                m->recv_tail = &m->recv_head;
+            }
+            deliver(m, r->src, r->tag, r->data, r->len);
+            free(r);
+        } else {
+            mca_btl_ringbtl_frag_t *f = m->done_head;
+            m->done_head = f->next_done;
+            if (NULL == m->done_head) {
+                m->done_tail = &m->done_head;
+            }
+            complete_frag(m, f, f->status);
+        }
+        n++;
+    }
+    m->in_deferred = false;
+    return n;
+}
+
 /* A received message: hand it to the upper layer registered for `tag`. The bytes are
  * ringbtl's, valid during this call only, which is what the BTL receive contract asks. */
 static void on_recv(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len)
 {
     mca_btl_ringbtl_module_t *m = ctx;
+    if (m->flushing) {
+        /* Inside a send: the upper layer is not re-entered; keep a copy for later. Messages
+         * that arrive later are delivered after this one (run_deferred goes first). */
+        mca_btl_ringbtl_deferred_recv_t *r = malloc(sizeof(*r) + len);
+        if (NULL == r) {
+            opal_output(0, "btl ringbtl: out of memory for a %zu-byte message from rank %u",
+                        len, (unsigned) src);
+            return;
+        }
+        r->next = NULL;
+        r->len = len;
+        r->src = src;
+        r->tag = tag;
+        memcpy(r->data, data, len);
+        *m->recv_tail = r;
+        m->recv_tail = &r->next;
+        return;
+    }
+    deliver(m, src, tag, data, len);
+}
+
+static void deliver(mca_btl_ringbtl_module_t *m, uint32_t src, uint8_t tag, const void *data,
+                    size_t len)
+{
     const mca_btl_active_message_callback_t *reg = &mca_btl_base_active_message_trigger[tag];
     mca_btl_base_segment_t seg;
     mca_btl_base_descriptor_t des;
@@ -245,9 +316,13 @@ static int btl_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             }
             rc = ringbtl_add_peer(m->rt, vpid, uris);
             if (RINGBTL_OK != rc) {
-                opal_output(0, "btl ringbtl: %s unreachable: address \"%s\": %s (%s)",
-                            OPAL_NAME_PRINT(p->proc_name), uris, ringbtl_strerror(rc),
-                            ringbtl_last_error());
+                /* A malformed address is reported always; a peer on no interface this
+                 * process may use (if_include / if_exclude) only when verbose. */
+                if (RINGBTL_ERR_UNREACHABLE != rc || verbose > 0) {
+                    opal_output(0, "btl ringbtl: %s unreachable: address \"%s\": %s (%s)",
+                                OPAL_NAME_PRINT(p->proc_name), uris, ringbtl_strerror(rc),
+                                ringbtl_last_error());
+                }
                 free(uris);
                 continue;
             }
@@ -394,6 +469,19 @@ static int frag_send(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_frag_t *f,
     return ringbtl_send(m->rt, f->ep->peer, tag, iov, n, (uint64_t) (uintptr_t) f);
 }
 
+/* Hands the queued bytes to the kernel now: one ringbtl pass whose upper-layer callbacks
+ * wait for the next progress (ob1 is inside its send path). Inside a ringbtl callback the
+ * pass is a no-op and the outer pass submits. */
+static void flush(mca_btl_ringbtl_module_t *m)
+{
+    if (m->flushing) {
+        return;
+    }
+    m->flushing = true;
+    (void) ringbtl_progress(m->rt);
+    m->flushing = false;
+}
+
 static int btl_send(struct mca_btl_base_module_t *btl,
                             struct mca_btl_base_endpoint_t *endpoint,
                             struct mca_btl_base_descriptor_t *des, mca_btl_base_tag_t tag)
@@ -408,6 +496,9 @@ static int btl_send(struct mca_btl_base_module_t *btl,
     f->ep = endpoint;
     RINGBTL_LOCK(m);
     rc = frag_send(m, f, tag);
+    if (RINGBTL_OK == rc) {
+        flush(m);
+    }
     RINGBTL_UNLOCK(m);
     /* Accepted: the completion (and des_cbfunc) follows from progress. */
     return status_to_opal(rc);
@@ -457,6 +548,9 @@ static int btl_sendi(struct mca_btl_base_module_t *btl,
     f->base.des_flags = MCA_BTL_DES_FLAGS_BTL_OWNERSHIP;
     RINGBTL_LOCK(m);
     rc = frag_send(m, f, tag);
+    if (RINGBTL_OK == rc) {
+        flush(m);
+    }
     RINGBTL_UNLOCK(m);
     if (RINGBTL_OK != rc) {
         frag_return(f);
@@ -483,6 +577,12 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
      * failures are no longer reported. */
     m->closing = true;
     m->error_cb = NULL;
+    while (NULL != m->recv_head) {
+        mca_btl_ringbtl_deferred_recv_t *r = m->recv_head;
+        m->recv_head = r->next;
+        free(r);
+    }
+    (void) mca_btl_ringbtl_run_deferred(m);
     rc = ringbtl_destroy(m->rt, mca_btl_ringbtl_component.finalize_timeout_ms);
     if (RINGBTL_OK != rc && mca_btl_ringbtl_component.verbose > 0) {
         opal_output(0, "btl ringbtl: shutdown: %s (%s)", ringbtl_strerror(rc),
@@ -552,6 +652,12 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->nendpoints = 0;
     m->scratch = NULL;
     m->scratch_len = 0;
+    m->flushing = false;
+    m->in_deferred = false;
+    m->recv_head = NULL;
+    m->recv_tail = &m->recv_head;
+    m->done_head = NULL;
+    m->done_tail = &m->done_head;
     m->threads = threads;
     if (threads) {
         pthread_mutexattr_t attr;

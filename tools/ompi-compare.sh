@@ -5,18 +5,25 @@
 # targets, and writes every run as records for tools/plot.
 #
 # Usage: tools/ompi-compare.sh [--runs N] [--sizes "8 65536 1048576 4194304"] [--plot]
-# Output: target/ompi-results/compare.jsonl, compare.md (the table), compare.png (--plot)
+#          [--ringbtl-mca "NAME VALUE ..."]   extra MCA settings for the ringbtl runs (the
+#                                             measurements behind the component's defaults)
+#          [--only ringbtl|tcp] [--name NAME]   (output files NAME.*, default compare)
+# Output: target/ompi-results/NAME.jsonl, NAME.md (the table), NAME.png (--plot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/ompi-common.sh
 export LC_ALL=C
 
-runs=5; sizes="8 65536 1048576 4194304"; plot=0
+runs=5; sizes="8 65536 1048576 4194304"; plot=0; extra=(); only=""; name=compare
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift ;;
     --sizes) sizes="$2"; shift ;;
     --plot) plot=1 ;;
+    --ringbtl-mca) read -ra kv <<<"$2"; for ((i = 0; i + 1 < ${#kv[@]}; i += 2)); do
+        extra+=(--mca "${kv[i]}" "${kv[i+1]}"); done; shift ;;
+    --only) only="$2"; shift ;;
+    --name) name="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -24,13 +31,15 @@ done
 [ -x "$OMPI_OUT/ringbtl_perf" ] && [ -x "$OMPI_OUT/mca_btl_ringbtl.so" ] || tools/build-ompi.sh >/dev/null
 res="$PWD/target/ompi-results"
 mkdir -p "$res"
-jsonl="$res/compare.jsonl"
+jsonl="$res/$name.jsonl"
 : >"$jsonl"
 for r in $(seq 1 "$runs"); do
   # Alternate which transport goes first, so a drift in the machine's load hits both.
   order="ringbtl tcp"; [ $((r % 2)) = 0 ] && order="tcp ringbtl"
   for btl in $order; do
+    [ -n "$only" ] && [ "$btl" != "$only" ] && continue
     eval "args=(\"\${BTL_$btl[@]}\")"
+    [ "$btl" = ringbtl ] && args+=("${extra[@]}")
     # shellcheck disable=SC2086
     "${MPIRUN[@]}" "${args[@]}" -np 2 --bind-to core "$OMPI_OUT/ringbtl_perf" $sizes \
       | awk -v sys="$btl" -v run="$r" '
@@ -45,7 +54,7 @@ for r in $(seq 1 "$runs"); do
   done
 done
 
-python3 - "$jsonl" "$runs" <<'PY' | tee "$res/compare.md"
+python3 - "$jsonl" "$runs" <<'PY' | tee "$res/$name.md"
 import json, statistics, sys
 from collections import defaultdict
 vals = defaultdict(list)
@@ -76,5 +85,5 @@ for metric, label, _, op in rows:
         print(f"| {label} | {fmt_size(s)} | {ma:.{prec}f} | {mb:.{prec}f} | {ratio:.2f} | {tt} | {met} |")
 PY
 if [ "$plot" = 1 ]; then
-  tools/plot "$jsonl" -o "$res/compare.png" --title "MPI over btl ringbtl vs btl tcp (pml ob1, loopback, 2 ranks bound to cores)"
+  tools/plot "$jsonl" -o "$res/$name.png" --title "MPI over btl ringbtl vs btl tcp (pml ob1, loopback, 2 ranks bound to cores)"
 fi
