@@ -58,6 +58,7 @@ typedef struct {
      * upper layer's callbacks are deferred to the next component progress. */
     bool flushing;
     bool in_deferred;
+    unsigned sent_since_progress; /* sends since the last component progress */
     struct mca_btl_ringbtl_deferred_recv *recv_head, **recv_tail;
     struct mca_btl_ringbtl_frag *done_head, **done_tail;
     bool threads; /* MPI_THREAD_MULTIPLE: every entry point takes `lock` */
@@ -71,6 +72,7 @@ typedef struct {
     int free_list_max;
     int free_list_inc;
     unsigned int finalize_timeout_ms;
+    unsigned int flush_batch;
     mca_btl_ringbtl_setting_t *settings; /* terminated by mca == NULL */
 } mca_btl_ringbtl_component_t;
 

@@ -96,6 +96,7 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
     .free_list_max = -1,
     .free_list_inc = 32,
     .finalize_timeout_ms = 2000,
+    .flush_batch = 0,
     .settings = ringbtl_settings,
 };
 
@@ -158,6 +159,16 @@ static int component_register(void)
         "At finalize, time allowed to send FIN to every peer and drain pending sends (ms)",
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, 0, OPAL_INFO_LVL_5,
         MCA_BASE_VAR_SCOPE_READONLY, &mca_btl_ringbtl_component.finalize_timeout_ms);
+
+    (void) mca_base_component_var_register(
+        c, "flush_batch",
+        "A send hands its bytes to the kernel at once when it is the first since the last "
+        "progress and, when this is N > 0, every N-th after it; the others leave together "
+        "at the next progress, gathered (0 = the first only: fewest system calls in bursts; "
+        "1 = every send at once, like btl tcp, for programs that compute long between a "
+        "burst of sends and their completion)",
+        MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, 0, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_READONLY, &mca_btl_ringbtl_component.flush_batch);
 
     for (mca_btl_ringbtl_setting_t *s = ringbtl_settings; s->mca != NULL; s++) {
         char help[512];
@@ -323,6 +334,7 @@ int mca_btl_ringbtl_progress(void)
             return 0;
         }
     }
+    m->sent_since_progress = 0;
     n = mca_btl_ringbtl_run_deferred(m);
     int k = ringbtl_progress(m->rt);
     RINGBTL_UNLOCK(m);

@@ -471,10 +471,16 @@ static int frag_send(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_frag_t *f,
 
 /* Hands the queued bytes to the kernel now: one ringbtl pass whose upper-layer callbacks
  * wait for the next progress (ob1 is inside its send path). Inside a ringbtl callback the
- * pass is a no-op and the outer pass submits. */
+ * pass is a no-op and the outer pass submits. Without it a process that sends and then
+ * blocks outside MPI (MPI_Comm_accept waits in PMIx right after sending its port name)
+ * would keep the message to itself. */
 static void flush(mca_btl_ringbtl_module_t *m)
 {
-    if (m->flushing) {
+    /* The first send since the last progress always goes out; later ones of a burst every
+     * flush_batch sends (0: none), the rest with the next progress, gathered. */
+    const unsigned batch = mca_btl_ringbtl_component.flush_batch;
+    const unsigned k = m->sent_since_progress++;
+    if (m->flushing || (0 != k && (0 == batch || 0 != k % batch))) {
         return;
     }
     m->flushing = true;
@@ -653,6 +659,7 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->scratch = NULL;
     m->scratch_len = 0;
     m->flushing = false;
+    m->sent_since_progress = 0;
     m->in_deferred = false;
     m->recv_head = NULL;
     m->recv_tail = &m->recv_head;

@@ -53,6 +53,11 @@ step "fuzz checks (seeded, stable)"
 cargo fmt --check --manifest-path fuzz/Cargo.toml
 cargo test --manifest-path fuzz/Cargo.toml --no-default-features
 
+# The Open MPI BTL component: built against the installed Open MPI, an MPI program over
+# `--mca btl self,ringbtl` at 2 and 4 ranks and a subset of mpi4py's suite beside btl tcp.
+step "Open MPI component (tools/ompi-ci.sh)"
+tools/ompi-ci.sh
+
 step "doc"
 RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --quiet
 
