@@ -4,6 +4,7 @@
  */
 #include "btl_ringbtl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,6 +127,20 @@ static void on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
 static void deliver(mca_btl_ringbtl_module_t *m, uint32_t src, uint8_t tag, const void *data,
                     size_t len);
 
+/* Losing a received message breaks MPI's guarantees: the job must hear of it. */
+static void lost_message(mca_btl_ringbtl_module_t *m, uint32_t src, size_t len)
+{
+    char text[128];
+    snprintf(text, sizeof(text), "btl ringbtl: out of memory for a %zu-byte message from rank %u",
+             len, (unsigned) src);
+    if (NULL != m->error_cb) {
+        mca_btl_ringbtl_endpoint_t *ep = src < m->nendpoints ? m->endpoints[src] : NULL;
+        m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, NULL != ep ? ep->proc : NULL, text);
+    } else {
+        opal_output(0, "%s", text);
+    }
+}
+
 int mca_btl_ringbtl_run_deferred(mca_btl_ringbtl_module_t *m)
 {
     int n = 0;
@@ -168,8 +183,7 @@ static void on_recv(void *ctx, uint32_t src, uint8_t tag, const void *data, size
          * that arrive later are delivered after this one (run_deferred goes first). */
         mca_btl_ringbtl_deferred_recv_t *r = malloc(sizeof(*r) + len);
         if (NULL == r) {
-            opal_output(0, "btl ringbtl: out of memory for a %zu-byte message from rank %u",
-                        len, (unsigned) src);
+            lost_message(m, src, len);
             return;
         }
         r->next = NULL;
@@ -201,7 +215,7 @@ static void deliver(mca_btl_ringbtl_module_t *m, uint32_t src, uint8_t tag, cons
         if (len > m->scratch_len) {
             void *p = NULL;
             if (0 != posix_memalign(&p, 64, len)) {
-                opal_output(0, "btl ringbtl: out of memory for a %zu-byte message", len);
+                lost_message(m, src, len);
                 return;
             }
             free(m->scratch);
