@@ -37,8 +37,8 @@ for btl in ringbtl tcp; do
   name="btl tcp (lo)"; [ "$btl" = ringbtl ] && name="ringbtl (btl ringbtl)"
   # NetPIPE's columns: bytes, Mbps (10^6 bit/s), one-way time in seconds.
   awk -v sys="$name" 'NF == 3 && $1 > 0 {
-      printf "{\"system\": \"NetPIPE %s\", \"bench\": \"latency\", \"metric\": \"lat_us\", \"size\": %d, \"run\": 1, \"value\": %.6f}\n", sys, $1, $3 * 1e6
-      printf "{\"system\": \"NetPIPE %s\", \"bench\": \"bw\", \"metric\": \"bw_mb_s\", \"size\": %d, \"run\": 1, \"value\": %.6f}\n", sys, $1, $2 / 8 }' \
+      printf "{\"system\": \"%s, NetPIPE\", \"bench\": \"latency\", \"metric\": \"lat_us\", \"size\": %d, \"run\": 1, \"value\": %.6f}\n", sys, $1, $3 * 1e6
+      printf "{\"system\": \"%s, NetPIPE\", \"bench\": \"bw\", \"metric\": \"bw_mb_s\", \"size\": %d, \"run\": 1, \"value\": %.6f}\n", sys, $1, $2 / 8 }' \
     "$out" >>"$jsonl"
   echo "$btl: $(wc -l <"$out") sizes, largest: $(tail -1 "$out")"
 done
