@@ -7,6 +7,7 @@
 # Usage: tools/ompi-compare.sh [--runs N] [--sizes "8 65536 1048576 4194304"] [--plot]
 #          [--ringbtl-mca "NAME VALUE ..."]   extra MCA settings for the ringbtl runs (the
 #                                             measurements behind the component's defaults)
+#          [--tcp-mca "NAME VALUE ..."]       the same for the tcp runs
 #          [--only ringbtl|tcp] [--name NAME]   (output files NAME.*, default compare)
 # Output: target/ompi-results/NAME.jsonl, NAME.md (the table), NAME.png (--plot)
 set -euo pipefail
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 source tools/ompi-common.sh
 export LC_ALL=C
 
-runs=5; sizes="8 65536 1048576 4194304"; plot=0; extra=(); only=""; name=compare
+runs=5; sizes="8 65536 1048576 4194304"; plot=0; extra=(); tcp_extra=(); only=""; name=compare
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift ;;
@@ -22,6 +23,8 @@ while [ $# -gt 0 ]; do
     --plot) plot=1 ;;
     --ringbtl-mca) read -ra kv <<<"$2"; for ((i = 0; i + 1 < ${#kv[@]}; i += 2)); do
         extra+=(--mca "${kv[i]}" "${kv[i+1]}"); done; shift ;;
+    --tcp-mca) read -ra kv <<<"$2"; for ((i = 0; i + 1 < ${#kv[@]}; i += 2)); do
+        tcp_extra+=(--mca "${kv[i]}" "${kv[i+1]}"); done; shift ;;
     --only) only="$2"; shift ;;
     --name) name="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -39,7 +42,7 @@ for r in $(seq 1 "$runs"); do
   for btl in $order; do
     [ -n "$only" ] && [ "$btl" != "$only" ] && continue
     eval "args=(\"\${BTL_$btl[@]}\")"
-    [ "$btl" = ringbtl ] && args+=("${extra[@]}")
+    if [ "$btl" = ringbtl ]; then args+=("${extra[@]}"); else args+=("${tcp_extra[@]}"); fi
     # shellcheck disable=SC2086
     "${MPIRUN[@]}" "${args[@]}" -np 2 --bind-to core "$OMPI_OUT/ringbtl_perf" $sizes \
       | awk -v sys="$btl" -v run="$r" '
