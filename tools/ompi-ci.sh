@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI check of the Open MPI BTL component: builds it, checks that ompi_info lists its
 # parameters, runs an MPI program that checks every byte (ompi/tests/ringbtl_check.c) over
-# `--mca btl self,ringbtl` at 2 and 4 ranks (both backends) and next to vader, and a short
+# `--mca btl self,ringbtl` at 2 and 4 ranks (both backends) and next to vader, a threaded
+# one under MPI_THREAD_MULTIPLE (ompi/tests/ringbtl_threads.c), bad settings, and a short
 # subset of mpi4py's test suite compared with btl tcp. A few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,25 +24,32 @@ for p in btl_ringbtl_backend btl_ringbtl_if_include btl_ringbtl_max_frame btl_ri
   grep -q "\"$p\"" <<<"$params" || { echo "ompi_info does not list $p" >&2; exit 1; }
 done
 
+# check PROGRAM WHAT MPIRUN-ARGS...: the program must run and print "PROGRAM: OK".
 check() {
-  local what="$1"; shift
-  echo "-- ringbtl_check: $what"
-  out=$(timeout -k 5 180 "${MPIRUN[@]}" "$@" "$OMPI_OUT/ringbtl_check" 2>&1) || {
+  local prog="$1" what="$2"; shift 2
+  echo "-- $prog: $what"
+  out=$(timeout -k 5 180 "${MPIRUN[@]}" "$@" "$OMPI_OUT/$prog" 2>&1) || {
     echo "$out" >&2; echo "FAILED: $what" >&2; exit 1; }
-  grep -q "ringbtl_check: OK" <<<"$out" || { echo "$out" >&2; echo "no OK line: $what" >&2; exit 1; }
+  grep -q "$prog: OK" <<<"$out" || { echo "$out" >&2; echo "no OK line: $what" >&2; exit 1; }
   tail -1 <<<"$out"
 }
-check "self,ringbtl, 2 ranks" --mca btl self,ringbtl -np 2
-check "self,ringbtl, 4 ranks" --mca btl self,ringbtl -np 4
-check "self,ringbtl, 4 ranks, epoll backend" --mca btl self,ringbtl --mca btl_ringbtl_backend epoll -np 4
-check "self,ringbtl, 2 ranks, small eager limit and fragments" --mca btl self,ringbtl \
+check ringbtl_check "self,ringbtl, 2 ranks" --mca btl self,ringbtl -np 2
+check ringbtl_check "self,ringbtl, 4 ranks" --mca btl self,ringbtl -np 4
+check ringbtl_check "self,ringbtl, 4 ranks, epoll backend" --mca btl self,ringbtl --mca btl_ringbtl_backend epoll -np 4
+check ringbtl_check "self,ringbtl, 2 ranks, small eager limit and fragments" --mca btl self,ringbtl \
   --mca btl_ringbtl_eager_limit 4096 --mca btl_ringbtl_max_send_size 32768 -np 2
-check "self,vader,ringbtl, 4 ranks" --mca btl self,vader,ringbtl -np 4
+check ringbtl_check "self,vader,ringbtl, 4 ranks" --mca btl self,vader,ringbtl -np 4
+
+# MPI_THREAD_MULTIPLE: four threads per rank exchanging at once (serialised, epoll).
+check ringbtl_threads "MPI_THREAD_MULTIPLE, self,ringbtl, 4 ranks" --mca btl self,ringbtl -np 4
 
 echo "-- a bad setting makes the component decline with a message, not crash"
 out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_max_frame 12 \
   -np 2 "$OMPI_OUT/ringbtl_check" 2>&1) && { echo "$out" >&2; echo "ran with max_frame=12" >&2; exit 1; }
 grep -q "btl_ringbtl_max_frame=12 rejected" <<<"$out" || { echo "$out" >&2; exit 1; }
+out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_backend uring \
+  -np 2 "$OMPI_OUT/ringbtl_threads" 2>&1) && { echo "$out" >&2; echo "uring ran threaded" >&2; exit 1; }
+grep -q "cannot serve MPI_THREAD_MULTIPLE" <<<"$out" || { echo "$out" >&2; exit 1; }
 
 echo "-- mpi4py subset over btl ringbtl and btl tcp"
 tools/ompi-mpi4py.sh --ranks "2 4" --only "p2p_buf cco_buf msgspec" --timeout 300
