@@ -96,7 +96,7 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
     .free_list_max = -1,
     .free_list_inc = 32,
     .finalize_timeout_ms = 2000,
-    .flush_batch = 0,
+    .flush_batch = 1,
     .settings = ringbtl_settings,
 };
 
@@ -169,9 +169,10 @@ static int component_register(void)
         c, "flush_batch",
         "A send hands its bytes to the kernel at once when it is the first since the last "
         "progress and, when this is N > 0, every N-th after it; the others leave together "
-        "at the next progress, gathered (0 = the first only: fewest system calls in bursts; "
-        "1 = every send at once, like btl tcp, for programs that compute long between a "
-        "burst of sends and their completion)",
+        "at the next progress, gathered. 1 (default): every send at once, like btl tcp; "
+        "needed by MPI_Comm_connect/accept, whose collectives send several messages and "
+        "then block in PMIx without progress. 0 or N > 1: fewer system calls in bursts "
+        "(message rate), for programs that do not use dynamic processes",
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, 0, OPAL_INFO_LVL_5,
         MCA_BASE_VAR_SCOPE_READONLY, &mca_btl_ringbtl_component.flush_batch);
 

@@ -491,7 +491,8 @@ static int frag_send(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_frag_t *f,
 static void flush(mca_btl_ringbtl_module_t *m)
 {
     /* The first send since the last progress always goes out; later ones of a burst every
-     * flush_batch sends (0: none), the rest with the next progress, gathered. */
+     * flush_batch sends (1, the default: all; 0: none), the rest with the next progress,
+     * gathered. MPI_Comm_connect broadcasts (several sends) and then blocks in PMIx. */
     const unsigned batch = mca_btl_ringbtl_component.flush_batch;
     const unsigned k = m->sent_since_progress++;
     if (m->flushing || (0 != k && (0 == batch || 0 != k % batch))) {

@@ -52,4 +52,4 @@ out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_ba
 grep -q "cannot serve MPI_THREAD_MULTIPLE" <<<"$out" || { echo "$out" >&2; exit 1; }
 
 echo "-- mpi4py subset over btl ringbtl and btl tcp"
-tools/ompi-mpi4py.sh --ranks "2 4" --only "p2p_buf cco_buf msgspec" --timeout 300
+tools/ompi-mpi4py.sh --ranks "2 4" --only "p2p_buf cco_buf msgspec dynproc" --timeout 300
