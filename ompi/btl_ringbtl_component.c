@@ -31,6 +31,10 @@ static mca_btl_ringbtl_setting_t ringbtl_settings[] = {
      NULL},
     {"progress", "RINGBTL_PROGRESS",
      "How ringbtl waits inside its own progress: poll (default), block, spin[:USECS]", NULL},
+    {"listen", "RINGBTL_LISTEN",
+     "Where to listen: auto (default here: every usable interface, after if_include / "
+     "if_exclude, published through the modex) or one ip:port",
+     NULL},
     {"if_include", "RINGBTL_IF_INCLUDE",
      "Comma-separated interfaces (names or CIDR subnets) to listen and connect on", NULL},
     {"if_exclude", "RINGBTL_IF_EXCLUDE",
@@ -250,6 +254,11 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
     if (NULL == getenv("RINGBTL_JOB_TOKEN")) {
         snprintf(token, sizeof(token), "%u", (unsigned) me.jobid);
         (void) ringbtl_config_set(cfg, "RINGBTL_JOB_TOKEN", token);
+    }
+    /* ringbtl's own default listens on 127.0.0.1; an MPI job may span hosts. */
+    if (NULL == getenv("RINGBTL_LISTEN")
+        && RINGBTL_OK != component_set(cfg, "listen default", "RINGBTL_LISTEN", "auto")) {
+        goto fail;
     }
     for (mca_btl_ringbtl_setting_t *s = c->settings; s->mca != NULL; s++) {
         if (NULL == s->value || '\0' == s->value[0]) {

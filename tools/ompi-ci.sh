@@ -35,6 +35,8 @@ check() {
 }
 check ringbtl_check "self,ringbtl, 2 ranks" --mca btl self,ringbtl -np 2
 check ringbtl_check "self,ringbtl, 4 ranks" --mca btl self,ringbtl -np 4
+check ringbtl_check "self,ringbtl, 2 ranks, loopback only (if_include lo)" --mca btl self,ringbtl \
+  --mca btl_ringbtl_if_include lo -np 2
 check ringbtl_check "self,ringbtl, 4 ranks, epoll backend" --mca btl self,ringbtl --mca btl_ringbtl_backend epoll -np 4
 check ringbtl_check "self,ringbtl, 2 ranks, small eager limit and fragments" --mca btl self,ringbtl \
   --mca btl_ringbtl_eager_limit 4096 --mca btl_ringbtl_max_send_size 32768 -np 2
@@ -47,6 +49,9 @@ echo "-- a bad setting makes the component decline with a message, not crash"
 out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_max_frame 12 \
   -np 2 "$OMPI_OUT/ringbtl_check" 2>&1) && { echo "$out" >&2; echo "ran with max_frame=12" >&2; exit 1; }
 grep -q "btl_ringbtl_max_frame=12 rejected" <<<"$out" || { echo "$out" >&2; exit 1; }
+out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_if_include 10.255.255.0/24 \
+  -np 2 "$OMPI_OUT/ringbtl_check" 2>&1) && { echo "$out" >&2; echo "ran on no interface" >&2; exit 1; }
+grep -q "matches no usable interface" <<<"$out" || { echo "$out" >&2; exit 1; }
 out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_backend uring \
   -np 2 "$OMPI_OUT/ringbtl_threads" 2>&1) && { echo "$out" >&2; echo "uring ran threaded" >&2; exit 1; }
 grep -q "cannot serve MPI_THREAD_MULTIPLE" <<<"$out" || { echo "$out" >&2; exit 1; }

@@ -6,6 +6,6 @@ MPIRUN=(mpirun --mca pml ob1 --mca mca_base_component_path "$OMPI_PATH")
 if [ "$(id -u)" = 0 ]; then
   MPIRUN+=(--allow-run-as-root --oversubscribe)
 fi
-# The two transports compared: ringbtl, and Open MPI's TCP BTL on loopback.
-BTL_ringbtl=(--mca btl self,ringbtl)
+# The two transports compared, both on loopback: ringbtl, and Open MPI's TCP BTL.
+BTL_ringbtl=(--mca btl self,ringbtl --mca btl_ringbtl_if_include lo)
 BTL_tcp=(--mca btl self,tcp --mca btl_tcp_if_include lo)
