@@ -36,9 +36,10 @@
 //! - **Wire-up** ([`wireup`]): at start-up only. With [`Config::listen`] `None` the
 //!   transport selects interfaces (`RINGBTL_IF_INCLUDE` / `RINGBTL_IF_EXCLUDE`), listens
 //!   on the wildcard address of each family on one port (`RINGBTL_PORT` or ephemeral) and
-//!   publishes [`Transport::uris`]; ranks exchange those through PMIx (feature `pmix`),
-//!   PMI-1 or the env + root rendezvous, and [`Transport::add_peer_uris`] orders each
-//!   peer's addresses by subnet and binds the dialing socket to the matching local address.
+//!   publishes [`Transport::uris`]; ranks exchange those through PMIx (the system's
+//!   libpmix, opened at run time), PMI-1 / PMI-2 or the env + root rendezvous, and
+//!   [`Transport::add_peer_uris`] orders each peer's addresses by subnet and binds the
+//!   dialing socket to the matching local address.
 //!   [`Transport::probe`] asks an address whether a ringbtl process listens there.
 //! - **Transport** ([`Transport`]): the public API. One thread drives it; handlers run
 //!   on that thread, get the payload in place in the receive cache, and may send.
@@ -60,6 +61,12 @@
 //! |---|---|---|
 //! | `uring` (default) | io_uring ring with `SINGLE_ISSUER`, `DEFER_TASKRUN`, `TASKRUN_FLAG` when the kernel has them | one ring per transport |
 //! | `epoll` (default) | non-blocking sockets + epoll | same protocol, same tests |
+//!
+//! The cargo feature `pmix` has no effect and is kept only so that builds which name it
+//! keep working: every build speaks PMIx, through the system's `libpmix` opened at run
+//! time when a launcher offers PMIx (`mpirun`, `srun --mpi=pmix`; see [`wireup::pmix`]).
+//! Nothing is linked at build time, so a plain `cargo build --release` runs under
+//! `mpirun`, `srun --mpi=pmix`, `srun --mpi=pmi2` and `mpiexec.hydra` alike.
 //!
 //! With both compiled in, [`BackendKind::Auto`] probes io_uring (ring creation and the
 //! opcodes used: `SENDMSG`, `RECV`, `CONNECT`, `ACCEPT`, `ASYNC_CANCEL`, `CLOSE`) and falls

@@ -8,8 +8,9 @@
 //!    (`RINGBTL_IF_INCLUDE` / `RINGBTL_IF_EXCLUDE`, by name or subnet);
 //! 2. [`uri`]: publish the listen addresses as a `tcp://…;tcp://[…]:…` list;
 //! 3. [`Modex`]: exchange those lists so every rank holds the table rank → URI list,
-//!    through PMI-1 ([`pmi`]), the env + root rendezvous ([`rendezvous`]) or, for a
-//!    single process, nothing at all; [`env`](mod@env) reads the rank and size a launcher
+//!    through PMIx ([`pmix`], the system's library opened at run time), PMI-1
+//!    ([`pmi`]), the env + root rendezvous ([`rendezvous`]) or, for a single process,
+//!    nothing at all; [`env`](mod@env) reads the rank and size a launcher
 //!    exported;
 //! 4. [`route`]: for each peer, the order in which to try its addresses and the local
 //!    address to bind each connecting socket to.
@@ -17,10 +18,12 @@
 //! [`Wireup::from_env`] picks the exchange the way HPC launchers expect:
 //! `RINGBTL_WIREUP=pmix|pmi|env|local` forces one; otherwise PMIx when the launcher's
 //! PMIx server announced itself (`PMIX_NAMESPACE` / `PMIX_RANK`: Open MPI's `mpirun`,
-//! `srun --mpi=pmix`) and the cargo feature `pmix` is on, else PMI-1 when `PMI_FD` is set
-//! (MPICH `mpiexec.hydra`, Flux), else the rendezvous when `RINGBTL_ROOT` is set, else a
-//! single local process. Every exchange gives up after `RINGBTL_WIREUP_TIMEOUT`
-//! milliseconds (default 60 000).
+//! `srun --mpi=pmix`), else PMI-1 when `PMI_FD` is set (MPICH `mpiexec.hydra`,
+//! `srun --mpi=pmi2`, Flux), else the rendezvous when `RINGBTL_ROOT` is set, else a single
+//! local process. No build option is involved: PMIx's client library is opened when PMIx
+//! is chosen, and a launcher that offers PMIx on a machine without the library gets an
+//! error that says so (and how to choose another exchange). Every exchange gives up after
+//! `RINGBTL_WIREUP_TIMEOUT` milliseconds (default 60 000).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -34,7 +37,6 @@ use crate::wire::PeerId;
 pub mod env;
 pub mod ifaces;
 pub mod pmi;
-#[cfg(feature = "pmix")]
 pub mod pmix;
 pub mod rendezvous;
 pub mod route;
@@ -153,7 +155,7 @@ impl<S: Read + Write> Modex for PmiModex<S> {
 /// The ways ranks can exchange addresses (`RINGBTL_WIREUP`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WireupKind {
-    /// PMIx (Open MPI's `mpirun`, `srun --mpi=pmix`); needs the cargo feature `pmix`.
+    /// PMIx (Open MPI's `mpirun`, `srun --mpi=pmix`), through the system's libpmix.
     Pmix,
     /// PMI-1 over `PMI_FD`.
     Pmi,
@@ -208,7 +210,6 @@ pub struct Wireup {
 
 #[derive(Debug)]
 enum Inner {
-    #[cfg(feature = "pmix")]
     Pmix(pmix::PmixModex),
     Pmi(PmiModex<UnixStream>),
     Env(Rendezvous),
@@ -229,9 +230,7 @@ impl Wireup {
         let timeout = timeout_from_vars(&get)?;
         let kind = match var("RINGBTL_WIREUP") {
             Some(v) => WireupKind::from_str(&v)?,
-            None if cfg!(feature = "pmix")
-                && (var("PMIX_NAMESPACE").is_some() || var("PMIX_RANK").is_some()) =>
-            {
+            None if var("PMIX_NAMESPACE").is_some() || var("PMIX_RANK").is_some() => {
                 WireupKind::Pmix
             }
             None if var("PMI_FD").is_some() => WireupKind::Pmi,
@@ -239,9 +238,9 @@ impl Wireup {
             None => WireupKind::Local,
         };
         let (info, inner) = match kind {
-            #[cfg(feature = "pmix")]
             WireupKind::Pmix => {
-                let m = pmix::PmixModex::init(timeout)?;
+                let lib = var(pmix::LIB_VAR);
+                let m = pmix::PmixModex::init(timeout, lib.as_deref().map(str::trim))?;
                 let launcher = RankInfo::from_vars(&get).ok().flatten();
                 let info = RankInfo {
                     rank: m.rank(),
@@ -251,14 +250,6 @@ impl Wireup {
                     source: "PMIx",
                 };
                 (info, Inner::Pmix(m))
-            }
-            #[cfg(not(feature = "pmix"))]
-            WireupKind::Pmix => {
-                return Err(Error::Config(
-                    "RINGBTL_WIREUP=pmix: PMIx support is not compiled in (cargo feature \
-                     `pmix`); use pmi, env or local"
-                        .into(),
-                ))
             }
             WireupKind::Pmi => {
                 let fd = var("PMI_FD").ok_or_else(|| {
@@ -316,15 +307,10 @@ impl Wireup {
             }
             WireupKind::Local => {
                 if let Some(i) = RankInfo::from_vars(&get)?.filter(|i| i.size > 1) {
-                    // The launcher runs a PMIx server this build cannot talk to.
-                    let pmix = if get("PMIX_NAMESPACE").is_some() || get("PMIX_RANK").is_some() {
-                        "; this launcher offers PMIx: build with `--features pmix` to use it"
-                    } else {
-                        ""
-                    };
                     return Err(Error::Config(format!(
                         "launched as rank {} of {} ({}) but no address exchange is available: \
-                         set RINGBTL_ROOT=host:port, or run under a PMI-1 launcher{pmix}",
+                         set RINGBTL_ROOT=host:port, or run under a PMIx or PMI-1/PMI-2 \
+                         launcher (mpirun, srun --mpi=pmix or --mpi=pmi2, mpiexec.hydra)",
                         i.rank, i.size, i.source
                     )));
                 }
@@ -356,7 +342,6 @@ impl Wireup {
 
     fn modex(&mut self) -> &mut dyn Modex {
         match &mut self.inner {
-            #[cfg(feature = "pmix")]
             Inner::Pmix(m) => m,
             Inner::Pmi(m) => m,
             Inner::Env(m) => m,
@@ -500,17 +485,38 @@ mod tests {
             let e = wireup(pairs).unwrap_err().to_string();
             assert!(e.contains(needle), "{e:?} should contain {needle:?}");
         }
-        #[cfg(not(feature = "pmix"))]
-        {
-            let e = wireup(&[("RINGBTL_WIREUP", "pmix")])
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains("not compiled in"), "{e}");
-        }
         assert_eq!(
             timeout_from_vars(|_| Some("1500".into())).unwrap(),
             Duration::from_millis(1500)
         );
+    }
+
+    /// A launcher that offers PMIx where its client library cannot be opened: the error
+    /// names what was tried and the ways out, whether PMIx was forced or detected.
+    #[test]
+    fn pmix_without_its_library_is_a_clear_error() {
+        let absent = "libpmix-absent-for-ringbtl-tests.so.0";
+        for pairs in [
+            &[("RINGBTL_WIREUP", "pmix"), (pmix::LIB_VAR, absent)][..],
+            &[
+                ("PMIX_NAMESPACE", "job.0"),
+                ("PMIX_RANK", "1"),
+                ("OMPI_COMM_WORLD_RANK", "1"),
+                ("OMPI_COMM_WORLD_SIZE", "4"),
+                (pmix::LIB_VAR, absent),
+            ][..],
+        ] {
+            let e = wireup(pairs).unwrap_err().to_string();
+            for needle in [
+                "offers PMIx but its client library could not be loaded",
+                absent,
+                pmix::LIB_VAR,
+                "RINGBTL_ROOT",
+                "--mpi=pmi2",
+            ] {
+                assert!(e.contains(needle), "{e:?} should contain {needle:?}");
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Address exchange through PMIx (Open MPI's `mpirun`, `prterun`, `srun --mpi=pmix`), with
-//! the system `libpmix` (cargo feature `pmix`).
+//! the system's PMIx client library loaded at run time.
 //!
 //! The client library talks to the PMIx server of the launcher's daemon on this node
 //! (found through `PMIX_SERVER_URI*` in the environment). The exchange is the one MPI
@@ -7,21 +7,41 @@
 //! `PMIx_Commit`, a `PMIx_Fence` over the namespace that collects the data, then one
 //! `PMIx_Get` per rank, answered from the local copy the fence brought.
 //!
+//! **Finding the library.** Nothing is linked at build time: a plain build runs under
+//! every launcher. The first exchange opens `libpmix.so.2` (the runtime library, Debian:
+//! `libpmix2`, which Open MPI and Slurm's PMIx plugin pull in), else `libpmix.so`, with
+//! `dlopen(RTLD_NOW | RTLD_GLOBAL)` so that PMIx's own plugins find its symbols.
+//! `RINGBTL_PMIX_LIB` names another file or path instead (a PMIx built under `/opt`).
+//! A library that cannot be opened, or lacks one of the calls used, is an error that says
+//! what was tried and how to fix it; it is not a crash. A library once opened stays
+//! loaded for the life of the process (PMIx keeps threads and plugins that must not
+//! outlive it).
+//!
 //! The bindings are written by hand for the few calls used, against the PMIx 4 headers
 //! (`pmix_common.h`): `pmix_proc_t` is `{char nspace[256]; uint32_t rank}` (260 bytes),
 //! `pmix_value_t` is a `uint16_t` type followed by an 8-aligned 24-byte union (32 bytes),
 //! `pmix_info_t` is `{char key[512]; uint32_t flags; pmix_value_t value}` (552 bytes,
-//! `value` at 520). The sizes are checked at compile time below.
+//! `value` at 520). The sizes are checked at compile time below; the unit tests check them
+//! and the constants against the installed headers when a C compiler and the headers
+//! (Debian: `libpmix-dev`) are there.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::mem::{align_of, size_of};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
+
+use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
 
 use super::Modex;
 use crate::error::Error;
+
+/// The variable that names the PMIx client library to open instead of the defaults.
+pub const LIB_VAR: &str = "RINGBTL_PMIX_LIB";
+/// The libraries tried in order when [`LIB_VAR`] is not set.
+pub const DEFAULT_LIBS: [&str; 2] = ["libpmix.so.2", "libpmix.so"];
 
 /// `PMIX_MAX_NSLEN + 1`.
 const NSPACE_LEN: usize = 256;
@@ -78,46 +98,125 @@ const _: () = assert!(size_of::<Proc>() == 260);
 const _: () = assert!(size_of::<Value>() == 32 && align_of::<Value>() == 8);
 const _: () = assert!(size_of::<Info>() == 552 && std::mem::offset_of!(Info, value) == 520);
 
-#[link(name = "pmix")]
-extern "C" {
-    fn PMIx_Init(proc_: *mut Proc, info: *mut Info, ninfo: usize) -> c_int;
-    fn PMIx_Finalize(info: *const Info, ninfo: usize) -> c_int;
-    fn PMIx_Put(scope: u8, key: *const c_char, val: *mut Value) -> c_int;
-    fn PMIx_Commit() -> c_int;
-    fn PMIx_Fence(procs: *const Proc, nprocs: usize, info: *const Info, ninfo: usize) -> c_int;
-    fn PMIx_Get(
+/// The calls used, resolved from the opened library (`pmix.h` prototypes).
+struct Api {
+    /// What was opened (a name from [`DEFAULT_LIBS`] or the value of [`LIB_VAR`]).
+    name: String,
+    init: unsafe extern "C" fn(proc_: *mut Proc, info: *mut Info, ninfo: usize) -> c_int,
+    finalize: unsafe extern "C" fn(info: *const Info, ninfo: usize) -> c_int,
+    put: unsafe extern "C" fn(scope: u8, key: *const c_char, val: *mut Value) -> c_int,
+    commit: unsafe extern "C" fn() -> c_int,
+    fence: unsafe extern "C" fn(
+        procs: *const Proc,
+        nprocs: usize,
+        info: *const Info,
+        ninfo: usize,
+    ) -> c_int,
+    get: unsafe extern "C" fn(
         proc_: *const Proc,
         key: *const c_char,
         info: *const Info,
         ninfo: usize,
         val: *mut *mut Value,
-    ) -> c_int;
-    fn PMIx_Value_destruct(val: *mut Value);
-    fn PMIx_Error_string(status: c_int) -> *const c_char;
+    ) -> c_int,
+    value_destruct: unsafe extern "C" fn(val: *mut Value),
+    error_string: unsafe extern "C" fn(status: c_int) -> *const c_char,
+    /// Keeps the function pointers above valid; never closed (see the module docs).
+    _lib: Library,
+}
+
+/// Libraries opened so far, by name; leaked on purpose, they stay loaded.
+static LOADED: Mutex<Vec<&'static Api>> = Mutex::new(Vec::new());
+
+impl Api {
+    /// The library named `name` (or, with `None`, the first of [`DEFAULT_LIBS`] that
+    /// opens), opened once per process.
+    fn load(name: Option<&str>) -> Result<&'static Self, Error> {
+        let names: Vec<&str> = match name {
+            Some(n) => vec![n],
+            None => DEFAULT_LIBS.to_vec(),
+        };
+        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(api) = loaded.iter().find(|a| names.contains(&a.name.as_str())) {
+            return Ok(api);
+        }
+        let mut why = Vec::new();
+        for n in &names {
+            match Self::open(n) {
+                Ok(api) => {
+                    let api: &'static Self = Box::leak(Box::new(api));
+                    loaded.push(api);
+                    return Ok(api);
+                }
+                Err(e) => why.push(e),
+            }
+        }
+        let fix = match name {
+            Some(_) => format!("check {LIB_VAR}"),
+            None => format!(
+                "install the PMIx client library (Debian: libpmix2) or name it with \
+                 {LIB_VAR}=/path/to/libpmix.so"
+            ),
+        };
+        Err(Error::Wireup(format!(
+            "this launcher offers PMIx but its client library could not be loaded ({}); \
+             {fix}; or choose another exchange: RINGBTL_WIREUP=env with RINGBTL_ROOT=host:port, \
+             or a PMI-1/PMI-2 launcher (srun --mpi=pmi2, mpiexec.hydra)",
+            why.join("; ")
+        )))
+    }
+
+    fn open(name: &str) -> Result<Self, String> {
+        // SAFETY: opening a shared library runs its initializers; libpmix's only set up
+        // its own globals (the client is started later, by PMIx_Init).
+        let lib = unsafe { Library::open(Some(name), RTLD_NOW | RTLD_GLOBAL) }
+            .map_err(|e| e.to_string())?;
+        macro_rules! sym {
+            ($sym:literal) => {
+                // SAFETY: the symbol is the PMIx call of that name, whose C prototype
+                // (pmix.h) the field's type transcribes; the pointer copied out stays
+                // valid because `lib` is stored next to it and never closed.
+                *unsafe { lib.get(concat!($sym, "\0").as_bytes()) }
+                    .map_err(|e| format!("{name}: no {}: {e}", $sym))?
+            };
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            init: sym!("PMIx_Init"),
+            finalize: sym!("PMIx_Finalize"),
+            put: sym!("PMIx_Put"),
+            commit: sym!("PMIx_Commit"),
+            fence: sym!("PMIx_Fence"),
+            get: sym!("PMIx_Get"),
+            value_destruct: sym!("PMIx_Value_destruct"),
+            error_string: sym!("PMIx_Error_string"),
+            _lib: lib,
+        })
+    }
+
+    fn status_text(&self, rc: c_int) -> String {
+        // SAFETY: PMIx_Error_string accepts any status and returns a pointer to a static,
+        // NUL-terminated string (or NULL, checked), valid for the life of the process.
+        let p = unsafe { (self.error_string)(rc) };
+        if p.is_null() {
+            return format!("PMIx status {rc}");
+        }
+        // SAFETY: non-null, NUL-terminated and static, as above.
+        let s = unsafe { CStr::from_ptr(p) };
+        format!("{} ({rc})", s.to_string_lossy())
+    }
+
+    fn check(&self, what: &str, rc: c_int) -> Result<(), Error> {
+        if rc == PMIX_SUCCESS {
+            Ok(())
+        } else {
+            Err(Error::Wireup(format!("{what}: {}", self.status_text(rc))))
+        }
+    }
 }
 
 /// Set while a [`PmixModex`] exists: the PMIx client is one per process.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
-
-fn status_text(rc: c_int) -> String {
-    // SAFETY: PMIx_Error_string accepts any status and returns a pointer to a static,
-    // NUL-terminated string (or NULL, checked), valid for the life of the process.
-    let p = unsafe { PMIx_Error_string(rc) };
-    if p.is_null() {
-        return format!("PMIx status {rc}");
-    }
-    // SAFETY: non-null, NUL-terminated and static, as above.
-    let s = unsafe { CStr::from_ptr(p) };
-    format!("{} ({rc})", s.to_string_lossy())
-}
-
-fn check(what: &str, rc: c_int) -> Result<(), Error> {
-    if rc == PMIX_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::Wireup(format!("{what}: {}", status_text(rc))))
-    }
-}
 
 fn info(key: &CStr, kind: u16, data: ValueData) -> Info {
     let mut i = Info {
@@ -132,15 +231,16 @@ fn info(key: &CStr, kind: u16, data: ValueData) -> Info {
 }
 
 /// A value returned by `PMIx_Get`, released with the library's destructor and `free`.
-struct Owned(*mut Value);
+struct Owned(*mut Value, &'static Api);
 
 impl Drop for Owned {
     fn drop(&mut self) {
         if !self.0.is_null() {
-            // SAFETY: the pointer came from a successful PMIx_Get, which allocates it with
-            // malloc (pmix_malloc); it is destructed and freed exactly once, here.
+            // SAFETY: the pointer came from a successful PMIx_Get of the library `self.1`,
+            // which allocates it with malloc (pmix_malloc); it is destructed by that
+            // library and freed exactly once, here.
             unsafe {
-                PMIx_Value_destruct(self.0);
+                (self.1.value_destruct)(self.0);
                 libc::free(self.0.cast());
             }
         }
@@ -149,6 +249,7 @@ impl Drop for Owned {
 
 /// The PMIx exchange: one per process, finalized on [`Modex::finalize`] or drop.
 pub struct PmixModex {
+    api: &'static Api,
     me: Proc,
     size: u32,
     timeout: Duration,
@@ -159,6 +260,7 @@ pub struct PmixModex {
 impl std::fmt::Debug for PmixModex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PmixModex")
+            .field("library", &self.api.name)
             .field("nspace", &self.nspace())
             .field("rank", &self.me.rank)
             .field("size", &self.size)
@@ -167,9 +269,11 @@ impl std::fmt::Debug for PmixModex {
 }
 
 impl PmixModex {
-    /// Connects to the local PMIx server (`PMIx_Init`) and reads this process's
+    /// Opens the PMIx client library (`library`, or the defaults: see the module docs),
+    /// connects to the local PMIx server (`PMIx_Init`) and reads this process's
     /// namespace, rank and the job size. `timeout` bounds each fence.
-    pub fn init(timeout: Duration) -> Result<Self, Error> {
+    pub fn init(timeout: Duration, library: Option<&str>) -> Result<Self, Error> {
+        let api = Api::load(library)?;
         if ACTIVE.swap(true, Ordering::AcqRel) {
             return Err(Error::Wireup(
                 "a PMIx exchange already exists in this process".into(),
@@ -181,15 +285,16 @@ impl PmixModex {
         };
         // SAFETY: `me` is a valid, writable pmix_proc_t (layout checked above); no info
         // array is passed (NULL, 0), which the API allows.
-        let rc = unsafe { PMIx_Init(&mut me, ptr::null_mut(), 0) };
+        let rc = unsafe { (api.init)(&mut me, ptr::null_mut(), 0) };
         if rc != PMIX_SUCCESS {
             ACTIVE.store(false, Ordering::Release);
             return Err(Error::Wireup(format!(
                 "PMIx_Init (is this process running under a PMIx launcher?): {}",
-                status_text(rc)
+                api.status_text(rc)
             )));
         }
         let mut m = Self {
+            api,
             me,
             size: 0,
             timeout,
@@ -240,9 +345,9 @@ impl PmixModex {
         // SAFETY: `who` and `key` are valid for the call (a pmix_proc_t and a
         // NUL-terminated string); no info array; `out` is a valid out-pointer that the
         // library sets to a malloc'd value on success, then owned by `Owned`.
-        let rc = unsafe { PMIx_Get(who, key.as_ptr(), ptr::null(), 0, &mut out) };
-        let owned = Owned(out);
-        check(&format!("PMIx_Get({})", key.to_string_lossy()), rc)?;
+        let rc = unsafe { (self.api.get)(who, key.as_ptr(), ptr::null(), 0, &mut out) };
+        let owned = Owned(out, self.api);
+        self.api.check(&format!("PMIx_Get({})", key.to_string_lossy()), rc)?;
         if owned.0.is_null() {
             return Err(Error::Wireup(format!(
                 "PMIx_Get({}) returned no value",
@@ -271,11 +376,12 @@ impl Modex for PmixModex {
         };
         // SAFETY: `key` and the string in `v` are NUL-terminated and outlive the call;
         // PMIx_Put copies the value (it does not keep or free our pointer).
-        check("PMIx_Put", unsafe {
-            PMIx_Put(PMIX_GLOBAL, key.as_ptr(), &mut v)
+        self.api.check("PMIx_Put", unsafe {
+            (self.api.put)(PMIX_GLOBAL, key.as_ptr(), &mut v)
         })?;
         // SAFETY: no arguments; the client is initialized (`live`).
-        check("PMIx_Commit", unsafe { PMIx_Commit() })?;
+        let rc = unsafe { (self.api.commit)() };
+        self.api.check("PMIx_Commit", rc)?;
         let all = Proc {
             rank: PMIX_RANK_WILDCARD,
             ..self.me
@@ -287,8 +393,8 @@ impl Modex for PmixModex {
         ];
         // SAFETY: one valid pmix_proc_t (the whole namespace) and two initialized
         // pmix_info_t (layout checked above) that live across the blocking call.
-        let rc = unsafe { PMIx_Fence(&all, 1, infos.as_ptr(), infos.len()) };
-        check(
+        let rc = unsafe { (self.api.fence)(&all, 1, infos.as_ptr(), infos.len()) };
+        self.api.check(
             &format!(
                 "PMIx_Fence over {} ranks (a rank missing or late past {}s; PMIx does not \
                  say which)",
@@ -334,9 +440,9 @@ impl Modex for PmixModex {
             return Ok(());
         }
         // SAFETY: called once per successful PMIx_Init (guarded by `live`); no info.
-        let rc = unsafe { PMIx_Finalize(ptr::null(), 0) };
+        let rc = unsafe { (self.api.finalize)(ptr::null(), 0) };
         ACTIVE.store(false, Ordering::Release);
-        check("PMIx_Finalize", rc)
+        self.api.check("PMIx_Finalize", rc)
     }
 }
 
