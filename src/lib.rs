@@ -92,6 +92,11 @@ pub mod transport;
 pub mod wire;
 pub mod wireup;
 
+/// How a unit test says it cannot run here (shared with the integration tests).
+#[cfg(test)]
+#[path = "../tests/common/skip.rs"]
+pub(crate) mod skip;
+
 pub use config::{Config, Congestion, Keepalive, ProgressMode};
 pub use error::{Error, FailReason, ProbeError, ProtoError, SendError, WireError};
 #[cfg(feature = "testing")]

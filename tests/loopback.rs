@@ -475,7 +475,8 @@ fn multishot_large_payloads_are_received_directly() {
 }
 
 /// Two io_uring transports with multishot receive on a ring of `bufs` x `size` bytes;
-/// `None` (said on stderr) where io_uring or multishot receive is unavailable.
+/// `None` (the test is [`common::skip`]ped) where io_uring or multishot receive is
+/// unavailable.
 #[cfg(feature = "uring")]
 fn multishot_pair(bufs: u32, size: usize) -> Option<(Transport, Transport)> {
     if !common::usable(BackendKind::Uring) {
@@ -487,7 +488,7 @@ fn multishot_pair(bufs: u32, size: usize) -> Option<(Transport, Transport)> {
         c.recv_ring_buf_size = size;
     });
     if let Some(note) = b.backend_note() {
-        eprintln!("skipped: {note}");
+        common::skip(note);
         return None;
     }
     Some((a, b))
@@ -558,8 +559,27 @@ fn connection_flood_is_bounded(kind: BackendKind) {
         assert!(std::time::Instant::now() < deadline, "flood not accepted");
     }
     assert_eq!(b.stats().accept_overload, 32);
-    // After the handshake deadline the half-open ones are gone: a real peer connects.
-    std::thread::sleep(Duration::from_millis(400));
+    // The handshake deadline closes the half-open ones: wait until every flooding socket
+    // sees its connection closed (EOF or reset), then a real peer connects.
+    for s in &flood {
+        s.set_nonblocking(true).unwrap();
+    }
+    let mut open: Vec<&std::net::TcpStream> = flood.iter().collect();
+    while !open.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} half-open connections outlived the handshake deadline",
+            open.len()
+        );
+        b.progress().unwrap();
+        open.retain(|s| {
+            let mut s: &std::net::TcpStream = s;
+            matches!(
+                std::io::Read::read(&mut s, &mut [0u8; 1]),
+                Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock
+            )
+        });
+    }
     let got = Rc::new(Cell::new(0));
     let g = got.clone();
     b.register(Tag(1), move |_, _| g.set(g.get() + 1)).unwrap();
@@ -673,7 +693,9 @@ fn zero_copy_stream_checked() {
     one_way_checked_stream(&mut a, &mut b, 3_000, 20, 64, 11);
     let st = a.stats();
     if st.zerocopy_sends == 0 {
-        eprintln!("skipped: SENDMSG_ZC unsupported on this kernel (plain sends used)");
+        common::skip(
+            "SENDMSG_ZC unsupported on this kernel (the checked stream above used plain sends)",
+        );
         return;
     }
     println!(
@@ -738,7 +760,7 @@ fn unknown_congestion_control_is_refused() {
 /// Both ends of a loopback connection (the dialed and the accepted socket) run `reno`
 /// under the default `Congestion::Auto`, whatever the system's default; with
 /// `Congestion::System` they run the system's. Read back with `ss -ti` (iproute2);
-/// skipped where `ss` is missing.
+/// [`common::skip`]ped where `ss` is missing.
 fn loopback_connections_use_reno(kind: BackendKind) {
     let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
         .unwrap()
@@ -758,7 +780,7 @@ fn loopback_connections_use_reno(kind: BackendKind) {
         {
             Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
             other => {
-                eprintln!("skipped: ss unavailable ({other:?})");
+                common::skip(format_args!("`ss` (iproute2) unavailable: {other:?}"));
                 return;
             }
         };

@@ -162,7 +162,7 @@ fn probe_nothing_listening() {
 }
 
 /// A server that answers a connection with `answer` (after reading the probe) or holds it
-/// open without answering.
+/// open without answering until the prober closes it.
 fn fake_server(answer: Option<Vec<u8>>) -> (SocketAddr, thread::JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -175,7 +175,15 @@ fn fake_server(answer: Option<Vec<u8>>) -> (SocketAddr, thread::JoinHandle<()>) 
             Some(a) => {
                 let _ = s.write_all(&a);
             }
-            None => thread::sleep(Duration::from_millis(600)),
+            None => {
+                // Hold the connection unanswered until the prober gives up and closes it.
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                match s.read(&mut [0u8; 1]) {
+                    Ok(0) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                    other => panic!("the prober should close the connection: {other:?}"),
+                }
+            }
         }
     });
     (addr, h)

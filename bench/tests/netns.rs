@@ -13,8 +13,9 @@
 //!   fail every pending send (`ETIMEDOUT`, or `ENETUNREACH` on the host whose route went
 //!   with the link) and exit non-zero within a bound.
 //!
-//! Needs root and iproute2 (`ip`); skipped with the reason otherwise, or when this
-//! machine cannot create network namespaces, veth pairs or bridges.
+//! Needs root and iproute2 (`ip`); skipped with the reason otherwise (a failure with
+//! `RINGBTL_REQUIRE_ALL=1`), or when this machine cannot create network namespaces, veth
+//! pairs or bridges.
 
 use std::io::Read;
 use std::path::Path;
@@ -111,7 +112,7 @@ fn prepare() -> Option<std::sync::MutexGuard<'static, ()>> {
         why
     });
     if let Some(why) = why {
-        eprintln!("skipped: {why}");
+        common::skip(why);
         return None;
     }
     Some(ONE.lock().unwrap_or_else(|e| e.into_inner()))

@@ -998,7 +998,7 @@ mod tests {
         match Uring::new(SockOpts::default()) {
             Ok(u) => Some(u),
             Err(e) => {
-                eprintln!("skipping io_uring test: {e}");
+                crate::skip::skip(format_args!("io_uring unavailable here: {e}"));
                 None
             }
         }
@@ -1028,8 +1028,7 @@ mod tests {
     fn conformance_zero_copy() {
         let Some(u) = make() else { return };
         if !u.zc_supported {
-            eprintln!("skipped: SENDMSG_ZC unsupported on this kernel");
-            return;
+            return crate::skip::skip("SENDMSG_ZC unsupported on this kernel");
         }
         // On loopback the pages of a zero-copy send stay referenced by the peer's
         // receive queue until the peer reads them, so closing with a send pending to a
@@ -1171,10 +1170,12 @@ mod tests {
             zerocopy_loopback: true,
             ..SockOpts::default()
         };
-        let Ok(mut u) = Uring::new(opts) else { return };
+        let mut u = match Uring::new(opts) {
+            Ok(u) => u,
+            Err(e) => return crate::skip::skip(format_args!("io_uring unavailable here: {e}")),
+        };
         if !u.zc_supported {
-            eprintln!("skipped: SENDMSG_ZC unsupported on this kernel");
-            return;
+            return crate::skip::skip("SENDMSG_ZC unsupported on this kernel");
         }
         let (client, server) = pair(&mut u);
         let mut b = TxBatch::default();

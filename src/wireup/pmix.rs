@@ -347,7 +347,8 @@ impl PmixModex {
         // library sets to a malloc'd value on success, then owned by `Owned`.
         let rc = unsafe { (self.api.get)(who, key.as_ptr(), ptr::null(), 0, &mut out) };
         let owned = Owned(out, self.api);
-        self.api.check(&format!("PMIx_Get({})", key.to_string_lossy()), rc)?;
+        self.api
+            .check(&format!("PMIx_Get({})", key.to_string_lossy()), rc)?;
         if owned.0.is_null() {
             return Err(Error::Wireup(format!(
                 "PMIx_Get({}) returned no value",
@@ -451,5 +452,107 @@ impl Drop for PmixModex {
         if let Err(e) = self.finalize() {
             tracing::warn!("{e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// The layouts and constants above, as the installed `pmix_common.h` has them: a small
+    /// C program compiled against the headers prints them (Debian: `libpmix-dev`).
+    #[test]
+    fn layouts_match_the_installed_headers() {
+        let cflags = match Command::new("pkg-config")
+            .args(["--cflags", "pmix"])
+            .output()
+        {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+            other => {
+                return crate::skip::skip(format_args!(
+                    "no PMIx headers (`pkg-config --cflags pmix`: {other:?}; Debian: libpmix-dev)"
+                ))
+            }
+        };
+        let dir = std::env::temp_dir().join(format!("ringbtl-pmix-layout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("layout.c");
+        std::fs::write(
+            &src,
+            r#"#include <stddef.h>
+#include <stdio.h>
+#include <pmix.h>
+int main(void) {
+    printf("%zu %zu %zu %zu %zu %d %d %d %d %d %d %d %d %u %s %s %s\n",
+        sizeof(pmix_proc_t), sizeof(pmix_value_t), _Alignof(pmix_value_t),
+        sizeof(pmix_info_t), offsetof(pmix_info_t, value),
+        PMIX_MAX_NSLEN + 1, PMIX_MAX_KEYLEN + 1, PMIX_SUCCESS, PMIX_BOOL, PMIX_STRING,
+        PMIX_INT, PMIX_UINT32, PMIX_GLOBAL, (unsigned)PMIX_RANK_WILDCARD, PMIX_JOB_SIZE,
+        PMIX_COLLECT_DATA, PMIX_TIMEOUT);
+    return 0;
+}
+"#,
+        )
+        .unwrap();
+        let exe = dir.join("layout");
+        let cc = Command::new("cc")
+            .args(cflags.split_whitespace())
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .output();
+        let cc = match cc {
+            Ok(o) => o,
+            Err(e) => return crate::skip::skip(format_args!("no C compiler (`cc`): {e}")),
+        };
+        assert!(
+            cc.status.success(),
+            "compiling against the PMIx headers failed: {}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        let out = Command::new(&exe).output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let got = String::from_utf8(out.stdout).unwrap();
+        let want = format!(
+            "{} {} {} {} {} {NSPACE_LEN} {KEY_LEN} {PMIX_SUCCESS} {PMIX_BOOL} {PMIX_STRING} \
+             {PMIX_INT} {PMIX_UINT32} {PMIX_GLOBAL} {PMIX_RANK_WILDCARD} {} {} {}",
+            size_of::<Proc>(),
+            size_of::<Value>(),
+            align_of::<Value>(),
+            size_of::<Info>(),
+            std::mem::offset_of!(Info, value),
+            PMIX_JOB_SIZE.to_str().unwrap(),
+            PMIX_COLLECT_DATA.to_str().unwrap(),
+            PMIX_TIMEOUT.to_str().unwrap(),
+        );
+        assert_eq!(got.trim(), want);
+    }
+
+    /// The default library opens and has every call used; loading it again reuses it.
+    #[test]
+    fn the_installed_library_has_every_call() {
+        let api = match Api::load(None) {
+            Ok(api) => api,
+            Err(e) => return crate::skip::skip(e),
+        };
+        assert!(DEFAULT_LIBS.contains(&api.name.as_str()), "{}", api.name);
+        assert!(ptr::eq(api, Api::load(Some(&api.name)).unwrap()));
+        // A status the library knows has a name.
+        assert!(
+            api.status_text(PMIX_SUCCESS).contains("SUCCESS"),
+            "{}",
+            api.status_text(0)
+        );
+    }
+
+    /// A library that lacks the PMIx calls is refused with the name of the missing one.
+    #[test]
+    fn a_library_without_pmix_is_refused() {
+        let e = Api::load(Some("libc.so.6"))
+            .err()
+            .expect("libc is not PMIx");
+        let e = e.to_string();
+        assert!(e.contains("libc.so.6: no PMIx_Init"), "{e}");
     }
 }

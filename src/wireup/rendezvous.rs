@@ -252,10 +252,28 @@ impl Rendezvous {
 
     /// A member's side: connect, send the join, wait for the table.
     fn join(&self, root: &[SocketAddr], my_uris: &str) -> Result<Vec<String>, Error> {
+        let rank = self.rank;
+        self.join_observed(root, my_uris, &mut |n, e| {
+            tracing::debug!(
+                "rank {rank}: rendezvous root at {} not reachable yet (attempt {n}: {e}); \
+                 retrying",
+                list_addrs(root)
+            );
+        })
+    }
+
+    /// [`join`](Self::join), calling `on_retry(n, error)` after the `n`th round of
+    /// connection attempts failed (the root does not listen yet) and before the next.
+    fn join_observed(
+        &self,
+        root: &[SocketAddr],
+        my_uris: &str,
+        on_retry: &mut dyn FnMut(u32, &io::Error),
+    ) -> Result<Vec<String>, Error> {
         let start = Instant::now();
         let deadline = start + self.timeout;
         let rank = self.rank;
-        let mut s = connect_retry(root, deadline).map_err(|e| {
+        let mut s = connect_retry(root, deadline, on_retry).map_err(|e| {
             Error::Wireup(format!(
                 "rank {rank}: cannot reach the rendezvous root at {} within {} ms: {e}",
                 list_addrs(root),
@@ -579,8 +597,15 @@ fn read_exact_until(s: &mut TcpStream, mut buf: &mut [u8], until: Instant) -> io
     Ok(())
 }
 
-fn connect_retry(root: &[SocketAddr], deadline: Instant) -> io::Result<TcpStream> {
+/// Connects to the first address of `root` that accepts, trying them all in rounds until
+/// `deadline`, with a growing pause between rounds; `on_retry` hears of every failed round.
+fn connect_retry(
+    root: &[SocketAddr],
+    deadline: Instant,
+    on_retry: &mut dyn FnMut(u32, &io::Error),
+) -> io::Result<TcpStream> {
     let mut delay = Duration::from_millis(10);
+    let mut round = 0u32;
     loop {
         let mut last = None;
         for a in root {
@@ -594,9 +619,12 @@ fn connect_retry(root: &[SocketAddr], deadline: Instant) -> io::Result<TcpStream
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());
+        let last = last.unwrap_or_else(|| io::ErrorKind::TimedOut.into());
         if left.is_zero() {
-            return Err(last.unwrap_or_else(|| io::ErrorKind::TimedOut.into()));
+            return Err(last);
         }
+        round += 1;
+        on_retry(round, &last);
         std::thread::sleep(delay.min(left));
         delay = (delay * 2).min(Duration::from_millis(250));
     }
@@ -700,13 +728,23 @@ mod tests {
         assert_eq!(r0.rejected(), 0);
     }
 
+    /// A member started before the root is refused, retries, and joins once the root
+    /// listens: the root starts only after the member reported a failed attempt.
     #[test]
     fn members_may_start_before_the_root() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = l.local_addr().unwrap();
         drop(l); // nobody listens yet: members retry
-        let m = thread::spawn(move || member(a, 1, 2, TOKEN, 10_000).exchange("tcp://127.0.0.1:1"));
-        thread::sleep(Duration::from_millis(100));
+        let (tx, retries) = std::sync::mpsc::channel();
+        let m = thread::spawn(move || {
+            member(a, 1, 2, TOKEN, 10_000).join_observed(&[a], "tcp://127.0.0.1:1", &mut |n, e| {
+                let _ = tx.send((n, e.kind()));
+            })
+        });
+        let (n, kind) = retries
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the member reports a refused attempt before the root exists");
+        assert_eq!((n, kind), (1, io::ErrorKind::ConnectionRefused));
         let l = TcpListener::bind(a).unwrap();
         let mut r0 = Rendezvous::root(l, 2, TOKEN, Duration::from_secs(10));
         let t = r0.exchange("tcp://127.0.0.1:2").unwrap();

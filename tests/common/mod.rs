@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ringbtl::{BackendKind, Completion, Config, FailReason, PeerId, Transport};
 
+pub mod skip;
+pub(crate) use skip::skip;
+
 /// Generates one `#[test]` per compiled backend and receive mode for each listed
 /// function `fn name(kind: BackendKind)`; the test names carry the backend (`uring::name`,
 /// `uring_multishot::name`, `epoll::name`). `uring_multishot` runs io_uring with
@@ -39,12 +42,13 @@ macro_rules! backend_tests {
     };
 }
 
-/// Whether `kind` can run here; prints why not (io_uring may be disabled by the kernel).
+/// Whether `kind` can run here; otherwise [`skip`]s the test with the reason (io_uring
+/// may be disabled by the kernel).
 pub fn usable(kind: BackendKind) -> bool {
     match Transport::new(cfg(0, kind)) {
         Ok(_) => true,
         Err(e) => {
-            eprintln!("skipped: backend {kind:?} unavailable here: {e}");
+            skip(format_args!("backend {kind:?} unavailable here: {e}"));
             false
         }
     }
