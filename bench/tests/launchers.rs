@@ -1,13 +1,24 @@
-//! `ringbtl-bench alltoall` (and `latency`) under the launchers HPC sites use: Open MPI's
-//! `mpirun` (PMIx with the `pmix` feature, else the env + root rendezvous), MPICH's
-//! `mpiexec.hydra` (PMI-1 over `PMI_FD`), the env + root form started by hand, and the
-//! benchmark's own `--np`. Every job stays on loopback (`RINGBTL_IF_INCLUDE=lo`, and the
-//! launchers' own traffic restricted to `lo`). A launcher that is not installed is
-//! skipped with a message (Debian: openmpi-bin, mpich, libpmix-dev).
+//! `ringbtl-bench alltoall` (and `latency`) under the launchers HPC sites use, all with
+//! the default build (no cargo feature): Open MPI's `mpirun` (PMIx, the system's libpmix
+//! opened at run time; also the env + root rendezvous, and a missing libpmix), Slurm's
+//! `srun --mpi=pmix` and `srun --mpi=pmi2`, MPICH's `mpiexec.hydra` (PMI-1 over
+//! `PMI_FD`), the env + root form started by hand, and the benchmark's own `--np`. Every
+//! job stays on loopback (`RINGBTL_IF_INCLUDE=lo`, and the launchers' own traffic
+//! restricted to `lo`).
+//!
+//! A launcher that is not installed, or a Slurm that is not running, skips its tests with
+//! the reason (and fails them under `RINGBTL_REQUIRE_ALL=1`). Debian: openmpi-bin, mpich,
+//! slurm-wlm, munge, libpmix-dev; `tools/slurm-up.sh` (as root) starts a single-node
+//! Slurm whose configuration these tests find in `$SLURM_CONF` or
+//! `${RINGBTL_SLURM_DIR:-/tmp/ringbtl-slurm}/slurm.conf`.
+
+// The library's test helpers (one copy, shared with its own tests).
+#[path = "../../tests/common/mod.rs"]
+mod common;
 
 use std::io::Read;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -67,7 +78,8 @@ fn run(mut cmd: Command) -> Run {
     }
 }
 
-/// Whether `prog --version` runs and mentions `needle`; prints why a test is skipped.
+/// Whether `prog --version` runs and mentions `needle`; otherwise the test is skipped
+/// with the reason.
 fn launcher(prog: &str, needle: &str) -> bool {
     let found = Command::new(prog)
         .arg("--version")
@@ -78,7 +90,7 @@ fn launcher(prog: &str, needle: &str) -> bool {
         })
         .unwrap_or(false);
     if !found {
-        eprintln!("skipped: {prog} ({needle}) is not installed");
+        common::skip(format_args!("{prog} ({needle}) is not installed"));
     }
     found
 }
@@ -152,7 +164,8 @@ impl Drop for TmpDir {
 }
 
 /// `mpirun` arguments that keep Open MPI's own traffic on loopback and allow 4 ranks
-/// on a 2-CPU machine (also as root, as in CI containers).
+/// on a 2-CPU machine (also as root, as in CI containers). The ranks exchange addresses
+/// through Open MPI's PMIx server.
 fn mpirun(np: u32, tmp: &TmpDir) -> Command {
     let mut c = Command::new("mpirun");
     c.env("TMPDIR", &tmp.0);
@@ -161,19 +174,7 @@ fn mpirun(np: u32, tmp: &TmpDir) -> Command {
         .args(["--mca", "btl_tcp_if_include", "lo"])
         .args(["-np", &np.to_string()])
         .args(["-x", "RINGBTL_IF_INCLUDE=lo"]);
-    if !cfg!(feature = "pmix") {
-        // Without PMIx the ranks meet at a rendezvous hosted by rank 0.
-        c.args(["-x", &format!("RINGBTL_ROOT=127.0.0.1:{}", free_port())]);
-    }
     c
-}
-
-fn mpirun_wireup() -> &'static str {
-    if cfg!(feature = "pmix") {
-        "pmix (PMIx)"
-    } else {
-        "env (Open MPI)"
-    }
 }
 
 fn hydra(np: u32) -> Command {
@@ -192,7 +193,132 @@ fn mpirun_alltoall() {
     let tmp = TmpDir::new();
     let mut c = mpirun(4, &tmp);
     c.args([BIN, "alltoall", "--timeout", "60"]);
-    check_alltoall(&run(c), 4, mpirun_wireup());
+    check_alltoall(&run(c), 4, "pmix (PMIx)");
+}
+
+/// Under `mpirun`, `RINGBTL_WIREUP=env` with a root chooses the rendezvous hosted by
+/// rank 0 over PMIx.
+#[test]
+fn mpirun_env_and_root_alltoall() {
+    if !launcher("mpirun", "Open MPI") {
+        return;
+    }
+    let _one = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TmpDir::new();
+    let mut c = mpirun(4, &tmp);
+    c.args(["-x", "RINGBTL_WIREUP=env"])
+        .args(["-x", &format!("RINGBTL_ROOT=127.0.0.1:{}", free_port())]);
+    c.args([BIN, "alltoall", "--timeout", "60"]);
+    check_alltoall(&run(c), 4, "env (Open MPI)");
+}
+
+/// A launcher that offers PMIx where the client library cannot be opened (pointed at a
+/// file that does not exist): every rank stops at once with an error that says so and
+/// how to get around it, no hang.
+#[test]
+fn mpirun_without_libpmix_says_so() {
+    if !launcher("mpirun", "Open MPI") {
+        return;
+    }
+    let _one = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TmpDir::new();
+    let mut c = mpirun(2, &tmp);
+    c.args(["-x", "RINGBTL_PMIX_LIB=/nonexistent/libpmix.so.2"]);
+    c.args([BIN, "alltoall", "--timeout", "60"]);
+    let r = run(c);
+    assert!(!r.ok, "the job should fail: {}", r.stdout);
+    for needle in [
+        "offers PMIx but its client library could not be loaded",
+        "/nonexistent/libpmix.so.2",
+        "RINGBTL_ROOT",
+    ] {
+        assert!(r.stderr.contains(needle), "no {needle:?} in: {}", r.stderr);
+    }
+}
+
+/// The configuration of the Slurm started by `tools/slurm-up.sh`, if one answers;
+/// otherwise the test is skipped with the reason.
+fn slurm() -> Option<PathBuf> {
+    let conf = match std::env::var_os("SLURM_CONF") {
+        Some(c) => PathBuf::from(c),
+        None => Path::new(
+            &std::env::var_os("RINGBTL_SLURM_DIR").unwrap_or_else(|| "/tmp/ringbtl-slurm".into()),
+        )
+        .join("slurm.conf"),
+    };
+    if Command::new("srun").arg("--help").output().is_err() {
+        common::skip("srun (Slurm) is not installed");
+        return None;
+    }
+    if !conf.exists() {
+        common::skip(format_args!(
+            "no Slurm configuration at {} (start a single-node Slurm with tools/slurm-up.sh, \
+             as root)",
+            conf.display()
+        ));
+        return None;
+    }
+    let ping = Command::new("scontrol")
+        .arg("ping")
+        .env("SLURM_CONF", &conf)
+        .output();
+    match ping {
+        Ok(o) if o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP") => {
+            Some(conf)
+        }
+        other => {
+            common::skip(format_args!(
+                "slurmctld of {} does not answer (tools/slurm-up.sh starts it): {other:?}",
+                conf.display()
+            ));
+            None
+        }
+    }
+}
+
+/// One Slurm job at a time: the node has few CPUs, and a job waiting for another's
+/// would count against its time limit.
+static SRUN: Mutex<()> = Mutex::new(());
+
+/// `srun -O -n np --mpi=mpi`: oversubscribed on the single node, every rank on loopback.
+fn srun(conf: &Path, np: u32, mpi: &str) -> Command {
+    let mut c = Command::new("srun");
+    c.env("SLURM_CONF", conf)
+        .args(["-O", "-n", &np.to_string(), "-t", "2"])
+        .arg(format!("--mpi={mpi}"))
+        .arg("--export=ALL,RINGBTL_IF_INCLUDE=lo");
+    c
+}
+
+#[test]
+fn srun_pmix_alltoall() {
+    let Some(conf) = slurm() else { return };
+    let _one = SRUN.lock().unwrap_or_else(|e| e.into_inner());
+    let list = Command::new("srun")
+        .env("SLURM_CONF", &conf)
+        .arg("--mpi=list")
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout) + String::from_utf8_lossy(&list.stderr);
+    if !list.contains("pmix") {
+        common::skip(format_args!(
+            "Slurm has no PMIx plugin (srun --mpi=list: {list}; Debian: \
+             slurm-wlm-basic-plugins and libpmix-dev)"
+        ));
+        return;
+    }
+    let mut c = srun(&conf, 4, "pmix");
+    c.args([BIN, "alltoall", "--timeout", "60"]);
+    check_alltoall(&run(c), 4, "pmix (PMIx)");
+}
+
+#[test]
+fn srun_pmi2_alltoall() {
+    let Some(conf) = slurm() else { return };
+    let _one = SRUN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = srun(&conf, 4, "pmi2");
+    c.args([BIN, "alltoall", "--timeout", "60"]);
+    check_alltoall(&run(c), 4, "pmi (PMI)");
 }
 
 #[test]
