@@ -39,12 +39,10 @@ for fs in "${feature_sets[@]}"; do
 done
 
 if [ "${1:-}" != quick ]; then
-  # PMIx links the system libpmix (libpmix-dev); the launcher jobs then wire up through
-  # Open MPI's PMIx server instead of the env + root rendezvous.
+  # `pmix` is a no-op kept for builds that name it (PMIx is opened at run time in every
+  # build, and the launcher tests above use it): check that it still builds cleanly.
   step "clippy --features pmix"
   cargo clippy --all-targets --features pmix -- -D warnings
-  step "test --features pmix: bench/tests/launchers.rs"
-  cargo test -p ringbtl-bench --features pmix --test launchers
 fi
 
 # The fuzz targets' checks, on stable over a seeded corpus (libFuzzer itself needs
