@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's heading says how long the run has taken so far.
+step() { printf '\n==> %s  [%ss]\n' "$*" "$SECONDS"; }
 
 feature_sets=("" "--no-default-features --features uring" "--no-default-features --features epoll")
 [ "${1:-}" = quick ] && feature_sets=("")
