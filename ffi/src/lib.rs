@@ -50,6 +50,10 @@
 
 mod config;
 mod handle;
+/// How a unit test says it cannot run here (the library's one helper).
+#[cfg(test)]
+#[path = "../../tests/common/skip.rs"]
+mod skip;
 mod status;
 
 pub use config::{
