@@ -6,9 +6,9 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ringbtl::buf::{RxBuf, TxBatch};
 use ringbtl::proto::am::AmTable;
-use ringbtl::proto::recv_cache::{Next, RxBuf};
-use ringbtl::proto::tx::TxBatch;
+use ringbtl::proto::deframe::{Frames, Next};
 use ringbtl::wire::{FrameKind, Header, Tag};
 
 fn header(c: &mut Criterion) {

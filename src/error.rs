@@ -1,45 +1,13 @@
-//! Errors: the public [`Error`], protocol violations ([`ProtoError`]) and codec errors
-//! ([`WireError`]).
+//! Errors: the public [`Error`], protocol violations ([`ProtoError`]), and the codec's
+//! [`WireError`] (defined with the codec in [`wire`](crate::wire), re-exported here).
 
+use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use crate::wire::WireError;
 use crate::wire::{PeerId, RejectReason, Tag};
-
-/// Malformed bytes in a handshake record or frame header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
-    /// Fewer bytes than the fixed length.
-    #[error("truncated record")]
-    Truncated,
-    /// The handshake does not start with ringbtl's magic: not one of ours.
-    #[error("bad magic: not a ringbtl peer")]
-    BadMagic,
-    /// Unknown handshake record kind.
-    #[error("unknown handshake kind {0}")]
-    BadHelloKind(u8),
-    /// Unknown reject reason code.
-    #[error("unknown reject reason {0}")]
-    BadReason(u8),
-    /// Unknown frame kind.
-    #[error("unknown frame kind {0:#04x}")]
-    BadFrameKind(u8),
-    /// Reserved flag bits set.
-    #[error("reserved header flags set: {0:#06x}")]
-    BadFlags(u16),
-    /// Payload longer than the configured maximum frame size.
-    #[error("frame of {len} bytes exceeds the maximum of {max}")]
-    FrameTooLarge {
-        /// Announced length.
-        len: u32,
-        /// Configured maximum.
-        max: u32,
-    },
-    /// A FIN frame announced a payload.
-    #[error("FIN frame with a {0}-byte payload")]
-    FinWithPayload(u32),
-}
 
 /// A peer broke the protocol; the connection is closed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,27 +83,133 @@ pub enum SendError {
     ShuttingDown,
 }
 
+/// An OS error code (`errno`), kept as a number from the socket call that failed to the
+/// application's error, so that a caller can match on it (`ECONNREFUSED`, `ETIMEDOUT`...).
+/// Displayed as the OS describes it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// Connection refused.
+    pub const ECONNREFUSED: Self = Self(libc::ECONNREFUSED);
+    /// Connection reset by peer.
+    pub const ECONNRESET: Self = Self(libc::ECONNRESET);
+    /// Connection timed out.
+    pub const ETIMEDOUT: Self = Self(libc::ETIMEDOUT);
+    /// Operation cancelled (a pending operation of a closed socket).
+    pub const ECANCELED: Self = Self(libc::ECANCELED);
+    /// Broken pipe.
+    pub const EPIPE: Self = Self(libc::EPIPE);
+    /// Input/output error: stands for an `io::Error` that carries no OS code.
+    pub const EIO: Self = Self(libc::EIO);
+
+    /// The code of `e` ([`EIO`](Self::EIO) when it has none).
+    pub fn of(e: &io::Error) -> Self {
+        Self(e.raw_os_error().unwrap_or(libc::EIO))
+    }
+
+    /// The raw code.
+    pub fn raw(self) -> i32 {
+        self.0
+    }
+
+    /// The portable kind of this error (`ConnectionRefused`, `TimedOut`...).
+    pub fn kind(self) -> io::ErrorKind {
+        io::Error::from(self).kind()
+    }
+}
+
+impl From<Errno> for io::Error {
+    fn from(e: Errno) -> Self {
+        io::Error::from_raw_os_error(e.0)
+    }
+}
+
+impl From<&io::Error> for Errno {
+    fn from(e: &io::Error) -> Self {
+        Self::of(e)
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        io::Error::from(*self).fmt(f)
+    }
+}
+
+impl fmt::Debug for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Errno({}: {})", self.0, self)
+    }
+}
+
+/// Why a connection attempt or an open connection ended without a protocol violation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Cause {
+    /// A socket operation failed with this OS error.
+    #[error("{0}")]
+    Os(Errno),
+    /// Writing failed with this OS error.
+    #[error("send failed: {0}")]
+    SendFailed(Errno),
+    /// No address is known for the peer.
+    #[error("no address known for this peer")]
+    NoAddress,
+    /// The peer closed its end without sending FIN first.
+    #[error("peer closed without FIN")]
+    ClosedWithoutFin,
+    /// The acceptor closed our connection before answering the handshake.
+    #[error("closed during handshake")]
+    ClosedInHandshake,
+    /// The handshake did not finish in time.
+    #[error("handshake timed out")]
+    HandshakeTimeout,
+    /// We lost a simultaneous connect, and the peer's own dial never arrived.
+    #[error("peer's dial did not arrive")]
+    PeerDialMissing,
+    /// The peer refused the connection with this reason.
+    #[error("refused by peer: {0:?}")]
+    Refused(RejectReason),
+}
+
+impl Cause {
+    /// The OS error code behind this cause, if the OS reported one.
+    pub fn errno(&self) -> Option<Errno> {
+        match self {
+            Self::Os(e) | Self::SendFailed(e) => Some(*e),
+            _ => None,
+        }
+    }
+}
+
+impl From<Errno> for Cause {
+    fn from(e: Errno) -> Self {
+        Self::Os(e)
+    }
+}
+
 /// The reason a send completed with an error, or an endpoint failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FailReason {
     /// Connecting failed after every retry.
-    #[error("connect to {peer} failed after {attempts} attempts: {errno}")]
+    #[error("connect to {peer} failed after {attempts} attempts: {cause}")]
     ConnectFailed {
         /// The peer.
         peer: PeerId,
         /// Attempts made.
         attempts: u32,
-        /// Last error text.
-        errno: String,
+        /// Why the last attempt failed (with the OS error code when the OS reported one).
+        cause: Cause,
     },
     /// The connection broke (reset, EOF without FIN, I/O error).
-    #[error("connection to {peer} lost: {why}")]
+    #[error("connection to {peer} lost: {cause}")]
     ConnectionLost {
         /// The peer.
         peer: PeerId,
-        /// Cause.
-        why: String,
+        /// Why (with the OS error code when the OS reported one).
+        cause: Cause,
     },
     /// The peer broke the protocol.
     #[error("{peer} broke the protocol: {err}")]

@@ -84,6 +84,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod buf;
 pub mod config;
 pub mod error;
 pub mod proto;
@@ -98,7 +99,7 @@ pub mod wireup;
 pub(crate) mod skip;
 
 pub use config::{Config, Congestion, Keepalive, ProgressMode};
-pub use error::{Error, FailReason, ProbeError, ProtoError, SendError, WireError};
+pub use error::{Cause, Errno, Error, FailReason, ProbeError, ProtoError, SendError, WireError};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use reactor::testing;

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::buf::RxBuf;
 use crate::config::{Config, Congestion};
-use crate::error::{Error, FailReason, ProbeError, SendError};
+use crate::error::{Errno, Error, FailReason, ProbeError, SendError};
 use crate::proto::am::AmTable;
 use crate::proto::core::{
     Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, Source, Step,
@@ -114,8 +115,6 @@ pub struct Transport {
     cfg: Config,
     dispatching: u32,
     accept_errors: u64,
-    /// Large payloads finished by a direct receive after pausing the multishot receive.
-    recv_direct: u64,
     backend_note: Option<String>,
     last_now: Instant,
     idle_passes: u32,
@@ -166,18 +165,21 @@ impl Transport {
         };
         let (mut backend, mut backend_note) =
             crate::reactor::make_backend(cfg.backend, opts).map_err(Error::NoBackend)?;
+        let mut multishot = false;
         if cfg.recv_multishot {
             let geo = RingGeometry {
                 count: cfg.recv_ring_bufs as u16,
                 size: cfg.recv_ring_buf_size as u32,
             };
-            if let Err(e) = backend
-                .provided()
-                .map_or(Ok(()), |p| p.provide_buffers(geo))
-            {
-                let note = format!("multishot receive unavailable ({e}): single-shot receives");
-                tracing::warn!("{note}");
-                backend_note = Some(note);
+            match backend.provided().map(|p| p.provide_buffers(geo)) {
+                Some(Ok(())) => multishot = true,
+                // This backend has no provided buffers: receives stay single-shot.
+                None => {}
+                Some(Err(e)) => {
+                    let note = format!("multishot receive unavailable ({e}): single-shot receives");
+                    tracing::warn!("{note}");
+                    backend_note = Some(note);
+                }
             }
         }
         let (local, published, ifaces) = match cfg.listen {
@@ -212,6 +214,7 @@ impl Transport {
             retry_delay: cfg.retry_delay,
             handshake_timeout: cfg.handshake_timeout,
             max_half_open: cfg.max_half_open,
+            multishot,
         });
         Ok(Self {
             backend,
@@ -226,7 +229,6 @@ impl Transport {
             cfg,
             dispatching: 0,
             accept_errors: 0,
-            recv_direct: 0,
             backend_note,
             last_now: Instant::now(),
             idle_passes: 0,
@@ -392,9 +394,10 @@ impl Transport {
             .map_err(|_| Error::TagInUse(tag))
     }
 
-    /// Removes the handler for `tag`; returns whether there was one.
+    /// Removes the handler for `tag`; returns whether there was one. A handler may
+    /// remove itself while it runs: it is then not put back after the call.
     pub fn unregister(&mut self, tag: Tag) -> bool {
-        self.handlers.unregister(tag).is_some()
+        self.handlers.remove(tag)
     }
 
     /// Sets the callback that hears every send completion (once per accepted send).
@@ -560,7 +563,7 @@ impl Transport {
             frames: c.frames,
             send_calls: k.send_calls,
             recv_starved: k.recv_starved,
-            recv_direct: self.recv_direct,
+            recv_direct: c.recv_direct,
         }
     }
 
@@ -615,37 +618,37 @@ impl Transport {
                 tracing::warn!("accept failed: {e}");
             }
             Event::Connected { conn, result } => {
-                self.core
-                    .handle_connected(now, key(conn), result.map_err(|e| e.to_string()));
+                let result = result.map_err(|e| Errno::of(&e));
+                self.core.handle_connected(now, key(conn), result);
             }
             Event::Sent {
                 conn,
                 batch,
                 result,
             } => {
-                self.core
-                    .handle_sent(now, key(conn), batch, result.map_err(|e| e.to_string()));
+                let result = result.map_err(|e| Errno::of(&e));
+                self.core.handle_sent(now, key(conn), batch, result);
             }
             Event::Recv { conn, rx, result } => match result {
                 Ok(0) => {
                     // A connection the kernel aborted may show only as end of stream:
                     // ask the socket for the cause.
-                    let cause = self.backend.end_cause(conn).map(|e| e.to_string());
+                    let cause = self.backend.end_cause(conn).map(|e| Errno::of(&e));
                     self.core.handle_recv_end(now, key(conn), cause)
                 }
                 Ok(_) => self.on_recv(now, key(conn), rx),
                 Err(e) => self
                     .core
-                    .handle_recv_end(now, key(conn), Some(e.to_string())),
+                    .handle_recv_end(now, key(conn), Some(Errno::of(&e))),
             },
             Event::RecvProvided { conn, data, result } => match (data, result) {
                 (Some(buf), Ok(_)) => self.on_recv_provided(now, key(conn), buf),
                 (_, Ok(_)) => self.core.handle_recv_end(now, key(conn), None),
                 (_, Err(e)) => self
                     .core
-                    .handle_recv_end(now, key(conn), Some(e.to_string())),
+                    .handle_recv_end(now, key(conn), Some(Errno::of(&e))),
             },
-            Event::ProvidedPaused { conn } => self.on_provided_paused(key(conn)),
+            Event::ProvidedPaused { conn } => self.core.handle_provided_paused(key(conn)),
             Event::Closed { conn } => self.core.handle_closed(key(conn)),
         }
     }
@@ -654,7 +657,7 @@ impl Transport {
     /// at its end is reassembled in the connection's cache. The buffer goes back to the
     /// ring right after.
     fn on_recv_provided(&mut self, now: Instant, k: ConnKey, buf: ProvidedBuf) {
-        if let Some(mut rx) = self.core.take_rx(k) {
+        if let Some(mut rx) = self.core.input_begin(k) {
             let input = buf.bytes();
             let mut at = 0;
             loop {
@@ -667,38 +670,17 @@ impl Transport {
                         self.dispatch(peer, tag, payload);
                     }
                     InputStep::Done => {
-                        // A payload that does not fit the cache and still misses at least
-                        // a cache's worth: the rest is read straight into its buffer.
-                        let direct = rx.wants_all() && rx.missing() >= self.cfg.recv_cache;
                         self.core.input_done(k, rx);
-                        if let Some(p) = self.backend.provided().filter(|_| direct) {
-                            p.pause_provided(conn_id(k));
-                        }
                         break;
                     }
                     InputStep::Drop => break,
                 }
             }
         }
-        drop(buf); // back to the ring
+        self.recycle(buf);
     }
 
-    /// The multishot receive of `k` stopped for a large payload: read the rest of it
-    /// directly (or, if provided buffers completed it meanwhile, resume the multishot).
-    fn on_provided_paused(&mut self, k: ConnKey) {
-        let Some(rx) = self.core.take_rx(k) else {
-            return;
-        };
-        if rx.wants_all() {
-            self.recv_direct += 1;
-            self.backend.recv(conn_id(k), rx);
-        } else {
-            self.core.input_done(k, rx);
-            self.backend.provided().map(|p| p.recv_provided(conn_id(k)));
-        }
-    }
-
-    fn on_recv(&mut self, now: Instant, k: ConnKey, mut rx: crate::proto::recv_cache::RxBuf) {
+    fn on_recv(&mut self, now: Instant, k: ConnKey, mut rx: RxBuf) {
         loop {
             match self.core.recv_step(now, k, &mut rx) {
                 Step::Deliver { peer, tag, range } => {
@@ -722,43 +704,51 @@ impl Transport {
         self.dispatching += 1;
         h(self, &Am { src, tag, payload });
         self.dispatching -= 1;
-        // A handler registered from inside the call wins; else this one goes back.
+        // Put back unless the call removed it or registered another one for the tag.
         self.handlers.restore(tag, h);
     }
 
+    /// Performs what the engine decided. The engine owns every decision (including
+    /// when a large payload bypasses the provided buffers) and at most one send per
+    /// connection is ever handed out; this only forwards.
     fn run_actions(&mut self) {
         while let Some(a) = self.core.poll_action() {
             match a {
-                Action::Transmit(k) => {
-                    if let Some(b) = self.core.take_tx(k) {
-                        self.backend.send(conn_id(k), b);
-                    }
-                }
-                Action::Receive(k) => {
-                    let Some(rx) = self.core.take_rx(k) else {
-                        continue;
-                    };
-                    // In multishot mode the receive is armed once on the shared ring and
-                    // stays armed; the cache stays with the engine for reassembly. A
-                    // large payload being read directly continues directly.
-                    if !rx.wants_all()
-                        && self
-                            .backend
-                            .provided()
-                            .is_some_and(|p| p.recv_provided(conn_id(k)))
-                    {
-                        self.core.input_done(k, rx);
-                        continue;
-                    }
-                    self.backend.recv(conn_id(k), rx);
-                }
+                Action::Transmit { conn, batch } => self.backend.send(conn_id(conn), batch),
+                Action::Receive { conn, buf } => self.backend.recv(conn_id(conn), buf),
+                Action::ArmProvided(k) => self.arm_provided(k),
+                Action::PauseProvided(k) => self.pause_provided(k),
                 Action::Close(k) => self.backend.close(conn_id(k)),
                 Action::Dial { peer, addr, bind } => match self.backend.connect(addr, bind) {
                     Ok(c) => self.core.dial_started(peer, key(c)),
-                    Err(e) => self.core.dial_failed(Instant::now(), peer, e.to_string()),
+                    Err(e) => self.core.dial_failed(Instant::now(), peer, Errno::of(&e)),
                 },
             }
         }
+    }
+
+    // ----- provided-buffer receive (the backend's multishot extension) -------------------
+
+    fn arm_provided(&mut self, k: ConnKey) {
+        let armed = self
+            .backend
+            .provided()
+            .is_some_and(|p| p.recv_provided(conn_id(k)));
+        debug_assert!(
+            armed,
+            "multishot asked of a backend without provided buffers"
+        );
+    }
+
+    fn pause_provided(&mut self, k: ConnKey) {
+        if let Some(p) = self.backend.provided() {
+            p.pause_provided(conn_id(k));
+        }
+    }
+
+    /// A provided buffer goes back to the ring when dropped.
+    fn recycle(&mut self, buf: ProvidedBuf) {
+        drop(buf);
     }
 
     fn deliver_core_events(&mut self) {

@@ -32,7 +32,39 @@
 //! sender closes cleanly; no payload). A length above the receiver's configured maximum
 //! frame size is a protocol error on that connection, never an allocation.
 
-use crate::error::WireError;
+/// Malformed bytes in a handshake record or frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Fewer bytes than the fixed length.
+    #[error("truncated record")]
+    Truncated,
+    /// The handshake does not start with ringbtl's magic: not one of ours.
+    #[error("bad magic: not a ringbtl peer")]
+    BadMagic,
+    /// Unknown handshake record kind.
+    #[error("unknown handshake kind {0}")]
+    BadHelloKind(u8),
+    /// Unknown reject reason code.
+    #[error("unknown reject reason {0}")]
+    BadReason(u8),
+    /// Unknown frame kind.
+    #[error("unknown frame kind {0:#04x}")]
+    BadFrameKind(u8),
+    /// Reserved flag bits set.
+    #[error("reserved header flags set: {0:#06x}")]
+    BadFlags(u16),
+    /// Payload longer than the configured maximum frame size.
+    #[error("frame of {len} bytes exceeds the maximum of {max}")]
+    FrameTooLarge {
+        /// Announced length.
+        len: u32,
+        /// Configured maximum.
+        max: u32,
+    },
+    /// A FIN frame announced a payload.
+    #[error("FIN frame with a {0}-byte payload")]
+    FinWithPayload(u32),
+}
 
 /// The magic that opens every ringbtl handshake record.
 pub const MAGIC: [u8; 8] = *b"RINGBTL\0";

@@ -1,7 +1,7 @@
 //! The receive cache fed a byte stream cut into arbitrary reads, as the transport drives
 //! it: a read fills [`RxBuf::spare_mut`] and is recorded with [`RxBuf::commit`];
-//! [`RxBuf::next_frame`] runs until `NeedMore`; a `Large` frame continues in its own buffer
-//! ([`RxBuf::into_large`]) until [`RxBuf::large_complete`]; [`RxBuf::compact`] runs after
+//! [`Frames::next_frame`] runs until `NeedMore`; a `Large` frame continues in its own buffer
+//! ([`Frames::into_large`]) until [`Frames::large_complete`]; [`RxBuf::compact`] runs after
 //! each read of the cache.
 //!
 //! Properties, however the stream is cut and whatever the cache capacity:
@@ -13,8 +13,9 @@
 //!   maximum frame size.
 
 use arbitrary::Arbitrary;
+use ringbtl::buf::RxBuf;
 use ringbtl::error::WireError;
-use ringbtl::proto::recv_cache::{Next, RxBuf};
+use ringbtl::proto::deframe::{self, Frames, Next};
 use ringbtl::wire::{FrameKind, Header, Hello, Tag, HEADER_LEN, HELLO_LEN};
 
 /// Largest maximum frame size tried (keeps each case fast).
@@ -185,7 +186,7 @@ struct Fed {
 
 /// Feeds `stream` through a cache of `cap` bytes in reads of the sizes in `cuts`.
 fn feed(stream: &[u8], cap: usize, max_len: u32, cuts: &[u16], hello_first: bool) -> Fed {
-    let mut rx = RxBuf::cache(cap);
+    let mut rx = deframe::cache(cap);
     let cache_bytes = rx.allocated();
     let mut spare_large = RxBuf::empty_large();
     let mut large: Option<RxBuf> = None;

@@ -4,17 +4,20 @@
 //! bytes are an optional handshake record (valid or wrong in one field) followed by pieces
 //! that are raw bytes, well-formed frames or FINs. A list of operations then drives the
 //! engine the way the transport does, with a virtual clock: reads of arbitrary size
-//! through `take_rx` / `recv_step` / `recv_done`, application sends to peer 1, completions
+//! through the buffer of an `Action::Receive` walked with `recv_step` / `recv_done`, or,
+//! in multishot mode, provided buffers walked with `input_begin` / `input_step` /
+//! `input_done` (with the pause for a large payload), application sends to peer 1, completions
 //! of the gathered sends, end of stream, clock ticks through `handle_timeout`, a clean
 //! shutdown. Dials the engine asks for are refused or left connecting. At the end every
 //! socket is drained (sends complete, reads see end of stream, the clock runs far ahead).
 //!
 //! Properties:
-//! - no panic, and every `recv_step` walk ends;
+//! - no panic, and every `recv_step` / `input_step` walk ends;
 //! - every send the engine accepted completes exactly once, and nothing else completes;
 //! - `PeerFailed` is raised at most once per peer;
 //! - the driver contract holds: at most one send and one read in flight per socket, no
-//!   empty batch, no read armed without room, no socket closed twice.
+//!   read beside a multishot receive, no empty batch, no read armed without room, no
+//!   socket closed twice.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
@@ -22,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use bytes::Bytes;
-use ringbtl::proto::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, Step};
-use ringbtl::proto::recv_cache::RxBuf;
-use ringbtl::proto::tx::TxBatch;
+use ringbtl::buf::{RxBuf, TxBatch};
+use ringbtl::proto::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, Source, Step};
 use ringbtl::wire::{FrameKind, Header, Hello, HelloKind, PeerId, Tag, VERSION};
+use ringbtl::Errno;
 
 const TOKEN: u64 = 0x5249_4e47_4254_4c00;
 /// The only peer the engine knows.
@@ -52,6 +55,8 @@ pub struct Input {
     /// Dials the engine asks for are started (and stay connecting until an operation
     /// completes them) instead of failing at once.
     pub dials_start: bool,
+    /// Receives run as a multishot receive on provided buffers.
+    pub multishot: bool,
     /// What the peer sends first.
     pub hello: Option<HelloSpec>,
     /// What the peer sends after it.
@@ -140,6 +145,10 @@ pub enum Op {
 struct Sock {
     /// Armed read.
     rx: Option<RxBuf>,
+    /// Multishot receive armed.
+    provided: bool,
+    /// Multishot receive asked to pause, not confirmed yet.
+    pausing: bool,
     /// Send in flight.
     tx: Option<TxBatch>,
     /// Connect in progress.
@@ -179,6 +188,7 @@ pub fn run(input: &Input) {
         retry_delay: Duration::from_millis(20),
         handshake_timeout: Duration::from_secs(5),
         max_half_open: 16,
+        multishot: input.multishot,
     };
     let mut core = Core::new(cfg);
     core.add_peer(PEER, vec![SocketAddr::from(([10, 0, 0, 2], 7000))])
@@ -307,7 +317,7 @@ impl Driver {
                 }
             }
             Op::RecvEnd { error } => {
-                let err = error.then(|| "connection reset by peer".to_string());
+                let err = error.then_some(Errno::ECONNRESET);
                 self.recv_end(ACCEPTED.0, err);
             }
             Op::CloseDone => self.finish_closes(),
@@ -351,31 +361,45 @@ impl Driver {
                     );
                     self.core.dial_started(peer, ConnKey(key));
                 } else {
-                    self.core
-                        .dial_failed(now, peer, "connection refused".into());
+                    self.core.dial_failed(now, peer, Errno::ECONNREFUSED);
                 }
             }
-            Action::Transmit(k) => {
-                let Some(batch) = self.core.take_tx(k) else {
-                    return;
-                };
+            Action::Transmit { conn: k, batch } => {
                 assert!(!batch.is_empty(), "empty batch submitted on {k:?}");
                 let s = self.sock(k);
                 assert!(s.tx.is_none(), "two sends in flight on {k:?}");
                 s.tx = Some(batch);
             }
-            Action::Receive(k) => {
-                let Some(mut rx) = self.core.take_rx(k) else {
-                    return;
-                };
+            Action::Receive {
+                conn: k,
+                buf: mut rx,
+            } => {
                 assert!(
                     !rx.spare_mut().is_empty(),
                     "read armed with a full buffer on {k:?}"
                 );
                 let s = self.sock(k);
                 assert!(s.rx.is_none(), "two reads armed on {k:?}");
+                assert!(
+                    !s.provided && !s.pausing,
+                    "read armed on {k:?} beside its multishot receive"
+                );
                 assert!(!s.ended, "read armed on {k:?} after its end");
                 s.rx = Some(rx);
+            }
+            Action::ArmProvided(k) => {
+                let s = self.sock(k);
+                assert!(s.rx.is_none(), "multishot armed on {k:?} beside a read");
+                if !s.ended {
+                    s.provided = true;
+                }
+            }
+            Action::PauseProvided(k) => {
+                let s = self.sock(k);
+                if s.provided {
+                    s.provided = false;
+                    s.pausing = true;
+                }
             }
             Action::Close(k) => {
                 let s = self.sock(k);
@@ -415,8 +439,20 @@ impl Driver {
         let Some(s) = self.socks.get_mut(&ACCEPTED.0) else {
             return;
         };
-        if s.closing || self.inbox.is_empty() {
+        if s.closing {
             return;
+        }
+        if s.pausing && max % 2 == 0 {
+            // The pause takes effect before this read.
+            s.pausing = false;
+            self.core.handle_provided_paused(ACCEPTED);
+            return;
+        }
+        if self.inbox.is_empty() {
+            return;
+        }
+        if s.provided || s.pausing {
+            return self.read_provided(max);
         }
         let Some(mut rx) = s.rx.take() else { return };
         let spare = rx.spare_mut();
@@ -442,15 +478,44 @@ impl Driver {
         panic!("recv_step walk does not end");
     }
 
+    /// One provided buffer of up to `max` bytes on the accepted connection, walked in
+    /// place.
+    fn read_provided(&mut self, max: usize) {
+        let n = max.min(self.inbox.len());
+        let input: Vec<u8> = self.inbox.drain(..n).collect();
+        let now = self.now();
+        let Some(mut rx) = self.core.input_begin(ACCEPTED) else {
+            return;
+        };
+        let mut at = 0;
+        for _ in 0..STEP_LIMIT {
+            match self
+                .core
+                .input_step(now, ACCEPTED, &mut rx, &input, &mut at)
+            {
+                InputStep::Deliver { src, .. } => {
+                    // The payload must be readable in place.
+                    match src {
+                        Source::Input(r) => std::hint::black_box(&input[r]),
+                        Source::Cache(r) => std::hint::black_box(rx.bytes(r)),
+                    };
+                }
+                InputStep::Done => {
+                    assert_eq!(at, input.len(), "an input is used up");
+                    self.core.input_done(ACCEPTED, rx);
+                    return;
+                }
+                InputStep::Drop => return,
+            }
+        }
+        panic!("input_step walk does not end");
+    }
+
     fn send_done(&mut self, k: u32, ok: bool) {
         let Some(batch) = self.socks.get_mut(&k).and_then(|s| s.tx.take()) else {
             return;
         };
-        let result = if ok {
-            Ok(())
-        } else {
-            Err("broken pipe".to_string())
-        };
+        let result = if ok { Ok(()) } else { Err(Errno::EPIPE) };
         let now = self.now();
         self.core.handle_sent(now, ConnKey(k), batch, result);
     }
@@ -460,20 +525,18 @@ impl Driver {
             return;
         };
         s.connecting = false;
-        let result = if ok {
-            Ok(())
-        } else {
-            Err("connection refused".to_string())
-        };
+        let result = if ok { Ok(()) } else { Err(Errno::ECONNREFUSED) };
         let now = self.now();
         self.core.handle_connected(now, ConnKey(k), result);
     }
 
-    fn recv_end(&mut self, k: u32, err: Option<String>) {
+    fn recv_end(&mut self, k: u32, err: Option<Errno>) {
         let Some(s) = self.socks.get_mut(&k) else {
             return;
         };
-        if s.rx.take().is_none() {
+        let armed = s.rx.take().is_some();
+        let multishot = std::mem::take(&mut s.provided) | std::mem::take(&mut s.pausing);
+        if !armed && !multishot {
             return;
         }
         s.ended = true;
@@ -495,17 +558,18 @@ impl Driver {
             let s = self.socks.get_mut(&k).expect("listed above");
             let (connecting, tx, rx) =
                 (std::mem::take(&mut s.connecting), s.tx.take(), s.rx.take());
+            let multishot = std::mem::take(&mut s.provided) | std::mem::take(&mut s.pausing);
             if connecting {
                 self.core
-                    .handle_connected(now, ConnKey(k), Err("cancelled".into()));
+                    .handle_connected(now, ConnKey(k), Err(Errno::ECANCELED));
             }
             if let Some(batch) = tx {
                 self.core
-                    .handle_sent(now, ConnKey(k), batch, Err("cancelled".into()));
+                    .handle_sent(now, ConnKey(k), batch, Err(Errno::ECANCELED));
             }
-            if rx.is_some() {
+            if rx.is_some() || multishot {
                 self.core
-                    .handle_recv_end(now, ConnKey(k), Some("cancelled".into()));
+                    .handle_recv_end(now, ConnKey(k), Some(Errno::ECANCELED));
             }
             self.socks.remove(&k);
             self.core.handle_closed(ConnKey(k));

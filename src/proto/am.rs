@@ -14,8 +14,19 @@ pub const AM_SLOTS: usize = 256;
 /// can fail and no lookup allocates).
 #[derive(Debug)]
 pub struct AmTable<H> {
-    slots: Vec<Option<H>>,
+    slots: Vec<Slot<H>>,
     unknown: u64,
+}
+
+/// One tag's slot.
+#[derive(Debug)]
+enum Slot<H> {
+    Empty,
+    Ready(H),
+    /// The handler is out for its call; `removed` once the call unregistered it.
+    Lent {
+        removed: bool,
+    },
 }
 
 impl<H> Default for AmTable<H> {
@@ -28,43 +39,70 @@ impl<H> AmTable<H> {
     /// An empty table.
     pub fn new() -> Self {
         let mut slots = Vec::with_capacity(AM_SLOTS);
-        slots.resize_with(AM_SLOTS, || None);
+        slots.resize_with(AM_SLOTS, || Slot::Empty);
         Self { slots, unknown: 0 }
     }
 
-    /// Installs `h` for `tag`; a taken tag is an error that gives the handler back.
+    /// Installs `h` for `tag`; a taken tag is an error that gives the handler back. A
+    /// handler registered for a tag whose handler is out for its call replaces it.
     pub fn register(&mut self, tag: Tag, h: H) -> Result<(), H> {
         let slot = &mut self.slots[tag.0 as usize];
-        if slot.is_some() {
+        if matches!(slot, Slot::Ready(_)) {
             return Err(h);
         }
-        *slot = Some(h);
+        *slot = Slot::Ready(h);
         Ok(())
     }
 
-    /// Removes the handler of `tag`.
+    /// Removes the handler of `tag` and returns it. A handler out for its call is not
+    /// returned (the caller holds it) but is marked so that it is not put back.
     pub fn unregister(&mut self, tag: Tag) -> Option<H> {
-        self.slots[tag.0 as usize].take()
+        let slot = &mut self.slots[tag.0 as usize];
+        match std::mem::replace(slot, Slot::Empty) {
+            Slot::Ready(h) => Some(h),
+            Slot::Lent { .. } => {
+                *slot = Slot::Lent { removed: true };
+                None
+            }
+            Slot::Empty => None,
+        }
+    }
+
+    /// Removes the handler of `tag`, also one that is out for its call (it then ends its
+    /// call and is not put back). True if there was one.
+    pub fn remove(&mut self, tag: Tag) -> bool {
+        let was = matches!(
+            self.slots[tag.0 as usize],
+            Slot::Ready(_) | Slot::Lent { removed: false }
+        );
+        drop(self.unregister(tag));
+        was
     }
 
     /// Takes the handler of `tag` out for a call; `None` (and the message is counted as
     /// unknown) when the tag has none.
     #[inline]
     pub fn take(&mut self, tag: Tag) -> Option<H> {
-        let h = self.slots[tag.0 as usize].take();
-        if h.is_none() {
-            self.unknown += 1;
+        let slot = &mut self.slots[tag.0 as usize];
+        if let Slot::Ready(_) = slot {
+            if let Slot::Ready(h) = std::mem::replace(slot, Slot::Lent { removed: false }) {
+                return Some(h);
+            }
         }
-        h
+        self.unknown += 1;
+        None
     }
 
-    /// Puts a handler back after its call, unless the call registered a new one for the
-    /// same tag (which then wins).
+    /// Puts a handler back after its call, unless the call removed it or registered a
+    /// new one for the same tag (which then wins).
     #[inline]
     pub fn restore(&mut self, tag: Tag, h: H) {
         let slot = &mut self.slots[tag.0 as usize];
-        if slot.is_none() {
-            *slot = Some(h);
+        match slot {
+            Slot::Lent { removed: false } => *slot = Slot::Ready(h),
+            Slot::Lent { removed: true } => *slot = Slot::Empty,
+            // Replaced during the call (or removed after a replacement): `h` is dropped.
+            Slot::Ready(_) | Slot::Empty => {}
         }
     }
 
@@ -97,5 +135,32 @@ mod tests {
         assert_eq!(t.take(Tag(0)), None);
         assert_eq!(t.unknown(), 2);
         assert_eq!(t.unregister(Tag(7)), Some(1));
+    }
+
+    /// A handler that removes its own tag during its call is not put back.
+    #[test]
+    fn a_handler_removes_its_own_tag() {
+        let mut t: AmTable<u32> = AmTable::new();
+        t.register(Tag(3), 1).unwrap();
+        let h = t.take(Tag(3)).unwrap();
+        assert!(t.remove(Tag(3)), "the running handler counts as registered");
+        assert!(!t.remove(Tag(3)), "removed once");
+        t.restore(Tag(3), h);
+        assert_eq!(t.take(Tag(3)), None, "not put back after the call");
+        assert_eq!(t.unknown(), 1);
+        // Removed, then registered again during the call: the new one stays.
+        t.register(Tag(4), 1).unwrap();
+        let h = t.take(Tag(4)).unwrap();
+        assert!(t.remove(Tag(4)));
+        t.register(Tag(4), 2).unwrap();
+        t.restore(Tag(4), h);
+        assert_eq!(t.unregister(Tag(4)), Some(2));
+        // Replaced, then removed during the call: nothing is left.
+        t.register(Tag(5), 1).unwrap();
+        let h = t.take(Tag(5)).unwrap();
+        t.register(Tag(5), 2).unwrap();
+        assert!(t.remove(Tag(5)));
+        t.restore(Tag(5), h);
+        assert_eq!(t.unregister(Tag(5)), None);
     }
 }

@@ -31,4 +31,8 @@ pub struct CoreConfig {
     /// Most incoming connections waiting for their HELLO at once; more are closed at
     /// once (a connection flood costs no buffer).
     pub max_half_open: usize,
+    /// Receives run as one multishot receive per connection on buffers the driver
+    /// provides ([`Action::ArmProvided`](crate::proto::core::Action::ArmProvided)),
+    /// instead of one [`Action::Receive`](crate::proto::core::Action::Receive) per read.
+    pub multishot: bool,
 }

@@ -1,15 +1,29 @@
 //! The sans-IO protocol core: no file descriptors, no syscalls, no clocks.
 //!
-//! Time is passed in; bytes come in through [`recv_cache::RxBuf`] and go out through
-//! [`tx::TxBatch`].
+//! Time is passed in; bytes come in through [`RxBuf`](crate::buf::RxBuf)s (read by the
+//! reactor, or lent from its provided buffers) and go out through
+//! [`TxBatch`](crate::buf::TxBatch)es, both carried by the engine's actions. The call
+//! contract is in [`core`].
+//!
+//! | file | owns |
+//! | --- | --- |
+//! | [`core`] | the engine's face: `Core`, its actions and events, polling, timers, shutdown |
+//! | `endpoint` | the endpoint state machine: connect, retries, handshake decisions, FIN, failure |
+//! | `conn` | the connection table: per-socket stage, deadline, buffers, accept and close |
+//! | `recv` | the receive side: one walk for both receive modes, large-payload decisions |
+//! | [`deframe`] | the deframer: records and frames out of a byte stream cut anywhere |
+//! | `tx` | batching: queued frames into one gathered send per connection, completions |
+//! | [`am`] | the active-message table: tag -> handler |
+//! | [`config`] | the engine's settings |
 
 pub mod am;
 pub mod config;
+mod conn;
 pub mod core;
-pub mod recv_cache;
-pub mod tx;
+pub mod deframe;
+mod endpoint;
+mod recv;
+mod tx;
 
-#[cfg(test)]
-mod input_tests;
 #[cfg(test)]
 mod tests;

@@ -1,193 +1,204 @@
-//! Outgoing byte batches: the frames of one gathered send.
-//!
-//! A [`TxBatch`] is filled by the endpoint (headers and small payloads copied into its
-//! arena, larger payload segments kept as [`Bytes`] without copying) and then *moved* to
-//! the reactor, which owns it until the kernel has written every byte. The reactor turns it
-//! into an iovec array with [`TxBatch::for_each_unsent`] and records partial writes with
-//! [`TxBatch::advance`]. No I/O here.
+//! Batching: the frames queued for a peer are gathered into its connection's one
+//! [`TxBatch`] (headers and small payloads copied, large payloads by reference), handed
+//! out with an [`Action::Transmit`](super::core::Action::Transmit), and completed when the
+//! batch comes back. At most one batch per connection is out at a time: the batch is
+//! simply not here while it is. No I/O here.
 
-use bytes::Bytes;
+use std::mem;
+use std::time::Instant;
 
-/// One piece of a batch, in wire order.
-#[derive(Debug)]
-enum Part {
-    /// Bytes `start..start + len` of the arena (headers, inlined payloads).
-    Arena { start: usize, len: usize },
-    /// A payload segment sent from the caller's buffer without copying.
-    Ext(Bytes),
-}
+use crate::buf::TxBatch;
+use crate::error::{Cause, Errno, FailReason};
+use crate::proto::conn::{Orphans, Stage};
+use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
+use crate::proto::endpoint::{EpState, Frag};
+use crate::wire::PeerId;
 
-/// The bytes of one gathered send, owned by whoever currently holds it.
-///
-/// Invariant: `parts` covers exactly `total` bytes; `sent <= total`; bytes before `sent`
-/// have been written to the socket and are never looked at again.
-#[derive(Debug, Default)]
-pub struct TxBatch {
-    arena: Vec<u8>,
-    parts: Vec<Part>,
-    total: usize,
-    sent: usize,
-    frames: usize,
-}
-
-impl TxBatch {
-    /// An empty batch with room for `arena` bytes of headers and inlined payloads.
-    pub fn with_capacity(arena: usize, parts: usize) -> Self {
-        Self {
-            arena: Vec::with_capacity(arena),
-            parts: Vec::with_capacity(parts),
-            total: 0,
-            sent: 0,
-            frames: 0,
-        }
-    }
-
-    /// Forget every frame while keeping the allocated capacity (no allocation on reuse).
-    pub fn clear(&mut self) {
-        self.arena.clear();
-        self.parts.clear();
-        self.total = 0;
-        self.sent = 0;
-        self.frames = 0;
-    }
-
-    /// Appends bytes that are copied into the arena (a header or a small payload).
-    pub fn push_copy(&mut self, bytes: &[u8]) {
-        if bytes.is_empty() {
-            return;
-        }
-        let start = self.arena.len();
-        self.arena.extend_from_slice(bytes);
-        match self.parts.last_mut() {
-            // Contiguous with the previous arena piece: one iovec covers both.
-            Some(Part::Arena { start: s, len }) if *s + *len == start => *len += bytes.len(),
-            _ => self.parts.push(Part::Arena {
-                start,
-                len: bytes.len(),
-            }),
-        }
-        self.total += bytes.len();
-    }
-
-    /// Appends a payload segment by reference (no copy of its bytes).
-    pub fn push_ext(&mut self, seg: Bytes) {
-        if seg.is_empty() {
-            return;
-        }
-        self.total += seg.len();
-        self.parts.push(Part::Ext(seg));
-    }
-
-    /// Counts one more complete frame in the batch.
-    pub(crate) fn add_frame(&mut self) {
-        self.frames += 1;
-    }
-
-    /// Number of frames in the batch.
-    pub fn frames(&self) -> usize {
-        self.frames
-    }
-
-    /// Number of pieces (an upper bound on the iovecs needed).
-    pub fn parts(&self) -> usize {
-        self.parts.len()
-    }
-
-    /// Arena bytes used so far.
-    pub fn arena_len(&self) -> usize {
-        self.arena.len()
-    }
-
-    /// Total bytes in the batch.
-    pub fn len(&self) -> usize {
-        self.total
-    }
-
-    /// True when the batch holds no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.total == 0
-    }
-
-    /// Bytes not yet written.
-    pub fn remaining(&self) -> usize {
-        self.total - self.sent
-    }
-
-    /// Records that `n` more bytes were written (a short write leaves the rest).
-    ///
-    /// `n` larger than [`remaining`](Self::remaining) is clamped: the kernel never reports
-    /// more than it was given, so this only guards against a caller's mistake.
-    pub fn advance(&mut self, n: usize) {
-        self.sent = (self.sent + n).min(self.total);
-    }
-
-    /// Calls `f` with each unwritten slice, in wire order (what an iovec array must cover).
-    pub fn for_each_unsent(&self, f: impl FnMut(&[u8])) {
-        self.for_each_unsent_upto(usize::MAX, f);
-    }
-
-    /// As [`for_each_unsent`](Self::for_each_unsent), but stops after `limit` bytes (the
-    /// last slice cut short): the slices one send call of at most `limit` bytes covers.
-    pub fn for_each_unsent_upto(&self, limit: usize, mut f: impl FnMut(&[u8])) {
-        let mut skip = self.sent;
-        let mut left = limit;
-        for part in &self.parts {
-            if left == 0 {
-                return;
-            }
-            let s: &[u8] = match part {
-                Part::Arena { start, len } => &self.arena[*start..*start + *len],
-                Part::Ext(b) => b,
-            };
-            if skip >= s.len() {
-                skip -= s.len();
+impl Core {
+    /// Moves queued frames into the idle send batch of every connection that has some,
+    /// and queues one [`Action::Transmit`](super::core::Action::Transmit) per such
+    /// connection.
+    pub fn flush(&mut self) {
+        let mut dirty = mem::take(&mut self.dirty);
+        for peer in dirty.drain(..) {
+            let Some(ep) = self.ep_mut(peer) else {
                 continue;
+            };
+            ep.dirty = false;
+            let EpState::Connected { conn } = ep.state else {
+                continue;
+            };
+            self.fill_batch(peer, conn);
+        }
+        self.dirty = dirty;
+    }
+
+    /// A send finished (`Err`: the OS error it failed with): the batch comes back.
+    pub fn handle_sent(
+        &mut self,
+        now: Instant,
+        conn: ConnKey,
+        mut batch: TxBatch,
+        result: Result<(), Errno>,
+    ) {
+        let frames = batch.frames();
+        batch.clear();
+        let Some(c) = self.conn_mut(conn) else { return };
+        c.tx = Some(batch);
+        if let Some(o) = c.orphans.take() {
+            self.complete_orphans(o);
+        }
+        let Some(c) = self.conn_mut(conn) else { return };
+        let peer = c.peer;
+        let close_after = c.close_after_tx;
+        let stage = c.stage;
+        if stage == Stage::Dead {
+            // A REJECT is out (or failed): now the socket may go.
+            if close_after {
+                c.close_after_tx = false;
+                self.todo.push_back(Todo::Close(conn));
             }
-            let s = &s[skip..];
-            let s = &s[..s.len().min(left)];
-            left -= s.len();
-            f(s);
-            skip = 0;
+            return;
+        }
+        if let Err(e) = result {
+            if let Some(peer) = peer.filter(|_| stage == Stage::Open) {
+                let cause = Cause::SendFailed(e);
+                self.fail_endpoint(peer, FailReason::ConnectionLost { peer, cause });
+            } else {
+                self.kill_conn(conn);
+                if let Some(p) = peer {
+                    if self.ep_dialing_on(p, conn) {
+                        self.retry_or_fail(Some(now), p, Cause::Os(e));
+                    }
+                }
+            }
+            return;
+        }
+        if stage == Stage::Open {
+            if let Some(peer) = peer {
+                self.complete_frames(peer, frames);
+                let ep = self.ep(peer).expect("open conn has an endpoint");
+                let (more, done) = (
+                    !ep.queue.is_empty(),
+                    ep.fin_sent && ep.fin_rcvd && ep.inflight.is_empty() && ep.queue.is_empty(),
+                );
+                if more {
+                    self.mark_dirty(peer);
+                }
+                if done {
+                    self.close_clean(peer, conn);
+                }
+            }
         }
     }
 
-    /// Copies the unwritten bytes out (tests and the sans-IO harness).
-    pub fn unsent_to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.remaining());
-        self.for_each_unsent(|s| v.extend_from_slice(s));
-        v
+    fn fill_batch(&mut self, peer: PeerId, conn: ConnKey) {
+        let (budget, max_iov, inline) = (
+            self.cfg.coalesce_bytes,
+            self.cfg.max_iov,
+            self.cfg.inline_limit,
+        );
+        let Some(c) = slot(&mut self.conns, conn.0) else {
+            return;
+        };
+        let Some(batch) = c.tx.as_mut() else { return }; // in flight: next completion refills
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        while let Some(f) = ep.queue.front() {
+            let first = batch.frames() == 0;
+            let parts = batch.parts() + 1 + f.nsegs as usize;
+            if !first && (batch.len() + f.wire_len() > budget || parts > max_iov) {
+                break;
+            }
+            let Frag {
+                hdr,
+                segs,
+                nsegs,
+                cookie,
+            } = ep.queue.pop_front().expect("front exists");
+            batch.push_copy(&hdr.to_bytes());
+            if hdr.len as usize <= inline {
+                // Small: copied next to its header, so runs of small frames form one
+                // contiguous iovec.
+                for s in &segs[..nsegs as usize] {
+                    batch.push_copy(s);
+                }
+            } else {
+                // Large: the caller's buffers go out by reference.
+                for s in segs.into_iter().take(nsegs as usize) {
+                    batch.push_ext(s);
+                }
+            }
+            batch.add_frame();
+            ep.inflight.push_back(cookie);
+        }
+        if !batch.is_empty() && !c.tx_ready {
+            c.tx_ready = true;
+            self.counters.batches += 1;
+            self.counters.frames += batch.frames() as u64;
+            self.todo.push_back(Todo::Transmit(conn));
+        }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    /// Sends the handshake record now when the endpoint has no frames to append to it.
+    pub(super) fn submit_tx_if_no_frames(&mut self, peer: PeerId, conn: ConnKey) {
+        if self.ep(peer).is_some_and(|e| e.queue.is_empty()) {
+            self.submit_tx(conn);
+        }
+    }
 
-    #[test]
-    fn merges_contiguous_copies_and_tracks_partial_writes() {
-        let mut b = TxBatch::with_capacity(64, 4);
-        b.push_copy(b"head");
-        b.push_copy(b"er");
-        b.push_ext(Bytes::from_static(b"payload"));
-        b.push_copy(b"tail");
-        assert_eq!(b.parts(), 3);
-        assert_eq!(b.len(), 17);
-        assert_eq!(b.unsent_to_vec(), b"headerpayloadtail");
-        b.advance(8);
-        assert_eq!(b.unsent_to_vec(), b"yloadtail");
-        let mut n = 0;
-        b.for_each_unsent(|_| n += 1);
-        assert_eq!(n, 2);
-        let mut cut = Vec::new();
-        b.for_each_unsent_upto(6, |s| cut.extend_from_slice(s));
-        assert_eq!(cut, b"yloadt");
-        cut.clear();
-        b.for_each_unsent_upto(0, |s| cut.extend_from_slice(s));
-        assert!(cut.is_empty());
-        b.advance(100);
-        assert_eq!(b.remaining(), 0);
-        assert!(b.unsent_to_vec().is_empty());
-        b.clear();
-        assert!(b.is_empty());
+    pub(super) fn submit_tx(&mut self, conn: ConnKey) {
+        if let Some(c) = self.conn_mut(conn) {
+            if c.tx.as_ref().is_some_and(|b| !b.is_empty()) && !c.tx_ready {
+                c.tx_ready = true;
+                self.todo.push_back(Todo::Transmit(conn));
+            }
+        }
+    }
+
+    /// The endpoint of `peer` fails while `conn`'s batch is with the driver: its frames
+    /// complete when it comes back ([`handle_sent`](Self::handle_sent)), not now.
+    pub(super) fn orphan_inflight(&mut self, peer: PeerId, conn: ConnKey, reason: &FailReason) {
+        let (Some(c), Some(ep)) = (
+            slot(&mut self.conns, conn.0),
+            slot(&mut self.endpoints, peer.0),
+        ) else {
+            return;
+        };
+        if c.tx.is_some() || ep.inflight.is_empty() {
+            return;
+        }
+        let cookies = mem::take(&mut ep.inflight);
+        ep.orphaned += cookies.iter().flatten().count();
+        c.orphans = Some((peer, reason.clone(), cookies));
+    }
+
+    pub(super) fn complete_orphans(&mut self, (peer, reason, cookies): Orphans) {
+        if let Some(ep) = self.ep_mut(peer) {
+            ep.orphaned = ep.orphaned.saturating_sub(cookies.iter().flatten().count());
+        }
+        for cookie in cookies.into_iter().flatten() {
+            self.events.push_back(CoreEvent::Completed {
+                peer,
+                cookie,
+                result: Err(reason.clone()),
+            });
+        }
+    }
+
+    fn complete_frames(&mut self, peer: PeerId, frames: usize) {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        for _ in 0..frames {
+            if let Some(Some(cookie)) = ep.inflight.pop_front() {
+                self.events.push_back(CoreEvent::Completed {
+                    peer,
+                    cookie,
+                    result: Ok(()),
+                });
+            }
+        }
     }
 }

@@ -594,6 +594,7 @@ fn case_wants_all_completes_full<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
 /// An empty buffer that wants all of its `len` bytes: a large payload's buffer, made
 /// the way the receive cache makes it (from a frame header).
 fn whole_buf(len: usize) -> RxBuf {
+    use crate::proto::deframe::Frames;
     use crate::wire::{FrameKind, Header, Tag};
     let hdr = Header {
         kind: FrameKind::Send,

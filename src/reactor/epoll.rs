@@ -611,7 +611,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::proto::recv_cache::Next;
+    use crate::proto::deframe::{Frames, Next};
     use crate::reactor::slots::DIRECT_RECV_MAX;
     use crate::reactor::AnyBackend;
     use crate::wire::{FrameKind, Header, Tag, HEADER_LEN};

@@ -57,8 +57,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub(crate) use crate::proto::recv_cache::RxBuf;
-pub(crate) use crate::proto::tx::TxBatch;
+pub(crate) use crate::buf::RxBuf;
+pub(crate) use crate::buf::TxBatch;
 pub(crate) use bufring::{ProvidedBuf, RingGeometry};
 
 pub(crate) mod bufring;

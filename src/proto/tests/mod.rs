@@ -15,13 +15,16 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, Step};
-use super::recv_cache::RxBuf;
-use super::tx::TxBatch;
-use crate::error::{FailReason, ProtoError, SendError, WireError};
+use super::core::{
+    Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, Source, Step,
+};
+use crate::buf::{RxBuf, TxBatch};
+use crate::error::{Errno, FailReason, ProtoError, SendError, WireError};
 use crate::wire::{
     FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, VERSION,
 };
+
+mod input;
 
 pub(super) const TOKEN: u64 = 0x5249_4e47_4254_4c00;
 const STEP_LIMIT: usize = 2_000_000;
@@ -75,8 +78,12 @@ pub(super) fn cfg(pid: u32) -> CoreConfig {
         retry_delay: Duration::from_millis(20),
         handshake_timeout: Duration::from_secs(5),
         max_half_open: 1024,
+        multishot: false,
     }
 }
+
+/// Most bytes one provided buffer holds in the multishot receive these tests simulate.
+const PROVIDED_BUF: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Owner {
@@ -103,9 +110,13 @@ struct Sock {
     connect_pending: bool,
     /// Armed read.
     rx: Option<RxBuf>,
+    /// Multishot receive armed on provided buffers.
+    provided: bool,
+    /// The multishot receive was asked to pause; the confirmation is still to come.
+    pausing: bool,
     /// Send in flight, and the error it will complete with (if any).
     tx: Option<TxBatch>,
-    tx_err: Option<String>,
+    tx_err: Option<Errno>,
     /// A Close was requested; it completes once no operation is pending.
     closing: bool,
     closed: bool,
@@ -126,6 +137,8 @@ impl Sock {
             accept_pending: false,
             connect_pending: false,
             rx: None,
+            provided: false,
+            pausing: false,
             tx: None,
             tx_err: None,
             closing: false,
@@ -145,6 +158,10 @@ enum Item {
     Connect(usize),
     SendDone(usize),
     Read(usize),
+    /// A multishot receive fills a provided buffer.
+    ReadProvided(usize),
+    /// The multishot receive stopped as asked.
+    Paused(usize),
     Eof(usize),
     Cancel(usize),
     CloseDone(usize),
@@ -506,11 +523,8 @@ impl Net {
                 }
                 self.nodes[n].core.dial_started(peer, key);
             }
-            Action::Transmit(k) => {
+            Action::Transmit { conn: k, batch } => {
                 let s = self.sock_of(n, k);
-                let Some(batch) = self.nodes[n].core.take_tx(k) else {
-                    return;
-                };
                 assert!(
                     self.socks[s].tx.is_none(),
                     "seed {}: node {n}: two sends in flight on {k:?}",
@@ -523,7 +537,7 @@ impl Net {
                 );
                 let bytes = batch.unsent_to_vec();
                 if self.socks[s].closing {
-                    self.socks[s].tx_err = Some("cancelled".into());
+                    self.socks[s].tx_err = Some(Errno::ECANCELED);
                 } else {
                     match self.socks[s].other {
                         Some(o) if !self.socks[o].closed => {
@@ -539,22 +553,41 @@ impl Net {
                             // vanish or the kernel reports the reset (always, once the peer
                             // process is gone).
                             if self.socks[s].peer_dead || self.rng.chance(1, 2) {
-                                self.socks[s].tx_err = Some("connection reset by peer".into());
+                                self.socks[s].tx_err = Some(Errno::ECONNRESET);
                             }
                         }
                     }
                 }
                 self.socks[s].tx = Some(batch);
             }
-            Action::Receive(k) => {
+            Action::Receive { conn: k, buf } => {
                 let s = self.sock_of(n, k);
-                if let Some(rx) = self.nodes[n].core.take_rx(k) {
-                    assert!(
-                        self.socks[s].rx.is_none(),
-                        "seed {}: node {n}: two reads armed on {k:?}",
-                        self.seed
-                    );
-                    self.socks[s].rx = Some(rx);
+                assert!(
+                    self.socks[s].rx.is_none(),
+                    "seed {}: node {n}: two reads armed on {k:?}",
+                    self.seed
+                );
+                assert!(
+                    !self.socks[s].provided && !self.socks[s].pausing,
+                    "seed {}: node {n}: a read armed on {k:?} beside its multishot receive",
+                    self.seed
+                );
+                self.socks[s].rx = Some(buf);
+            }
+            Action::ArmProvided(k) => {
+                let s = self.sock_of(n, k);
+                assert!(
+                    self.socks[s].rx.is_none(),
+                    "seed {}: node {n}: multishot armed on {k:?} beside a read",
+                    self.seed
+                );
+                self.socks[s].provided = true;
+            }
+            Action::PauseProvided(k) => {
+                let s = self.sock_of(n, k);
+                if self.socks[s].provided {
+                    self.socks[s].provided = false;
+                    self.socks[s].pausing = true;
                 }
             }
             Action::Close(k) => {
@@ -586,16 +619,33 @@ impl Net {
             if k.tx.is_some() && (k.closing || self.knobs.stall != Some(n)) {
                 v.push(Item::SendDone(s));
             }
-            if k.rx.is_some() {
+            if k.rx.is_some() || k.provided {
                 if k.closing {
                     v.push(Item::Cancel(s));
                 } else if !k.inbox.is_empty() {
-                    v.push(Item::Read(s));
+                    v.push(if k.provided {
+                        Item::ReadProvided(s)
+                    } else {
+                        Item::Read(s)
+                    });
                 } else if k.peer_closed {
                     v.push(Item::Eof(s));
                 }
             }
-            if k.closing && !k.connect_pending && k.tx.is_none() && k.rx.is_none() {
+            if k.pausing {
+                // Buffers the kernel filled before the pause took effect still arrive.
+                if !k.closing && !k.inbox.is_empty() {
+                    v.push(Item::ReadProvided(s));
+                }
+                v.push(Item::Paused(s));
+            }
+            if k.closing
+                && !k.connect_pending
+                && k.tx.is_none()
+                && k.rx.is_none()
+                && !k.provided
+                && !k.pausing
+            {
                 v.push(Item::CloseDone(s));
             }
         }
@@ -640,11 +690,11 @@ impl Net {
                 let (n, key) = self.node_of(s);
                 self.socks[s].connect_pending = false;
                 let result = if self.socks[s].closing {
-                    Err("cancelled".to_string())
+                    Err(Errno::ECANCELED)
                 } else if self.socks[s].other.is_some() {
                     Ok(())
                 } else {
-                    Err("connection refused".to_string())
+                    Err(Errno::ECONNREFUSED)
                 };
                 self.nodes[n].core.handle_connected(now, key, result);
                 self.pump(n);
@@ -655,7 +705,7 @@ impl Net {
                 let err = self.socks[s].tx_err.take();
                 let result = match err {
                     Some(e) => Err(e),
-                    None if self.socks[s].closing => Err("cancelled".to_string()),
+                    None if self.socks[s].closing => Err(Errno::ECANCELED),
                     None => Ok(()),
                 };
                 self.nodes[n].core.handle_sent(now, key, batch, result);
@@ -699,10 +749,54 @@ impl Net {
                 }
                 self.pump(n);
             }
+            Item::ReadProvided(s) => {
+                let (n, key) = self.node_of(s);
+                let avail = self.socks[s].inbox.len().min(PROVIDED_BUF);
+                let want = self.chunk(avail);
+                let input: Vec<u8> = self.socks[s].inbox.drain(..want).collect();
+                if let Some(mut rx) = self.nodes[n].core.input_begin(key) {
+                    let mut at = 0;
+                    let mut guard = 0usize;
+                    loop {
+                        guard += 1;
+                        assert!(
+                            guard < 1_000_000,
+                            "seed {}: input_step does not end",
+                            self.seed
+                        );
+                        match self.nodes[n]
+                            .core
+                            .input_step(now, key, &mut rx, &input, &mut at)
+                        {
+                            InputStep::Deliver { peer, tag, src } => {
+                                let payload = match src {
+                                    Source::Input(r) => input[r].to_vec(),
+                                    Source::Cache(r) => rx.bytes(r).to_vec(),
+                                };
+                                self.nodes[n].got.push((peer, tag, payload));
+                            }
+                            InputStep::Done => {
+                                assert_eq!(at, input.len(), "seed {}: input left", self.seed);
+                                self.nodes[n].core.input_done(key, rx);
+                                break;
+                            }
+                            InputStep::Drop => break,
+                        }
+                    }
+                }
+                self.pump(n);
+            }
+            Item::Paused(s) => {
+                let (n, key) = self.node_of(s);
+                self.socks[s].pausing = false;
+                self.nodes[n].core.handle_provided_paused(key);
+                self.pump(n);
+            }
             Item::Eof(s) | Item::Cancel(s) => {
                 let (n, key) = self.node_of(s);
                 self.socks[s].rx = None;
-                let err = matches!(it, Item::Cancel(_)).then(|| "cancelled".to_string());
+                self.socks[s].provided = false;
+                let err = matches!(it, Item::Cancel(_)).then_some(Errno::ECANCELED);
                 self.nodes[n].core.handle_recv_end(now, key, err);
                 self.pump(n);
             }
@@ -809,6 +903,8 @@ impl Net {
             if self.socks[s].owner == Owner::Node(n) && !self.socks[s].closed {
                 self.socks[s].closed = true;
                 self.socks[s].rx = None;
+                self.socks[s].provided = false;
+                self.socks[s].pausing = false;
                 self.socks[s].tx = None;
                 if let Some(o) = self.socks[s].other {
                     self.socks[o].peer_closed = true;

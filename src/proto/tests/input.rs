@@ -1,19 +1,19 @@
-//! [`Core::input_step`]: frames walked in inputs the connection does not own (provided
+//! [`Core::input_step`](crate::proto::core::Core::input_step): frames walked in inputs the connection does not own (provided
 //! buffers), with the connection's cache used only for records cut between two inputs.
 
 use std::time::Instant;
 
 use proptest::prelude::*;
 
-use super::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, Source};
+use super::TOKEN;
+use crate::proto::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, Source};
 use crate::wire::{FrameKind, Header, Hello, HelloKind, PeerId, Tag, HEADER_LEN, VERSION};
-
-use super::tests::TOKEN;
 
 fn core(cache: usize) -> Core {
     let mut c = Core::new(CoreConfig {
         recv_cache: cache,
-        ..super::tests::cfg(0)
+        multishot: true,
+        ..super::cfg(0)
     });
     c.add_peer(PeerId(1), vec!["10.0.0.2:7000".parse().unwrap()])
         .unwrap();
@@ -61,7 +61,7 @@ fn feed(cache: usize, s: &[u8], cuts: &[usize]) -> Vec<Seen> {
     let k = ConnKey(3);
     let mut c = core(cache);
     c.handle_accepted(now, k);
-    assert_eq!(c.poll_action(), Some(Action::Receive(k)));
+    assert!(matches!(c.poll_action(), Some(Action::ArmProvided(x)) if x == k));
     let mut seen = Vec::new();
     let mut off = 0;
     let mut ci = 0;
@@ -69,7 +69,7 @@ fn feed(cache: usize, s: &[u8], cuts: &[usize]) -> Vec<Seen> {
         let n = cuts.get(ci).copied().unwrap_or(usize::MAX).max(1);
         ci += 1;
         let input = &s[off..off + n.min(s.len() - off)];
-        let mut rx = c.take_rx(k).expect("the cache stays with the engine");
+        let mut rx = c.input_begin(k).expect("the cache stays with the engine");
         let mut at = 0;
         loop {
             match c.input_step(now, k, &mut rx, input, &mut at) {
@@ -96,7 +96,7 @@ fn feed(cache: usize, s: &[u8], cuts: &[usize]) -> Vec<Seen> {
     }
     assert!(connected);
     while let Some(a) = c.poll_action() {
-        assert!(!matches!(a, Action::Receive(_)), "{a:?}");
+        assert!(!matches!(a, Action::Receive { .. }), "{a:?}");
     }
     seen
 }

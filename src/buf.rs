@@ -1,0 +1,441 @@
+//! The byte containers that cross between the protocol core and the reactor, and nothing
+//! else: they hold bytes and positions, and know no frame, header or connection. The
+//! protocol reads frames out of them ([`proto::deframe`](crate::proto::deframe)) and
+//! fills them ([`proto::tx`](crate::proto::tx)); the reactor hands them to the kernel.
+//! No I/O here.
+//!
+//! Ownership follows the "rent" model: a [`TxBatch`] or an [`RxBuf`] is *moved* to the
+//! reactor for one operation and comes back with its completion, so whatever the kernel
+//! may touch is owned by the reactor's operation table meanwhile.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+// ----- receive ---------------------------------------------------------------------------
+
+/// A receive buffer: the kernel writes into [`spare_mut`](Self::spare_mut), the owner
+/// consumes received bytes from the front.
+///
+/// Two shapes: a *cache* (a read may bring any number of records; the unconsumed tail is
+/// moved to the front by [`compact`](Self::compact)), and a *whole* buffer, sized to
+/// exactly the bytes one record still misses, that a read may fill completely
+/// ([`wants_all`](Self::wants_all), `MSG_WAITALL`).
+///
+/// Invariants: `pos <= filled <= limit <= data.len()`; bytes `pos..filled` are received
+/// but not yet consumed. Nothing here allocates except [`cache`](Self::cache),
+/// [`grow`](Self::grow) and [`split_whole`](Self::split_whole) growing a reused buffer
+/// to a larger record than it held before.
+#[derive(Debug)]
+pub struct RxBuf {
+    data: Vec<u8>,
+    pos: usize,
+    filled: usize,
+    limit: usize,
+    /// For a whole buffer: the owner's note on what it holds (opaque here).
+    whole: Option<u64>,
+}
+
+impl RxBuf {
+    /// A cache of `capacity` bytes (zeroed once, here).
+    pub fn cache(capacity: usize) -> Self {
+        Self {
+            data: vec![0; capacity],
+            pos: 0,
+            filled: 0,
+            limit: capacity,
+            whole: None,
+        }
+    }
+
+    /// An empty buffer for whole records (grows on first use, then is reused).
+    pub fn empty_large() -> Self {
+        Self {
+            data: Vec::new(),
+            pos: 0,
+            filled: 0,
+            limit: 0,
+            whole: None,
+        }
+    }
+
+    /// The region the next read may fill. Empty only when a whole buffer is full.
+    #[inline]
+    pub fn spare_mut(&mut self) -> &mut [u8] {
+        &mut self.data[self.filled..self.limit]
+    }
+
+    /// Records that a read wrote `n` bytes at the start of [`spare_mut`](Self::spare_mut).
+    #[inline]
+    pub fn commit(&mut self, n: usize) {
+        self.filled = (self.filled + n).min(self.limit);
+    }
+
+    /// True for a whole buffer: the reactor may ask the kernel to fill it completely
+    /// (`MSG_WAITALL`), since no other record shares it.
+    #[inline]
+    pub fn wants_all(&self) -> bool {
+        self.whole.is_some()
+    }
+
+    /// For a whole buffer: bytes still to arrive (0 for a cache).
+    pub fn missing(&self) -> usize {
+        if self.whole.is_some() {
+            self.limit - self.filled
+        } else {
+            0
+        }
+    }
+
+    /// Received bytes not yet consumed.
+    #[inline]
+    pub fn pending(&self) -> usize {
+        self.filled - self.pos
+    }
+
+    /// The received bytes not yet consumed.
+    #[inline]
+    pub fn unread(&self) -> &[u8] {
+        &self.data[self.pos..self.filled]
+    }
+
+    /// Consumes `n` unread bytes (at most [`pending`](Self::pending)) and returns where
+    /// they lie, for [`bytes`](Self::bytes).
+    #[inline]
+    pub fn consume(&mut self, n: usize) -> Range<usize> {
+        let start = self.pos;
+        self.pos += n.min(self.pending());
+        start..self.pos
+    }
+
+    /// Bytes of a range handed out by [`consume`](Self::consume) (valid until the next
+    /// call that mutates).
+    #[inline]
+    pub fn bytes(&self, r: Range<usize>) -> &[u8] {
+        &self.data[r]
+    }
+
+    /// Capacity of the buffer.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Reassembly: copies bytes from `src` until `want` bytes are pending (or `src` or
+    /// the spare room runs out) and returns how many were taken. Starts from the front
+    /// when nothing is pending, so a record of up to [`capacity`](Self::capacity) bytes
+    /// always fits.
+    pub fn append_upto(&mut self, src: &[u8], want: usize) -> usize {
+        if self.pos == self.filled && self.whole.is_none() {
+            self.pos = 0;
+            self.filled = 0;
+        }
+        let n = want
+            .saturating_sub(self.pending())
+            .min(src.len())
+            .min(self.limit - self.filled);
+        self.data[self.filled..self.filled + n].copy_from_slice(&src[..n]);
+        self.filled += n;
+        n
+    }
+
+    /// Reassembly into a whole buffer: copies as much of `src` as it still misses;
+    /// returns how many bytes were taken.
+    pub fn append(&mut self, src: &[u8]) -> usize {
+        let n = src.len().min(self.limit - self.filled);
+        self.data[self.filled..self.filled + n].copy_from_slice(&src[..n]);
+        self.filled += n;
+        n
+    }
+
+    /// Moves unconsumed bytes to the front so the next read has the most room. Called
+    /// once per read, after every complete record was taken.
+    pub fn compact(&mut self) {
+        if self.pos == self.filled {
+            self.pos = 0;
+            self.filled = 0;
+        } else if self.pos > 0 {
+            self.data.copy_within(self.pos..self.filled, 0);
+            self.filled -= self.pos;
+            self.pos = 0;
+        }
+    }
+
+    /// Starts a record of `len` bytes that continues in a whole buffer of its own:
+    /// consumes up to `len` unread bytes of this cache into `large` (a reused buffer,
+    /// grown to exactly `len` if smaller) and returns `large`, marked with `note` and
+    /// ready to be rented to the reactor.
+    pub fn split_whole(&mut self, len: usize, note: u64, mut large: Self) -> Self {
+        let have = self.pending().min(len);
+        if large.data.len() < len {
+            // Grows once per new maximum size, to exactly that size (a doubling `resize`
+            // could hold twice the largest record); reused afterwards.
+            large.data = vec![0; len];
+        }
+        large.data[..have].copy_from_slice(&self.data[self.pos..self.pos + have]);
+        self.pos += have;
+        large.pos = 0;
+        large.filled = have;
+        large.limit = len;
+        large.whole = Some(note);
+        large
+    }
+
+    /// For a whole buffer: its note and its bytes once every byte has arrived.
+    #[inline]
+    pub fn whole_complete(&self) -> Option<(u64, &[u8])> {
+        match self.whole {
+            Some(note) if self.filled == self.limit => Some((note, &self.data[..self.limit])),
+            _ => None,
+        }
+    }
+
+    /// Turns a consumed whole buffer back into an idle spare.
+    pub fn reset_whole(&mut self) {
+        self.whole = None;
+        self.pos = 0;
+        self.filled = 0;
+        self.limit = 0;
+    }
+
+    /// Grows a cache to `capacity` bytes, keeping the unconsumed bytes (moved to the
+    /// front). Connections start with a small buffer and grow once adopted, so half-open
+    /// connections cost little memory.
+    pub fn grow(&mut self, capacity: usize) {
+        if self.whole.is_some() || capacity <= self.data.len() {
+            return;
+        }
+        let mut data = vec![0; capacity];
+        let n = self.pending();
+        data[..n].copy_from_slice(&self.data[self.pos..self.filled]);
+        self.data = data;
+        self.pos = 0;
+        self.filled = n;
+        self.limit = capacity;
+    }
+
+    /// Bytes of the buffer kept allocated (for memory accounting).
+    pub fn allocated(&self) -> usize {
+        self.data.capacity()
+    }
+
+    /// Shrinks an idle whole buffer above `keep` bytes back to nothing.
+    pub fn trim(&mut self, keep: usize) {
+        if self.whole.is_none() && self.data.len() > keep {
+            self.data = Vec::new();
+        }
+    }
+}
+
+// ----- send ------------------------------------------------------------------------------
+
+/// One piece of a batch, in wire order.
+#[derive(Debug)]
+enum Part {
+    /// Bytes `start..start + len` of the arena (headers, inlined payloads).
+    Arena { start: usize, len: usize },
+    /// A payload segment sent from the caller's buffer without copying.
+    Ext(Bytes),
+}
+
+/// The bytes of one gathered send, owned by whoever currently holds it.
+///
+/// Filled by the protocol (headers and small payloads copied into its arena, larger
+/// payload segments kept as [`Bytes`] without copying), then *moved* to the reactor,
+/// which owns it until the kernel has written every byte. The reactor turns it into an
+/// iovec array with [`for_each_unsent`](Self::for_each_unsent) and records partial
+/// writes with [`advance`](Self::advance).
+///
+/// Invariant: `parts` covers exactly `total` bytes; `sent <= total`; bytes before `sent`
+/// have been written to the socket and are never looked at again.
+#[derive(Debug, Default)]
+pub struct TxBatch {
+    arena: Vec<u8>,
+    parts: Vec<Part>,
+    total: usize,
+    sent: usize,
+    frames: usize,
+}
+
+impl TxBatch {
+    /// An empty batch with room for `arena` bytes of headers and inlined payloads.
+    pub fn with_capacity(arena: usize, parts: usize) -> Self {
+        Self {
+            arena: Vec::with_capacity(arena),
+            parts: Vec::with_capacity(parts),
+            total: 0,
+            sent: 0,
+            frames: 0,
+        }
+    }
+
+    /// Forget every frame while keeping the allocated capacity (no allocation on reuse).
+    pub fn clear(&mut self) {
+        self.arena.clear();
+        self.parts.clear();
+        self.total = 0;
+        self.sent = 0;
+        self.frames = 0;
+    }
+
+    /// Appends bytes that are copied into the arena (a header or a small payload).
+    #[inline]
+    pub fn push_copy(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let start = self.arena.len();
+        self.arena.extend_from_slice(bytes);
+        match self.parts.last_mut() {
+            // Contiguous with the previous arena piece: one iovec covers both.
+            Some(Part::Arena { start: s, len }) if *s + *len == start => *len += bytes.len(),
+            _ => self.parts.push(Part::Arena {
+                start,
+                len: bytes.len(),
+            }),
+        }
+        self.total += bytes.len();
+    }
+
+    /// Appends a payload segment by reference (no copy of its bytes).
+    #[inline]
+    pub fn push_ext(&mut self, seg: Bytes) {
+        if seg.is_empty() {
+            return;
+        }
+        self.total += seg.len();
+        self.parts.push(Part::Ext(seg));
+    }
+
+    /// Counts one more complete record (frame) in the batch.
+    #[inline]
+    pub fn add_frame(&mut self) {
+        self.frames += 1;
+    }
+
+    /// Number of records (frames) in the batch.
+    #[inline]
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    /// Number of pieces (an upper bound on the iovecs needed).
+    #[inline]
+    pub fn parts(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Total bytes in the batch.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.total
+    }
+
+    /// True when the batch holds no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Bytes not yet written.
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.total - self.sent
+    }
+
+    /// Records that `n` more bytes were written (a short write leaves the rest).
+    ///
+    /// `n` larger than [`remaining`](Self::remaining) is clamped: the kernel never reports
+    /// more than it was given, so this only guards against a caller's mistake.
+    #[inline]
+    pub fn advance(&mut self, n: usize) {
+        self.sent = (self.sent + n).min(self.total);
+    }
+
+    /// Calls `f` with each unwritten slice, in wire order (what an iovec array must cover).
+    pub fn for_each_unsent(&self, f: impl FnMut(&[u8])) {
+        self.for_each_unsent_upto(usize::MAX, f);
+    }
+
+    /// As [`for_each_unsent`](Self::for_each_unsent), but stops after `limit` bytes (the
+    /// last slice cut short): the slices one send call of at most `limit` bytes covers.
+    pub fn for_each_unsent_upto(&self, limit: usize, mut f: impl FnMut(&[u8])) {
+        let mut skip = self.sent;
+        let mut left = limit;
+        for part in &self.parts {
+            if left == 0 {
+                return;
+            }
+            let s: &[u8] = match part {
+                Part::Arena { start, len } => &self.arena[*start..*start + *len],
+                Part::Ext(b) => b,
+            };
+            if skip >= s.len() {
+                skip -= s.len();
+                continue;
+            }
+            let s = &s[skip..];
+            let s = &s[..s.len().min(left)];
+            left -= s.len();
+            f(s);
+            skip = 0;
+        }
+    }
+
+    /// Copies the unwritten bytes out (tests and the sans-IO harness).
+    pub fn unsent_to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.remaining());
+        self.for_each_unsent(|s| v.extend_from_slice(s));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_contiguous_copies_and_tracks_partial_writes() {
+        let mut b = TxBatch::with_capacity(64, 4);
+        b.push_copy(b"head");
+        b.push_copy(b"er");
+        b.push_ext(Bytes::from_static(b"payload"));
+        b.push_copy(b"tail");
+        assert_eq!(b.parts(), 3);
+        assert_eq!(b.len(), 17);
+        assert_eq!(b.unsent_to_vec(), b"headerpayloadtail");
+        b.advance(8);
+        assert_eq!(b.unsent_to_vec(), b"yloadtail");
+        let mut n = 0;
+        b.for_each_unsent(|_| n += 1);
+        assert_eq!(n, 2);
+        let mut cut = Vec::new();
+        b.for_each_unsent_upto(6, |s| cut.extend_from_slice(s));
+        assert_eq!(cut, b"yloadt");
+        cut.clear();
+        b.for_each_unsent_upto(0, |s| cut.extend_from_slice(s));
+        assert!(cut.is_empty());
+        b.advance(100);
+        assert_eq!(b.remaining(), 0);
+        assert!(b.unsent_to_vec().is_empty());
+        b.clear();
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn whole_buffer_takes_the_cached_start_and_the_rest_exactly() {
+        let mut c = RxBuf::cache(16);
+        c.spare_mut()[..10].copy_from_slice(b"0123456789");
+        c.commit(10);
+        let r = c.consume(2);
+        assert_eq!(c.bytes(r), b"01");
+        let mut w = c.split_whole(12, 7, RxBuf::empty_large());
+        assert_eq!(c.pending(), 0, "the cached start moved to the whole buffer");
+        assert!(w.wants_all() && w.missing() == 4 && w.whole_complete().is_none());
+        assert_eq!(w.append(b"abcdef"), 4, "takes exactly what it misses");
+        let (note, bytes) = w.whole_complete().expect("complete");
+        assert_eq!((note, bytes), (7, &b"23456789abcd"[..]));
+        w.reset_whole();
+        assert!(!w.wants_all() && w.allocated() == 12);
+    }
+}

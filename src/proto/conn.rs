@@ -1,0 +1,170 @@
+//! The connection table: one [`Conn`] per socket, indexed by the driver's [`ConnKey`],
+//! from accept or dial to close: its handshake stage, deadline, send batch and receive
+//! buffers. No I/O here.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::buf::{RxBuf, TxBatch};
+use crate::error::{FailReason, ProtoError, WireError};
+use crate::proto::core::{ConnKey, Core, CoreEvent, Todo};
+use crate::proto::deframe::{self, Deframer};
+use crate::wire::{HelloKind, PeerId, RejectReason, HELLO_LEN};
+
+/// The sends of a batch rented to the driver when their endpoint failed: the peer, the
+/// reason, and their cookies.
+pub(super) type Orphans = (PeerId, FailReason, VecDeque<Option<u64>>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// Acceptor: waiting for the dialer's HELLO.
+    ExpectHello,
+    /// Dialer: connect in progress.
+    Connecting,
+    /// Dialer: HELLO sent, waiting for ACCEPT/REJECT.
+    ExpectAccept,
+    /// Adopted by an endpoint; frames flow.
+    Open,
+    /// Being closed: ignore everything until the driver reports it closed.
+    Dead,
+}
+
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) stage: Stage,
+    /// The peer, once known (dialer: from the start; acceptor: after HELLO).
+    pub(super) peer: Option<PeerId>,
+    /// Send batch; `None` while rented to the driver (in flight). The only record of
+    /// "a send is in flight on this connection".
+    pub(super) tx: Option<TxBatch>,
+    /// The cookies of the rented batch when its endpoint failed, and why: they complete
+    /// only when the batch comes back, since until then the kernel may still read the
+    /// caller's payload memory (which a C caller frees at the completion).
+    pub(super) orphans: Option<Orphans>,
+    /// The batch holds bytes not yet submitted (a Transmit is queued).
+    pub(super) tx_ready: bool,
+    /// Close once the current batch is written (a REJECT, or our FIN).
+    pub(super) close_after_tx: bool,
+    /// Receive buffer (the cache, or a large payload's buffer); `None` while rented.
+    pub(super) rx: Option<RxBuf>,
+    /// Deframing state beside `rx`.
+    pub(super) deframer: Deframer,
+    /// A [`Todo::PauseProvided`] was issued and its confirmation has not come yet.
+    pub(super) pausing: bool,
+    pub(super) deadline: Option<Instant>,
+}
+
+impl Conn {
+    pub(super) fn new(stage: Stage, peer: Option<PeerId>, cache: usize) -> Self {
+        Self {
+            stage,
+            peer,
+            tx: Some(TxBatch::with_capacity(HELLO_LEN, 2)),
+            orphans: None,
+            tx_ready: false,
+            close_after_tx: false,
+            rx: Some(deframe::cache(cache)),
+            deframer: Deframer::default(),
+            pausing: false,
+            deadline: None,
+        }
+    }
+
+    pub(super) fn write_record(&mut self, h: &crate::wire::Hello) {
+        if let Some(b) = self.tx.as_mut() {
+            b.push_copy(&h.to_bytes());
+        }
+    }
+}
+
+impl Core {
+    /// The listener accepted a connection.
+    pub fn handle_accepted(&mut self, now: Instant, conn: ConnKey) {
+        let half_open = self
+            .conns
+            .iter()
+            .flatten()
+            .filter(|c| c.stage == Stage::ExpectHello)
+            .count();
+        if half_open >= self.cfg.max_half_open {
+            // A connection flood: drop the newcomer before it costs any buffer.
+            self.counters.accept_overload += 1;
+            self.put_conn(conn, Conn::new(Stage::Dead, None, 0));
+            self.todo.push_back(Todo::Close(conn));
+            return;
+        }
+        let deadline = now + self.cfg.handshake_timeout;
+        // A handshake-sized buffer: the cache grows when the connection is adopted.
+        let mut c = Conn::new(Stage::ExpectHello, None, HELLO_LEN);
+        c.deadline = Some(deadline);
+        self.put_conn(conn, c);
+        self.arm_timer(deadline);
+        self.todo.push_back(Todo::Receive(conn));
+    }
+
+    /// The driver closed the socket and no operation of it remains: forget it.
+    pub fn handle_closed(&mut self, conn: ConnKey) {
+        if let Some(slot) = self.conns.get_mut(conn.0 as usize) {
+            // The batch comes back before the close; should it not have, its sends
+            // still complete once.
+            if let Some(o) = slot.take().and_then(|c| c.orphans) {
+                self.complete_orphans(o);
+            }
+        }
+    }
+
+    pub(super) fn put_conn(&mut self, conn: ConnKey, c: Conn) {
+        let i = conn.0 as usize;
+        if self.conns.len() <= i {
+            self.conns.resize_with(i + 1, || None);
+        }
+        self.conns[i] = Some(c);
+    }
+
+    pub(super) fn kill_conn(&mut self, conn: ConnKey) {
+        if let Some(c) = self.conn_mut(conn) {
+            // A Dead connection was closed already, unless a REJECT is still being written.
+            if c.stage != Stage::Dead || c.close_after_tx {
+                c.stage = Stage::Dead;
+                c.deadline = None;
+                c.tx_ready = false;
+                c.close_after_tx = false;
+                self.todo.push_back(Todo::Close(conn));
+            }
+        }
+    }
+
+    /// Answers a refused incoming connection and closes it once the answer is out.
+    pub(super) fn reject(&mut self, conn: ConnKey, reason: RejectReason) {
+        self.answer_and_close(conn, HelloKind::Reject(reason));
+    }
+
+    /// Writes a handshake record on `conn` and closes it once the record is out.
+    pub(super) fn answer_and_close(&mut self, conn: ConnKey, kind: HelloKind) {
+        let rec = self.record(kind);
+        let Some(c) = self.conn_mut(conn) else { return };
+        c.stage = Stage::Dead;
+        c.deadline = None;
+        c.write_record(&rec);
+        c.close_after_tx = true;
+        c.tx_ready = true;
+        // Closed by `handle_sent` once the answer is written: closing now would cancel it.
+        self.todo.push_back(Todo::Transmit(conn));
+    }
+
+    /// Not a ringbtl peer, or nonsense during the handshake: drop the socket, count it.
+    pub(super) fn handshake_garbage(&mut self, conn: ConnKey, why: ProtoError) {
+        let Some(c) = self.conn_mut(conn) else { return };
+        let (stage, peer) = (c.stage, c.peer);
+        if why == ProtoError::Wire(WireError::BadMagic) {
+            self.counters.bad_magic += 1;
+        }
+        self.kill_conn(conn);
+        match (stage, peer) {
+            (Stage::ExpectAccept, Some(p)) if self.ep_dialing_on(p, conn) => {
+                self.fail_endpoint(p, FailReason::Protocol { peer: p, err: why });
+            }
+            _ => self.events.push_back(CoreEvent::Refused { why }),
+        }
+    }
+}

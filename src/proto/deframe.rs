@@ -1,0 +1,454 @@
+//! The deframer: a byte stream in, handshake records and frames out, across reads cut
+//! anywhere. One deframer serves both receive modes:
+//!
+//! - **own cache**: a read fills the connection's [`RxBuf`] (the reactor writes into
+//!   [`RxBuf::spare_mut`]), and the deframer is walked with an empty input: every frame is
+//!   handed out in place in the cache; only the unfinished tail is moved to the front
+//!   ([`RxBuf::compact`]);
+//! - **lent input**: the bytes arrive in a buffer the connection does not own (a provided
+//!   buffer of a multishot receive), walked as `input: &[u8]`: a record wholly inside the
+//!   input is handed out where it lies ([`Source::Input`]); only a record cut by the end of
+//!   an input is copied into the cache, exactly up to its end, so the records after it
+//!   start again at the front of the next input.
+//!
+//! In both modes a payload larger than the cache continues in a whole buffer of its own
+//! (reused, grown to the largest payload seen), which stands in for the cache until the
+//! payload is delivered: with the own cache the reactor reads straight into it, so it is
+//! copied once, by the kernel.
+//!
+//! The framing primitives over an [`RxBuf`] ([`Frames`]) are here too: the buffer itself
+//! is a neutral byte container ([`crate::buf`]). No I/O here.
+
+use std::mem;
+use std::ops::Range;
+
+use crate::buf::RxBuf;
+use crate::wire::{Header, Hello, WireError, HEADER_LEN, HELLO_LEN};
+
+/// Whole large-payload buffers above this size are released after use (others are kept).
+const LARGE_KEEP: usize = 16 << 20;
+
+// The header of a large payload travels with its buffer as the buffer's 8-byte note.
+const _: () = assert!(HEADER_LEN == size_of::<u64>());
+
+/// A receive cache of `capacity` bytes, rounded up so that a handshake record and a
+/// frame header always fit.
+pub fn cache(capacity: usize) -> RxBuf {
+    RxBuf::cache(capacity.max(HEADER_LEN.max(HELLO_LEN)))
+}
+
+/// What the next bytes of a cache hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// A complete frame: the payload is `buf.bytes(range)`.
+    Frame(Header, Range<usize>),
+    /// A frame whose payload cannot fit in the cache: continue with
+    /// [`Frames::into_large`].
+    Large(Header),
+    /// Not enough bytes yet.
+    NeedMore,
+}
+
+/// Where the payload of a delivered frame lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// In the input slice being walked: `&input[range]` (zero copy).
+    Input(Range<usize>),
+    /// In the connection's receive buffer: `rx.bytes(range)`.
+    Cache(Range<usize>),
+}
+
+/// Framing over a receive buffer.
+pub trait Frames {
+    /// Takes a handshake record if one is complete.
+    fn next_hello(&mut self) -> Result<Option<Hello>, WireError>;
+    /// Parses the next frame. A complete frame is consumed; the caller reads its payload
+    /// with [`RxBuf::bytes`] before the next call to anything that mutates.
+    fn next_frame(&mut self, max_len: u32) -> Result<Next, WireError>;
+    /// The header of the pending frame, without consuming it (`None` if incomplete).
+    fn peek_header(&self, max_len: u32) -> Result<Option<Header>, WireError>;
+    /// After [`Next::Large`]: consumes the header and the payload bytes already in this
+    /// cache, and prepares `large` (a reused buffer) to receive the rest of the payload
+    /// straight from the socket. Returns `large`, ready to be rented to the reactor.
+    // The cache turns (part of) itself into the large buffer: `into_` names that, even
+    // though the cache stays usable.
+    #[allow(clippy::wrong_self_convention)]
+    fn into_large(&mut self, hdr: Header, large: RxBuf) -> RxBuf;
+    /// For a large-payload buffer: the header and payload once every byte has arrived.
+    fn large_complete(&self) -> Option<(Header, &[u8])>;
+    /// Turns a consumed large-payload buffer back into an idle spare.
+    fn reset_large(&mut self);
+}
+
+impl Frames for RxBuf {
+    #[inline]
+    fn next_hello(&mut self) -> Result<Option<Hello>, WireError> {
+        if self.pending() < HELLO_LEN {
+            return Ok(None);
+        }
+        let h = Hello::parse(self.unread())?;
+        self.consume(HELLO_LEN);
+        Ok(Some(h))
+    }
+
+    #[inline]
+    fn next_frame(&mut self, max_len: u32) -> Result<Next, WireError> {
+        if self.pending() < HEADER_LEN {
+            return Ok(Next::NeedMore);
+        }
+        let hdr = Header::parse(self.unread(), max_len)?;
+        let need = HEADER_LEN + hdr.len as usize;
+        if self.pending() >= need {
+            let r = self.consume(need);
+            return Ok(Next::Frame(hdr, r.start + HEADER_LEN..r.end));
+        }
+        if need > self.capacity() {
+            return Ok(Next::Large(hdr));
+        }
+        Ok(Next::NeedMore)
+    }
+
+    #[inline]
+    fn peek_header(&self, max_len: u32) -> Result<Option<Header>, WireError> {
+        if self.pending() < HEADER_LEN {
+            return Ok(None);
+        }
+        Header::parse(self.unread(), max_len).map(Some)
+    }
+
+    fn into_large(&mut self, hdr: Header, large: RxBuf) -> RxBuf {
+        self.consume(HEADER_LEN);
+        let note = u64::from_be_bytes(hdr.to_bytes());
+        self.split_whole(hdr.len as usize, note, large)
+    }
+
+    #[inline]
+    fn large_complete(&self) -> Option<(Header, &[u8])> {
+        let (note, payload) = self.whole_complete()?;
+        let h = Header::parse(&note.to_be_bytes(), u32::MAX)
+            .expect("the note is a header this deframer encoded");
+        Some((h, payload))
+    }
+
+    fn reset_large(&mut self) {
+        self.reset_whole();
+    }
+}
+
+/// Per-connection deframing state beside its receive buffer: the cache parked while a
+/// large payload is read into its own buffer, and the reused large-payload buffer.
+#[derive(Debug, Default)]
+pub struct Deframer {
+    /// The cache, parked while a large payload is read into its own buffer.
+    parked: Option<RxBuf>,
+    /// Reused large-payload buffer.
+    spare_large: Option<RxBuf>,
+    /// The large payload in `rx` was handed out: next, the cache comes back.
+    large_delivered: bool,
+}
+
+impl Deframer {
+    /// The next handshake record of `rx` followed by `input[*at..]`. `Ok(None)`: more
+    /// bytes are needed (whatever `input` held is kept in `rx`).
+    pub fn hello(
+        &mut self,
+        rx: &mut RxBuf,
+        input: &[u8],
+        at: &mut usize,
+    ) -> Result<Option<Hello>, WireError> {
+        let rest = &input[(*at).min(input.len())..];
+        if rx.pending() == 0 && rest.len() >= HELLO_LEN {
+            // A whole record inside the input: parsed where it lies.
+            *at += HELLO_LEN;
+            return Hello::parse(rest).map(Some);
+        }
+        *at += rx.append_upto(rest, HELLO_LEN);
+        rx.next_hello()
+    }
+
+    /// The next frame of `rx` followed by `input[*at..]` (an empty `input` in the own-cache
+    /// mode). `Ok(None)`: more bytes are needed; the input is used up (its tail is kept in
+    /// `rx`), and `rx` may now be a large-payload buffer that wants the rest of its payload.
+    #[inline]
+    pub fn frame(
+        &mut self,
+        rx: &mut RxBuf,
+        input: &[u8],
+        at: &mut usize,
+        max: u32,
+    ) -> Result<Option<(Header, Source)>, WireError> {
+        loop {
+            let rest = &input[(*at).min(input.len())..];
+            if rx.wants_all() {
+                // A large payload being received in its own buffer.
+                if self.large_delivered {
+                    self.back_to_cache(rx);
+                    continue;
+                }
+                *at += rx.append(rest);
+                return Ok(rx.large_complete().map(|(h, p)| {
+                    self.large_delivered = true;
+                    (h, Source::Cache(0..p.len()))
+                }));
+            }
+            if rx.pending() == 0 {
+                if rest.is_empty() {
+                    return Ok(None);
+                }
+                // A whole frame inside the input is delivered where it lies.
+                if rest.len() >= HEADER_LEN {
+                    let h = Header::parse(rest, max)?;
+                    let need = HEADER_LEN + h.len as usize;
+                    if rest.len() >= need {
+                        let start = *at + HEADER_LEN;
+                        *at += need;
+                        return Ok(Some((h, Source::Input(start..start + h.len as usize))));
+                    }
+                }
+            }
+            // A frame in the cache, or cut by the end of an input: the header first, then
+            // exactly the bytes it still misses, so the next frame starts at the front of
+            // the next input.
+            *at += rx.append_upto(rest, HEADER_LEN);
+            let Some(h) = rx.peek_header(max)? else {
+                return Ok(None);
+            };
+            let need = HEADER_LEN + h.len as usize;
+            if need > rx.capacity() {
+                // Larger than the cache: continue in the large-payload buffer.
+                let spare = self.spare_large.take().unwrap_or_else(RxBuf::empty_large);
+                let large = rx.into_large(h, spare);
+                self.parked = Some(mem::replace(rx, large));
+                continue;
+            }
+            let rest = &input[(*at).min(input.len())..];
+            *at += rx.append_upto(rest, need);
+            if rx.pending() < need {
+                return Ok(None);
+            }
+            let r = rx.consume(need);
+            return Ok(Some((h, Source::Cache(r.start + HEADER_LEN..r.end))));
+        }
+    }
+
+    /// A delivered large payload: its buffer becomes the reusable spare again and `rx`
+    /// is the receive cache parked during the large read.
+    fn back_to_cache(&mut self, rx: &mut RxBuf) {
+        self.large_delivered = false;
+        let cache = self
+            .parked
+            .take()
+            .expect("cache parked during a large read");
+        let mut large = mem::replace(rx, cache);
+        large.reset_large();
+        large.trim(LARGE_KEEP);
+        self.spare_large = Some(large);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{FrameKind, Tag};
+    use proptest::prelude::*;
+
+    fn frame(tag: u8, payload: &[u8]) -> Vec<u8> {
+        let mut v = Header {
+            kind: FrameKind::Send,
+            tag: Tag(tag),
+            len: payload.len() as u32,
+        }
+        .to_bytes()
+        .to_vec();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    /// Feeds `stream` in reads of the given sizes; returns the frames seen.
+    fn feed(cap: usize, stream: &[u8], cuts: &[usize]) -> Vec<(u8, Vec<u8>)> {
+        let mut rx = cache(cap);
+        let mut spare_large = RxBuf::empty_large();
+        let mut large: Option<RxBuf> = None;
+        let mut out = Vec::new();
+        let mut off = 0;
+        let mut ci = 0;
+        let mut guard = 0;
+        while off < stream.len() {
+            guard += 1;
+            assert!(guard < 1_000_000, "no progress");
+            let want = cuts.get(ci).copied().unwrap_or(usize::MAX).max(1);
+            ci += 1;
+            let target = large.as_mut().unwrap_or(&mut rx);
+            let spare = target.spare_mut();
+            let n = want.min(spare.len()).min(stream.len() - off);
+            spare[..n].copy_from_slice(&stream[off..off + n]);
+            target.commit(n);
+            off += n;
+            if let Some(l) = large.as_mut() {
+                if let Some((h, p)) = l.large_complete() {
+                    out.push((h.tag.0, p.to_vec()));
+                    let mut l = large.take().unwrap();
+                    l.reset_large();
+                    spare_large = l;
+                } else {
+                    continue;
+                }
+            }
+            loop {
+                match rx.next_frame(1 << 24).unwrap() {
+                    Next::Frame(h, r) => out.push((h.tag.0, rx.bytes(r).to_vec())),
+                    Next::Large(h) => {
+                        let l =
+                            rx.into_large(h, mem::replace(&mut spare_large, RxBuf::empty_large()));
+                        if let Some((h, p)) = l.large_complete() {
+                            out.push((h.tag.0, p.to_vec()));
+                            let mut l = l;
+                            l.reset_large();
+                            spare_large = l;
+                            continue;
+                        }
+                        large = Some(l);
+                        break;
+                    }
+                    Next::NeedMore => break,
+                }
+            }
+            rx.compact();
+        }
+        out
+    }
+
+    /// Feeds `stream` through [`Deframer::frame`], own-cache mode (`lent == false`: reads
+    /// into the buffer, empty inputs) or lent-input mode (inputs of the given sizes).
+    fn deframe(cap: usize, stream: &[u8], cuts: &[usize], lent: bool) -> Vec<(u8, Vec<u8>)> {
+        let mut d = Deframer::default();
+        let mut rx = cache(cap);
+        let mut out = Vec::new();
+        let (mut off, mut ci) = (0, 0);
+        while off < stream.len() {
+            let want = cuts.get(ci).copied().unwrap_or(usize::MAX).max(1);
+            ci += 1;
+            let n = if lent {
+                want.min(stream.len() - off)
+            } else {
+                let spare = rx.spare_mut();
+                let n = want.min(spare.len()).min(stream.len() - off);
+                spare[..n].copy_from_slice(&stream[off..off + n]);
+                rx.commit(n);
+                n
+            };
+            let input = if lent { &stream[off..off + n] } else { &[][..] };
+            let mut at = 0;
+            while let Some((h, src)) = d.frame(&mut rx, input, &mut at, 1 << 24).unwrap() {
+                let p = match src {
+                    Source::Input(r) => input[r].to_vec(),
+                    Source::Cache(r) => rx.bytes(r).to_vec(),
+                };
+                out.push((h.tag.0, p));
+            }
+            assert_eq!(at, input.len(), "an input is used up");
+            if !rx.wants_all() {
+                rx.compact();
+            }
+            off += n;
+        }
+        out
+    }
+
+    #[test]
+    fn many_frames_per_read_and_straddling() {
+        let mut s = Vec::new();
+        let mut want = Vec::new();
+        for i in 0..50u8 {
+            let p = vec![i; i as usize * 3];
+            s.extend(frame(i, &p));
+            want.push((i, p));
+        }
+        assert_eq!(feed(64, &s, &[usize::MAX]), want);
+        assert_eq!(feed(64, &s, &[1; 100_000]), want);
+        assert_eq!(feed(4096, &s, &[usize::MAX]), want);
+        for lent in [false, true] {
+            assert_eq!(deframe(64, &s, &[usize::MAX], lent), want);
+            assert_eq!(deframe(64, &s, &[1; 100_000], lent), want);
+        }
+    }
+
+    #[test]
+    fn payload_larger_than_cache_goes_to_its_own_buffer() {
+        let big: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let mut s = frame(1, b"a");
+        s.extend(frame(2, &big));
+        s.extend(frame(3, b"z"));
+        let want = vec![(1, b"a".to_vec()), (2, big), (3, b"z".to_vec())];
+        let cuts = [100, 7, 3000, 1, 10_000];
+        assert_eq!(feed(256, &s, &cuts), want);
+        assert_eq!(deframe(256, &s, &cuts, false), want);
+        assert_eq!(deframe(256, &s, &cuts, true), want);
+    }
+
+    /// A reused large-payload buffer grows to exactly the new frame, never to twice the
+    /// previous one (a peer must not make a connection hold more than the maximum frame).
+    #[test]
+    fn large_buffer_never_exceeds_the_largest_frame() {
+        let max = 64_511usize;
+        let mut spare = RxBuf::empty_large();
+        for len in [53_721usize, max] {
+            let mut rx = cache(68);
+            let h = Header {
+                kind: FrameKind::Send,
+                tag: Tag(0),
+                len: len as u32,
+            }
+            .to_bytes();
+            rx.spare_mut()[..8].copy_from_slice(&h);
+            rx.commit(8);
+            let Next::Large(h) = rx.next_frame(max as u32).unwrap() else {
+                panic!("expected a large frame");
+            };
+            let mut l = rx.into_large(h, spare);
+            assert!(l.allocated() <= max, "{} > {max}", l.allocated());
+            l.reset_large();
+            spare = l;
+        }
+    }
+
+    #[test]
+    fn oversize_length_is_an_error_not_an_allocation() {
+        let mut rx = cache(64);
+        let h = Header {
+            kind: FrameKind::Send,
+            tag: Tag(0),
+            len: u32::MAX,
+        }
+        .to_bytes();
+        rx.spare_mut()[..8].copy_from_slice(&h);
+        rx.commit(8);
+        assert!(matches!(
+            rx.next_frame(1 << 20),
+            Err(WireError::FrameTooLarge { .. })
+        ));
+        assert_eq!(rx.allocated(), 64);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// However the stream is cut into reads, the same frames come out in order.
+        #[test]
+        fn any_split_yields_same_frames(
+            sizes in proptest::collection::vec(0usize..700, 1..40),
+            cuts in proptest::collection::vec(1usize..900, 0..200),
+            cap in 32usize..1024,
+        ) {
+            let mut s = Vec::new();
+            let mut want = Vec::new();
+            for (i, n) in sizes.iter().enumerate() {
+                let p: Vec<u8> = (0..*n).map(|j| (i * 31 + j) as u8).collect();
+                s.extend(frame(i as u8, &p));
+                want.push((i as u8, p));
+            }
+            prop_assert_eq!(&feed(cap, &s, &cuts), &want);
+            prop_assert_eq!(&deframe(cap, &s, &cuts, false), &want);
+            prop_assert_eq!(&deframe(cap, &s, &cuts, true), &want);
+        }
+    }
+}

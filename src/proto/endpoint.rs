@@ -1,0 +1,571 @@
+//! The endpoint state machine (one endpoint per peer): lazy connect, retries, the
+//! handshake decisions (HELLO, ACCEPT, REJECT, simultaneous connect), FIN, failure. See
+//! the state diagram in [`core`](super::core). No I/O here.
+
+use std::collections::VecDeque;
+use std::mem;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::error::{Cause, Errno, FailReason, ProtoError, SendError};
+use crate::proto::conn::{Conn, Stage};
+use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo, MAX_SEGMENTS};
+use crate::wire::{
+    FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, VERSION,
+};
+
+/// One queued message.
+#[derive(Debug)]
+pub(super) struct Frag {
+    pub(super) hdr: Header,
+    pub(super) segs: [Bytes; MAX_SEGMENTS],
+    pub(super) nsegs: u8,
+    /// `None` for control frames (FIN).
+    pub(super) cookie: Option<u64>,
+}
+
+impl Frag {
+    pub(super) fn fin() -> Self {
+        Self {
+            hdr: Header {
+                kind: FrameKind::Fin,
+                tag: Tag(0),
+                len: 0,
+            },
+            segs: Default::default(),
+            nsegs: 0,
+            cookie: None,
+        }
+    }
+
+    pub(super) fn wire_len(&self) -> usize {
+        Header::LEN + self.hdr.len as usize
+    }
+}
+
+#[derive(Debug)]
+pub(super) enum EpState {
+    Closed,
+    /// Dialing `conn` (None while a retry is scheduled at `retry_at`).
+    Connecting {
+        conn: Option<ConnKey>,
+        retry_at: Option<Instant>,
+    },
+    /// HELLO sent on `conn`; or, with `conn == None`, our dial was rejected as the losing
+    /// side of a simultaneous connect and we wait for the peer's dial until `deadline`.
+    ConnectAck {
+        conn: Option<ConnKey>,
+        deadline: Option<Instant>,
+    },
+    Connected {
+        conn: ConnKey,
+    },
+    Failed,
+}
+
+#[derive(Debug)]
+pub(super) struct Endpoint {
+    pub(super) addrs: Vec<SocketAddr>,
+    /// Local bind address per entry of `addrs` (empty: never bind).
+    pub(super) binds: Vec<Option<SocketAddr>>,
+    pub(super) state: EpState,
+    pub(super) queue: VecDeque<Frag>,
+    /// Cookies of the frames in the connection's in-flight batch, in order.
+    pub(super) inflight: VecDeque<Option<u64>>,
+    /// Sends whose batch was in flight when the endpoint failed: they complete when the
+    /// driver hands the batch back (see `Conn::orphans`).
+    pub(super) orphaned: usize,
+    pub(super) attempts: u32,
+    pub(super) dirty: bool,
+    pub(super) fin_sent: bool,
+    pub(super) fin_rcvd: bool,
+}
+
+impl Endpoint {
+    pub(super) fn new(addrs: Vec<SocketAddr>, binds: Vec<Option<SocketAddr>>) -> Self {
+        Self {
+            addrs,
+            binds,
+            state: EpState::Closed,
+            queue: VecDeque::new(),
+            inflight: VecDeque::new(),
+            orphaned: 0,
+            attempts: 0,
+            dirty: false,
+            fin_sent: false,
+            fin_rcvd: false,
+        }
+    }
+}
+
+impl Core {
+    /// Queues a message. On a Closed endpoint this starts the connect (lazy connect).
+    /// The time argument keeps the `handle_*` shape; a send arms no timer and reads none.
+    pub fn send(
+        &mut self,
+        _now: Instant,
+        peer: PeerId,
+        tag: Tag,
+        segs: &[Bytes],
+        cookie: u64,
+    ) -> Result<(), SendError> {
+        if self.shutting_down {
+            return Err(SendError::ShuttingDown);
+        }
+        if segs.len() > MAX_SEGMENTS {
+            return Err(SendError::TooManySegments {
+                got: segs.len(),
+                max: MAX_SEGMENTS,
+            });
+        }
+        let len: usize = segs.iter().map(Bytes::len).sum();
+        if len > self.cfg.max_frame as usize {
+            return Err(SendError::TooLarge {
+                len,
+                max: self.cfg.max_frame as usize,
+            });
+        }
+        let ep = self.ep_mut(peer).ok_or(SendError::UnknownPeer(peer))?;
+        if matches!(ep.state, EpState::Failed) || ep.fin_sent {
+            return Err(SendError::Unreachable(peer));
+        }
+        let mut frag = Frag {
+            hdr: Header {
+                kind: FrameKind::Send,
+                tag,
+                len: len as u32,
+            },
+            segs: Default::default(),
+            nsegs: segs.len() as u8,
+            cookie: Some(cookie),
+        };
+        for (d, s) in frag.segs.iter_mut().zip(segs) {
+            *d = s.clone();
+        }
+        ep.queue.push_back(frag);
+        match ep.state {
+            EpState::Closed => {
+                ep.fin_rcvd = false;
+                ep.attempts = 0;
+                self.dial_next(peer);
+            }
+            EpState::Connected { .. } => self.mark_dirty(peer),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The driver opened the socket for an [`Action::Dial`](super::core::Action::Dial)
+    /// and is connecting.
+    pub fn dial_started(&mut self, peer: PeerId, conn: ConnKey) {
+        self.put_conn(conn, Conn::new(Stage::Connecting, Some(peer), HELLO_LEN));
+        if let Some(ep) = self.ep_mut(peer) {
+            if let EpState::Connecting { conn: c, .. } = &mut ep.state {
+                *c = Some(conn);
+                return;
+            }
+        }
+        // The endpoint moved on meanwhile (failed, or adopted the peer's dial).
+        self.kill_conn(conn);
+    }
+
+    /// The driver could not even create the socket for a dial.
+    pub fn dial_failed(&mut self, now: Instant, peer: PeerId, err: Errno) {
+        self.retry_or_fail(Some(now), peer, Cause::Os(err));
+    }
+
+    /// A connect finished (`Err`: the OS error it failed with).
+    pub fn handle_connected(&mut self, now: Instant, conn: ConnKey, result: Result<(), Errno>) {
+        let Some(c) = self.conn_mut(conn) else { return };
+        if c.stage != Stage::Connecting {
+            return;
+        }
+        let Some(peer) = c.peer else { return };
+        match result {
+            Ok(()) => {
+                let hello = self.record(HelloKind::Hello);
+                let deadline = now + self.cfg.handshake_timeout;
+                let c = self.conn_mut(conn).expect("checked above");
+                c.stage = Stage::ExpectAccept;
+                c.deadline = Some(deadline);
+                c.write_record(&hello);
+                self.arm_timer(deadline);
+                self.todo.push_back(Todo::Receive(conn));
+                self.submit_tx(conn);
+                if let Some(ep) = self.ep_mut(peer) {
+                    if matches!(ep.state, EpState::Connecting { conn: Some(k), .. } if k == conn) {
+                        ep.state = EpState::ConnectAck {
+                            conn: Some(conn),
+                            deadline: None,
+                        };
+                    }
+                }
+            }
+            Err(e) => {
+                self.kill_conn(conn);
+                if self.ep_dialing_on(peer, conn) {
+                    self.retry_or_fail(Some(now), peer, Cause::Os(e));
+                }
+            }
+        }
+    }
+
+    /// A handshake record of ours.
+    pub(super) fn record(&self, kind: HelloKind) -> Hello {
+        Hello {
+            kind,
+            version: VERSION,
+            pid: self.cfg.pid,
+            token: self.cfg.token,
+        }
+    }
+
+    pub(super) fn ep_dialing_on(&self, peer: PeerId, conn: ConnKey) -> bool {
+        matches!(
+            self.ep(peer).map(|e| &e.state),
+            Some(EpState::Connecting { conn: Some(c), .. } | EpState::ConnectAck { conn: Some(c), .. })
+                if *c == conn
+        )
+    }
+
+    pub(super) fn dial_next(&mut self, peer: PeerId) {
+        let Some(ep) = self.ep_mut(peer) else { return };
+        if ep.addrs.is_empty() {
+            let reason = FailReason::ConnectFailed {
+                peer,
+                attempts: 0,
+                cause: Cause::NoAddress,
+            };
+            self.fail_endpoint(peer, reason);
+            return;
+        }
+        let i = ep.attempts as usize % ep.addrs.len();
+        let (addr, bind) = (ep.addrs[i], ep.binds.get(i).copied().flatten());
+        ep.attempts += 1;
+        ep.state = EpState::Connecting {
+            conn: None,
+            retry_at: None,
+        };
+        self.todo.push_back(Todo::Dial { peer, addr, bind });
+    }
+
+    /// A dial failed: schedule the next attempt, or fail the endpoint after the last.
+    pub(super) fn retry_or_fail(&mut self, now: Option<Instant>, peer: PeerId, cause: Cause) {
+        let (retries, base) = (self.cfg.connect_retries, self.cfg.retry_delay);
+        let shutting_down = self.shutting_down;
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        if matches!(ep.state, EpState::Failed | EpState::Connected { .. }) {
+            return;
+        }
+        if ep.attempts >= retries || shutting_down {
+            let attempts = ep.attempts;
+            self.fail_endpoint(
+                peer,
+                FailReason::ConnectFailed {
+                    peer,
+                    attempts,
+                    cause,
+                },
+            );
+            return;
+        }
+        match now {
+            Some(now) => {
+                let shift = ep.attempts.saturating_sub(1).min(10);
+                self.counters.connect_retries += 1;
+                let at = now + base * (1u32 << shift);
+                ep.state = EpState::Connecting {
+                    conn: None,
+                    retry_at: Some(at),
+                };
+                self.arm_timer(at);
+            }
+            None => {
+                self.counters.connect_retries += 1;
+                self.dial_next(peer);
+            }
+        }
+    }
+
+    /// Acceptor side: the dialer's HELLO arrived.
+    pub(super) fn on_hello(&mut self, conn: ConnKey, h: Hello) {
+        let refuse = |core: &mut Self, reason: RejectReason, why: ProtoError| {
+            core.counters.refused += 1;
+            core.events.push_back(CoreEvent::Refused { why });
+            core.reject(conn, reason);
+        };
+        if h.kind == HelloKind::Probe {
+            // "Is a ringbtl process listening here?": answer with our id, then close.
+            self.answer_and_close(conn, HelloKind::ProbeAck);
+            return;
+        }
+        if h.kind != HelloKind::Hello {
+            self.handshake_garbage(
+                conn,
+                ProtoError::UnexpectedHello {
+                    state: "ExpectHello",
+                },
+            );
+            return;
+        }
+        if h.version != VERSION {
+            let why = ProtoError::UnsupportedVersion {
+                got: h.version,
+                ours: VERSION,
+            };
+            return refuse(self, RejectReason::Version, why);
+        }
+        if h.token != self.cfg.token {
+            return refuse(self, RejectReason::BadToken, ProtoError::BadToken);
+        }
+        let peer = h.pid;
+        if self.shutting_down {
+            return refuse(
+                self,
+                RejectReason::ShuttingDown,
+                ProtoError::Rejected(RejectReason::ShuttingDown),
+            );
+        }
+        let me = self.cfg.pid;
+        let Some(ep) = self.ep_mut(peer) else {
+            return refuse(
+                self,
+                RejectReason::UnknownPeer,
+                ProtoError::Rejected(RejectReason::UnknownPeer),
+            );
+        };
+        // Decide whether this incoming connection becomes the endpoint's connection.
+        let adopt = match ep.state {
+            // Nobody dialing: the peer's dial is the connection.
+            EpState::Closed => true,
+            // We lost a simultaneous connect earlier and wait for exactly this.
+            EpState::ConnectAck { conn: None, .. } => true,
+            // A retry is scheduled but no socket is open: take the peer's.
+            EpState::Connecting { conn: None, .. } => true,
+            // Both dialing: the dial of the lower process id wins.
+            EpState::Connecting { conn: Some(_), .. }
+            | EpState::ConnectAck { conn: Some(_), .. } => peer < me,
+            EpState::Connected { .. } => false,
+            EpState::Failed => {
+                return refuse(
+                    self,
+                    RejectReason::Unreachable,
+                    ProtoError::Rejected(RejectReason::Unreachable),
+                )
+            }
+        };
+        if !adopt {
+            let (reason, simultaneous) = match ep.state {
+                EpState::Connected { .. } => (RejectReason::Duplicate, false),
+                _ => (RejectReason::Simultaneous, true),
+            };
+            if simultaneous {
+                self.counters.simultaneous += 1;
+            }
+            return refuse(self, reason, ProtoError::Rejected(reason));
+        }
+        // Abandon our own dial, if any: no frame was ever sent on it.
+        let old = match ep.state {
+            EpState::Connecting { conn, .. } | EpState::ConnectAck { conn, .. } => conn,
+            _ => None,
+        };
+        ep.state = EpState::Connected { conn };
+        ep.fin_rcvd = false;
+        if let Some(old) = old {
+            self.counters.simultaneous += 1;
+            self.kill_conn(old);
+        }
+        let accept = self.record(HelloKind::Accept);
+        let c = self.conn_mut(conn).expect("conn exists");
+        c.stage = Stage::Open;
+        c.peer = Some(peer);
+        c.deadline = None;
+        c.write_record(&accept);
+        // The ACCEPT leaves in the same batch as the first queued frames.
+        self.mark_dirty(peer);
+        self.submit_tx_if_no_frames(peer, conn);
+        self.events.push_back(CoreEvent::Connected(peer));
+    }
+
+    /// Dialer side: the acceptor's answer arrived.
+    pub(super) fn on_accept_record(&mut self, now: Instant, conn: ConnKey, h: Hello) {
+        let c = self.conn_mut(conn).expect("conn exists");
+        let peer = c.peer.expect("dialer knows its peer");
+        let err = match h.kind {
+            _ if h.version != VERSION => Some(ProtoError::UnsupportedVersion {
+                got: h.version,
+                ours: VERSION,
+            }),
+            HelloKind::Hello | HelloKind::Probe | HelloKind::ProbeAck => {
+                Some(ProtoError::UnexpectedHello {
+                    state: "ExpectAccept",
+                })
+            }
+            _ if h.token != self.cfg.token => Some(ProtoError::BadToken),
+            _ if h.pid != peer => Some(ProtoError::WrongPeer {
+                expected: peer,
+                got: h.pid,
+            }),
+            _ => None,
+        };
+        if let Some(err) = err {
+            self.kill_conn(conn);
+            if self.ep_dialing_on(peer, conn) {
+                self.fail_endpoint(peer, FailReason::Protocol { peer, err });
+            }
+            return;
+        }
+        match h.kind {
+            HelloKind::Accept => {
+                if !self.ep_dialing_on(peer, conn) {
+                    // We adopted the peer's dial meanwhile; this one is surplus.
+                    self.kill_conn(conn);
+                    return;
+                }
+                let c = self.conn_mut(conn).expect("conn exists");
+                c.stage = Stage::Open;
+                c.deadline = None;
+                let ep = self.ep_mut(peer).expect("dialing endpoint");
+                ep.state = EpState::Connected { conn };
+                ep.fin_rcvd = false;
+                self.mark_dirty(peer);
+                self.events.push_back(CoreEvent::Connected(peer));
+            }
+            HelloKind::Reject(reason) => {
+                self.kill_conn(conn);
+                if !self.ep_dialing_on(peer, conn) {
+                    return;
+                }
+                match reason {
+                    RejectReason::Simultaneous => {
+                        // The peer's own dial wins; wait for it (bounded).
+                        let deadline = now + self.cfg.handshake_timeout;
+                        let ep = self.ep_mut(peer).expect("dialing endpoint");
+                        ep.state = EpState::ConnectAck {
+                            conn: None,
+                            deadline: Some(deadline),
+                        };
+                        self.arm_timer(deadline);
+                    }
+                    RejectReason::Duplicate => {
+                        self.retry_or_fail(Some(now), peer, Cause::Refused(reason));
+                    }
+                    // The peer is leaving for good: retrying cannot help.
+                    RejectReason::ShuttingDown => {
+                        self.fail_endpoint(peer, FailReason::PeerClosed(peer));
+                    }
+                    _ => self.fail_endpoint(
+                        peer,
+                        FailReason::Protocol {
+                            peer,
+                            err: ProtoError::Rejected(reason),
+                        },
+                    ),
+                }
+            }
+            HelloKind::Hello | HelloKind::Probe | HelloKind::ProbeAck => {
+                unreachable!("handled above")
+            }
+        }
+    }
+
+    /// Bytes arrived after the peer's FIN, which promised the end of the stream: that
+    /// breaks the protocol and fails the endpoint. False when no FIN was received.
+    pub(super) fn data_after_fin(&mut self, peer: PeerId) -> bool {
+        if !self.ep(peer).is_some_and(|e| e.fin_rcvd) {
+            return false;
+        }
+        self.fail_protocol(peer, ProtoError::DataAfterFin);
+        true
+    }
+
+    /// The peer broke the protocol: its endpoint fails.
+    pub(super) fn fail_protocol(&mut self, peer: PeerId, err: ProtoError) {
+        self.fail_endpoint(peer, FailReason::Protocol { peer, err });
+    }
+
+    pub(super) fn on_fin(&mut self, peer: PeerId, conn: ConnKey) {
+        let ep = self.ep_mut(peer).expect("open conn has an endpoint");
+        ep.fin_rcvd = true;
+        self.events.push_back(CoreEvent::PeerClosed(peer));
+        let ep = self.ep_mut(peer).expect("exists");
+        if !ep.fin_sent {
+            // The peer reads until our FIN: what we queued still leaves, then our FIN.
+            ep.fin_sent = true;
+            ep.queue.push_back(Frag::fin());
+            self.mark_dirty(peer);
+        } else if ep.inflight.is_empty() && ep.queue.is_empty() {
+            // Our FIN is out and theirs is in: done. (Otherwise the completion of the
+            // send that carries our FIN closes.)
+            self.close_clean(peer, conn);
+        }
+    }
+
+    /// Both FINs exchanged (or the peer's EOF after its FIN): close without error.
+    pub(super) fn close_clean(&mut self, peer: PeerId, conn: ConnKey) {
+        self.kill_conn(conn);
+        if let Some(ep) = self.ep_mut(peer) {
+            if matches!(ep.state, EpState::Connected { conn: c } if c == conn) {
+                ep.state = EpState::Closed;
+                ep.fin_sent = false;
+                ep.inflight.clear();
+            }
+        }
+        // Whatever was still queued (the peer left) fails.
+        self.fail_queued(peer, FailReason::PeerClosed(peer));
+    }
+
+    pub(super) fn fail_queued(&mut self, peer: PeerId, reason: FailReason) {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        for c in ep.inflight.drain(..).flatten() {
+            self.events.push_back(CoreEvent::Completed {
+                peer,
+                cookie: c,
+                result: Err(reason.clone()),
+            });
+        }
+        for f in ep.queue.drain(..) {
+            if let Some(cookie) = f.cookie {
+                self.events.push_back(CoreEvent::Completed {
+                    peer,
+                    cookie,
+                    result: Err(reason.clone()),
+                });
+            }
+        }
+    }
+
+    /// The endpoint fails for good: close its sockets, fail every pending send once,
+    /// tell the application once.
+    pub(super) fn fail_endpoint(&mut self, peer: PeerId, reason: FailReason) {
+        if self.fail_endpoint_quietly(peer, reason.clone()) {
+            self.events.push_back(CoreEvent::PeerFailed(peer, reason));
+        }
+    }
+
+    /// As [`fail_endpoint`](Self::fail_endpoint) without the PeerFailed event; false if
+    /// it had failed before.
+    pub(super) fn fail_endpoint_quietly(&mut self, peer: PeerId, reason: FailReason) -> bool {
+        let Some(ep) = self.ep_mut(peer) else {
+            return false;
+        };
+        let conn = match mem::replace(&mut ep.state, EpState::Failed) {
+            EpState::Failed => return false,
+            EpState::Connected { conn } => Some(conn),
+            EpState::Connecting { conn, .. } | EpState::ConnectAck { conn, .. } => conn,
+            EpState::Closed => None,
+        };
+        if let Some(c) = conn {
+            self.kill_conn(c);
+            self.orphan_inflight(peer, c, &reason);
+        }
+        self.fail_queued(peer, reason);
+        true
+    }
+}

@@ -1,0 +1,238 @@
+//! The engine's receive side: one walk over received bytes for both receive modes (the
+//! connection's own cache, or input lent from a provided buffer), every decision about a
+//! large payload (when to pause the multishot receive and read straight into the
+//! payload's buffer), and the end of a receive stream. No I/O here.
+
+use std::time::Instant;
+
+use crate::buf::RxBuf;
+use crate::error::{Cause, Errno, FailReason, WireError};
+use crate::proto::conn::Stage;
+use crate::proto::core::{ConnKey, Core, InputStep, Step, Todo};
+use crate::proto::deframe::Source;
+use crate::wire::{FrameKind, Hello};
+
+impl Core {
+    /// Walks the bytes a [`Receive`](super::core::Action::Receive) read into `rx`. Call
+    /// until it returns [`Step::Rearm`] or [`Step::Drop`]; deliver each [`Step::Deliver`]
+    /// payload from `rx` before the next call.
+    #[inline]
+    pub fn recv_step(&mut self, now: Instant, conn: ConnKey, rx: &mut RxBuf) -> Step {
+        let mut at = 0;
+        match self.walk(now, conn, rx, &[], &mut at) {
+            InputStep::Deliver {
+                peer,
+                tag,
+                src: Source::Cache(range),
+            } => Step::Deliver { peer, tag, range },
+            InputStep::Deliver {
+                src: Source::Input(_),
+                ..
+            } => unreachable!("an empty input holds no frame"),
+            InputStep::Done => Step::Rearm,
+            InputStep::Drop => Step::Drop,
+        }
+    }
+
+    /// Gives back the buffer after [`Step::Rearm`]; the next read is queued.
+    pub fn recv_done(&mut self, conn: ConnKey, mut rx: RxBuf) {
+        let Some(c) = self.conn_mut(conn) else { return };
+        if c.stage == Stage::Dead {
+            return;
+        }
+        if !rx.wants_all() {
+            rx.compact();
+        }
+        c.rx = Some(rx);
+        self.todo.push_back(Todo::Receive(conn));
+    }
+
+    /// Lends the connection's receive buffer for walking a provided buffer with
+    /// [`input_step`](Self::input_step); `None` when the connection is gone (drop the
+    /// input). Give it back with [`input_done`](Self::input_done).
+    pub fn input_begin(&mut self, conn: ConnKey) -> Option<RxBuf> {
+        let c = self.conn_mut(conn)?;
+        if c.stage == Stage::Dead {
+            return None;
+        }
+        c.rx.take()
+    }
+
+    /// Walks bytes received into a buffer the connection does not own (a provided buffer
+    /// of a multishot receive), using `rx` (from [`input_begin`](Self::input_begin)) only
+    /// to reassemble records cut by the end of an input. `at` is the offset in `input`
+    /// where the walk stands (start at 0). Call until [`InputStep::Done`] or
+    /// [`InputStep::Drop`]; deliver each [`InputStep::Deliver`] payload (from `input` or
+    /// `rx`) before the next call, then give `rx` back with [`input_done`](Self::input_done).
+    ///
+    /// A frame (or handshake record) wholly inside `input` is delivered as a range of
+    /// `input`. A record cut by the end of `input` has its bytes copied into `rx`, and
+    /// only the bytes it misses are copied from the next inputs; a payload larger than
+    /// the cache continues in the reused large-payload buffer, which then stands in for
+    /// `rx` until delivered.
+    #[inline]
+    pub fn input_step(
+        &mut self,
+        now: Instant,
+        conn: ConnKey,
+        rx: &mut RxBuf,
+        input: &[u8],
+        at: &mut usize,
+    ) -> InputStep {
+        self.walk(now, conn, rx, input, at)
+    }
+
+    /// Gives back the buffer after [`InputStep::Done`]. When a large payload still misses
+    /// at least a cache's worth of bytes, the engine asks the driver to pause the
+    /// multishot receive ([`Action::PauseProvided`](super::core::Action::PauseProvided)),
+    /// so that the rest is read straight into the payload's buffer.
+    pub fn input_done(&mut self, conn: ConnKey, rx: RxBuf) {
+        let cache = self.cfg.recv_cache;
+        let Some(c) = self.conn_mut(conn) else { return };
+        if c.stage == Stage::Dead {
+            return;
+        }
+        let direct = rx.wants_all() && rx.missing() >= cache;
+        c.rx = Some(rx);
+        if direct && !c.pausing {
+            c.pausing = true;
+            self.todo.push_back(Todo::PauseProvided(conn));
+        }
+    }
+
+    /// The multishot receive of `conn` stopped as asked: the rest of a large payload is
+    /// read straight into its buffer, or, if provided buffers completed it meanwhile, the
+    /// multishot receive resumes.
+    pub fn handle_provided_paused(&mut self, conn: ConnKey) {
+        let Some(c) = self.conn_mut(conn) else { return };
+        c.pausing = false;
+        if c.stage == Stage::Dead {
+            return;
+        }
+        let Some(rx) = c.rx.as_ref() else { return };
+        if rx.wants_all() {
+            self.counters.recv_direct += 1;
+        }
+        self.todo.push_back(Todo::Receive(conn));
+    }
+
+    /// A receive failed (`Some`: the OS error) or hit end of stream (`None`).
+    pub fn handle_recv_end(&mut self, now: Instant, conn: ConnKey, err: Option<Errno>) {
+        let Some(c) = self.conn_mut(conn) else { return };
+        let (stage, peer) = (c.stage, c.peer);
+        match (stage, peer) {
+            (Stage::Dead, _) => {}
+            (Stage::Open, Some(peer)) => {
+                let ep = self.ep(peer).expect("open conn has an endpoint");
+                if ep.fin_rcvd {
+                    // EOF after the peer's FIN: the clean end, once our own frames (and
+                    // FIN) are written; otherwise the last send's completion closes.
+                    if ep.inflight.is_empty() && ep.queue.is_empty() {
+                        self.close_clean(peer, conn);
+                    }
+                } else {
+                    let cause = err.map_or(Cause::ClosedWithoutFin, Cause::Os);
+                    self.fail_endpoint(peer, FailReason::ConnectionLost { peer, cause });
+                }
+            }
+            (Stage::ExpectAccept, Some(peer)) => {
+                // The acceptor dropped our dial before answering.
+                self.kill_conn(conn);
+                if self.ep_dialing_on(peer, conn) {
+                    let cause = err.map_or(Cause::ClosedInHandshake, Cause::Os);
+                    self.retry_or_fail(Some(now), peer, cause);
+                }
+            }
+            _ => self.kill_conn(conn),
+        }
+    }
+
+    /// The one walk over received bytes: what `rx` holds, then `input[*at..]` (empty in
+    /// the own-cache mode). Handshake records go to the state machine, frames to the
+    /// caller.
+    #[inline]
+    fn walk(
+        &mut self,
+        now: Instant,
+        conn: ConnKey,
+        rx: &mut RxBuf,
+        input: &[u8],
+        at: &mut usize,
+    ) -> InputStep {
+        let (max, cache) = (self.cfg.max_frame, self.cfg.recv_cache);
+        loop {
+            let Some(c) = self.conn_mut(conn) else {
+                return InputStep::Drop;
+            };
+            match c.stage {
+                Stage::Dead | Stage::Connecting => return InputStep::Drop,
+                Stage::ExpectHello | Stage::ExpectAccept => {
+                    let stage = c.stage;
+                    let parsed = c.deframer.hello(rx, input, at);
+                    match self.handshake_record(now, conn, stage, parsed) {
+                        Some(true) => {}
+                        Some(false) => return InputStep::Done,
+                        None => return InputStep::Drop,
+                    }
+                }
+                Stage::Open => {
+                    let peer = c.peer.expect("open conn knows its peer");
+                    // An adopted connection trades its handshake-sized buffer for the
+                    // full cache.
+                    if !rx.wants_all() && rx.capacity() < cache {
+                        rx.grow(cache);
+                    }
+                    let unread = *at < input.len() || (!rx.wants_all() && rx.pending() > 0);
+                    if unread && self.data_after_fin(peer) {
+                        return InputStep::Drop;
+                    }
+                    let c = self.conn_mut(conn).expect("conn exists");
+                    match c.deframer.frame(rx, input, at, max) {
+                        Ok(Some((h, src))) => match h.kind {
+                            FrameKind::Send => {
+                                return InputStep::Deliver {
+                                    peer,
+                                    tag: h.tag,
+                                    src,
+                                }
+                            }
+                            FrameKind::Fin => self.on_fin(peer, conn),
+                        },
+                        Ok(None) => return InputStep::Done,
+                        Err(e) => {
+                            self.fail_protocol(peer, e.into());
+                            return InputStep::Drop;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles what a connection still in its handshake parsed: `Some(true)` a record was
+    /// handled (look again), `Some(false)` more bytes are needed, `None` the connection
+    /// is gone (garbage: closed and counted).
+    fn handshake_record(
+        &mut self,
+        now: Instant,
+        conn: ConnKey,
+        stage: Stage,
+        parsed: Result<Option<Hello>, WireError>,
+    ) -> Option<bool> {
+        match parsed {
+            Ok(None) => Some(false),
+            Ok(Some(h)) => {
+                if stage == Stage::ExpectHello {
+                    self.on_hello(conn, h);
+                } else {
+                    self.on_accept_record(now, conn, h);
+                }
+                Some(true)
+            }
+            Err(e) => {
+                self.handshake_garbage(conn, e.into());
+                None
+            }
+        }
+    }
+}
