@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{completions, drive, failures, pair, pair_with, pattern, Stream};
 use ringbtl::proto::core::EndpointState;
-use ringbtl::{BackendKind, Config, Error, FailReason, PeerId, SendError, Tag, Transport};
+use ringbtl::{BackendKind, Config, Errno, Error, FailReason, PeerId, SendError, Tag, Transport};
 
 backend_tests!(
     stream_100k_checked_both_directions,
@@ -28,6 +28,8 @@ backend_tests!(
     loopback_connections_use_reno,
     connection_flood_is_bounded,
     data_after_fin_is_a_protocol_error,
+    connect_refused_keeps_the_errno,
+    handler_unregisters_its_own_tag,
 );
 
 const WINDOW: usize = 128;
@@ -792,4 +794,75 @@ fn loopback_connections_use_reno(kind: BackendKind) {
         assert_eq!(algos.len(), 2, "both ends of the connection: {out}");
         assert!(algos.iter().all(|&w| w == want), "{cc:?}: {algos:?}\n{out}");
     }
+}
+
+/// The OS error of a failed connect reaches the application as a number it can match on.
+fn connect_refused_keeps_the_errno(kind: BackendKind) {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    let mut c = common::cfg(0, kind);
+    c.connect_retries = 1;
+    let mut a = Transport::new(c).unwrap();
+    a.add_peer(PeerId(5), vec![addr]).unwrap();
+    let comp = completions(&mut a);
+    let fails = failures(&mut a);
+    a.send(PeerId(5), Tag(1), &[Bytes::from_static(b"x")], 0)
+        .unwrap();
+    drive(
+        &mut [&mut a],
+        Duration::from_secs(20),
+        "connect failure",
+        || comp.borrow().len() == 1,
+    );
+    let errno = |r: &FailReason| match r {
+        FailReason::ConnectFailed { cause, .. } => cause.errno(),
+        other => panic!("not a connect failure: {other:?}"),
+    };
+    let from_completion = errno(comp.borrow()[0].result.as_ref().unwrap_err());
+    assert_eq!(from_completion, Some(Errno::ECONNREFUSED));
+    assert_eq!(
+        from_completion.map(Errno::kind),
+        Some(std::io::ErrorKind::ConnectionRefused)
+    );
+    assert_eq!(fails.borrow().len(), 1);
+    assert_eq!(errno(&fails.borrow()[0].1), Some(Errno::ECONNREFUSED));
+}
+
+/// A handler that unregisters its own tag stays unregistered after its call.
+fn handler_unregisters_its_own_tag(kind: BackendKind) {
+    let (mut a, mut b) = pair(kind);
+    let calls = Rc::new(Cell::new(0));
+    let removed = Rc::new(Cell::new(None));
+    let (c2, r2) = (calls.clone(), removed.clone());
+    b.register(Tag(3), move |t, _| {
+        c2.set(c2.get() + 1);
+        r2.set(Some(t.unregister(Tag(3))));
+    })
+    .unwrap();
+    // A last message on another tag: frames arrive in order, so once it is in, both
+    // messages for tag 3 were dispatched.
+    let last = Rc::new(Cell::new(false));
+    let l2 = last.clone();
+    b.register(Tag(4), move |_, _| l2.set(true)).unwrap();
+    for i in 0..2 {
+        a.send(PeerId(1), Tag(3), &[Bytes::from_static(b"once")], i)
+            .unwrap();
+    }
+    a.send(PeerId(1), Tag(4), &[], 2).unwrap();
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(10),
+        "self-unregister",
+        || last.get(),
+    );
+    assert_eq!(calls.get(), 1, "the second message finds no handler");
+    assert_eq!(b.stats().unknown_tag, 1);
+    assert_eq!(
+        removed.get(),
+        Some(true),
+        "unregister saw the running handler"
+    );
+    assert!(!b.unregister(Tag(3)), "nothing was put back");
+    b.register(Tag(3), |_, _| {}).unwrap();
 }
