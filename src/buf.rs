@@ -1,7 +1,7 @@
 //! The byte containers that cross between the protocol core and the reactor, and nothing
 //! else: they hold bytes and positions, and know no frame, header or connection. The
 //! protocol reads frames out of them ([`proto::deframe`](crate::proto::deframe)) and
-//! fills them ([`proto::tx`](crate::proto::tx)); the reactor hands them to the kernel.
+//! fills them (its batching); the reactor hands them to the kernel.
 //! No I/O here.
 //!
 //! Ownership follows the "rent" model: a [`TxBatch`] or an [`RxBuf`] is *moved* to the

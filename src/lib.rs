@@ -24,9 +24,10 @@
 //!
 //! - **Reactor** (`reactor`): the only code with file descriptors and syscalls. It
 //!   submits connect / accept / gathered `sendmsg` / `recv` / close and reports their
-//!   completions. Buffers are *rented*: a [`TxBatch`](proto::tx::TxBatch) or
-//!   [`RxBuf`](proto::recv_cache::RxBuf) is moved into the operation and handed back
-//!   with its completion, so nothing the kernel may touch can be freed or moved early.
+//!   completions. Buffers are *rented*: a [`TxBatch`](buf::TxBatch) or
+//!   [`RxBuf`](buf::RxBuf) (neutral byte containers, [`buf`]) is moved into the operation
+//!   and handed back with its completion, so nothing the kernel may touch can be freed or
+//!   moved early. The reactor knows no protocol type.
 //! - **Protocol engine** ([`proto::core::Core`]): the endpoint state machine of the BTL
 //!   (handshake with magic, version, process id and job token; simultaneous-connect
 //!   resolution; FIN on clean close; failure reported to every pending send), the send

@@ -2,9 +2,9 @@
 //! socket), with the BTL's state machine. No I/O, no clock: time comes in as `now`.
 //!
 //! This file holds the engine's face (its types, the polling calls, timers, shutdown);
-//! the endpoint state machine is in [`endpoint`](super::endpoint), the connection table in
-//! [`conn`](super::conn), the receive side in [`recv`](super::recv) (over the one
-//! [`deframe`](super::deframe)r) and the send batches in [`tx`](super::tx).
+//! the endpoint state machine is in `endpoint.rs`, the connection table in `conn.rs`, the
+//! receive side in `recv.rs` (over the one deframer, [`deframe`](super::deframe)) and
+//! the send batches in `tx.rs`.
 //!
 //! # Call contract
 //!
