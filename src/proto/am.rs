@@ -14,20 +14,17 @@ pub const AM_SLOTS: usize = 256;
 /// can fail and no lookup allocates).
 #[derive(Debug)]
 pub struct AmTable<H> {
-    slots: Vec<Slot<H>>,
+    slots: Vec<Option<H>>,
+    /// Per tag: [`LENT`] while its handler is out for a call, plus [`REMOVED`] once the
+    /// call unregistered it (the handler is then not put back).
+    flags: [u8; AM_SLOTS],
     unknown: u64,
 }
 
-/// One tag's slot.
-#[derive(Debug)]
-enum Slot<H> {
-    Empty,
-    Ready(H),
-    /// The handler is out for its call; `removed` once the call unregistered it.
-    Lent {
-        removed: bool,
-    },
-}
+/// The tag's handler is out for its call.
+const LENT: u8 = 1;
+/// The tag's handler was removed during its call.
+const REMOVED: u8 = 2;
 
 impl<H> Default for AmTable<H> {
     fn default() -> Self {
@@ -39,70 +36,64 @@ impl<H> AmTable<H> {
     /// An empty table.
     pub fn new() -> Self {
         let mut slots = Vec::with_capacity(AM_SLOTS);
-        slots.resize_with(AM_SLOTS, || Slot::Empty);
-        Self { slots, unknown: 0 }
+        slots.resize_with(AM_SLOTS, || None);
+        Self {
+            slots,
+            flags: [0; AM_SLOTS],
+            unknown: 0,
+        }
     }
 
     /// Installs `h` for `tag`; a taken tag is an error that gives the handler back. A
-    /// handler registered for a tag whose handler is out for its call replaces it.
+    /// handler registered while the tag's handler is out for its call replaces it.
     pub fn register(&mut self, tag: Tag, h: H) -> Result<(), H> {
         let slot = &mut self.slots[tag.0 as usize];
-        if matches!(slot, Slot::Ready(_)) {
+        if slot.is_some() {
             return Err(h);
         }
-        *slot = Slot::Ready(h);
+        *slot = Some(h);
         Ok(())
     }
 
     /// Removes the handler of `tag` and returns it. A handler out for its call is not
     /// returned (the caller holds it) but is marked so that it is not put back.
     pub fn unregister(&mut self, tag: Tag) -> Option<H> {
-        let slot = &mut self.slots[tag.0 as usize];
-        match std::mem::replace(slot, Slot::Empty) {
-            Slot::Ready(h) => Some(h),
-            Slot::Lent { .. } => {
-                *slot = Slot::Lent { removed: true };
-                None
-            }
-            Slot::Empty => None,
+        let flags = &mut self.flags[tag.0 as usize];
+        if *flags & LENT != 0 {
+            *flags |= REMOVED;
         }
+        self.slots[tag.0 as usize].take()
     }
 
     /// Removes the handler of `tag`, also one that is out for its call (it then ends its
     /// call and is not put back). True if there was one.
     pub fn remove(&mut self, tag: Tag) -> bool {
-        let was = matches!(
-            self.slots[tag.0 as usize],
-            Slot::Ready(_) | Slot::Lent { removed: false }
-        );
-        drop(self.unregister(tag));
-        was
+        let running = self.flags[tag.0 as usize] == LENT;
+        self.unregister(tag).is_some() || running
     }
 
     /// Takes the handler of `tag` out for a call; `None` (and the message is counted as
     /// unknown) when the tag has none.
     #[inline]
     pub fn take(&mut self, tag: Tag) -> Option<H> {
-        let slot = &mut self.slots[tag.0 as usize];
-        if let Slot::Ready(_) = slot {
-            if let Slot::Ready(h) = std::mem::replace(slot, Slot::Lent { removed: false }) {
-                return Some(h);
-            }
+        let h = self.slots[tag.0 as usize].take();
+        if h.is_some() {
+            self.flags[tag.0 as usize] = LENT;
+        } else {
+            self.unknown += 1;
         }
-        self.unknown += 1;
-        None
+        h
     }
 
     /// Puts a handler back after its call, unless the call removed it or registered a
     /// new one for the same tag (which then wins).
     #[inline]
     pub fn restore(&mut self, tag: Tag, h: H) {
+        let removed = self.flags[tag.0 as usize] & REMOVED != 0;
+        self.flags[tag.0 as usize] = 0;
         let slot = &mut self.slots[tag.0 as usize];
-        match slot {
-            Slot::Lent { removed: false } => *slot = Slot::Ready(h),
-            Slot::Lent { removed: true } => *slot = Slot::Empty,
-            // Replaced during the call (or removed after a replacement): `h` is dropped.
-            Slot::Ready(_) | Slot::Empty => {}
+        if slot.is_none() && !removed {
+            *slot = Some(h);
         }
     }
 
