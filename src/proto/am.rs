@@ -15,8 +15,9 @@ pub const AM_SLOTS: usize = 256;
 #[derive(Debug)]
 pub struct AmTable<H> {
     slots: Vec<Option<H>>,
-    /// Per tag: [`LENT`] while its handler is out for a call, plus [`REMOVED`] once the
-    /// call unregistered it (the handler is then not put back).
+    /// Per tag: [`LENT`] from the take of its handler for a call (kept after the call
+    /// until the next take), plus [`REMOVED`] once unregistered after that take: a
+    /// handler removed during its call is then not put back.
     flags: [u8; AM_SLOTS],
     unknown: u64,
 }
@@ -89,11 +90,13 @@ impl<H> AmTable<H> {
     /// new one for the same tag (which then wins).
     #[inline]
     pub fn restore(&mut self, tag: Tag, h: H) {
-        let removed = self.flags[tag.0 as usize] & REMOVED != 0;
-        self.flags[tag.0 as usize] = 0;
-        let slot = &mut self.slots[tag.0 as usize];
-        if slot.is_none() && !removed {
-            *slot = Some(h);
+        // The flags keep `LENT` after the call: the next `take` sets them afresh, and a
+        // `REMOVED` seen here was set during this call.
+        if self.flags[tag.0 as usize] == LENT {
+            let slot = &mut self.slots[tag.0 as usize];
+            if slot.is_none() {
+                *slot = Some(h);
+            }
         }
     }
 
