@@ -13,7 +13,7 @@ use ringbtl::{BackendKind, Config, PeerId, Tag, Transport};
 fn pair(kind: BackendKind) -> Option<(Transport, Transport)> {
     let mk = |pid| {
         let mut c = Config::new(PeerId(pid));
-        c.backend = kind;
+        c.socket.backend = kind;
         Transport::new(c)
     };
     let (mut a, mut b) = (mk(0).ok()?, mk(1).ok()?);

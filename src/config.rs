@@ -1,15 +1,35 @@
-//! Configuration: every parameter is a field settable in code, and most can be
-//! overridden from the environment (`RINGBTL_*`, MCA-style) with [`Config::from_env`].
-//! A bad value is rejected with an error that names the variable and the accepted range.
+//! Configuration: every parameter is a field settable in code, and every one can be
+//! overridden from the environment (`RINGBTL_*`, MCA-style) with [`Config::from_env`],
+//! or set by its variable's name with [`Config::set`].
+//!
+//! [`Config`] composes the settings of each layer, each declared and validated by the
+//! layer that owns it, with its table of parameters (see [`param`](crate::param)):
+//!
+//! | part | struct | owner |
+//! |---|---|---|
+//! | `core` | [`CoreConfig`]: token, receive cache, frames, batching, connect and handshake limits | the protocol core (`proto/config.rs`) |
+//! | `socket` | [`SocketConfig`]: backend, socket options, send pieces, zero-copy, provided-buffer ring | the reactor (`reactor/config.rs`) |
+//! | `wireup` | [`WireupConfig`]: listen address, interfaces, ports, address exchange | wire-up (`wireup/config.rs`) |
+//! | (own) | [`ProgressMode`] | the transport (here) |
+//!
+//! Values set in code and values parsed from text meet the same checks: a bad value is
+//! rejected with an error that names the setting, its variable and the accepted range.
+//! [`Config::settings`] lists every parameter with its value and where the value came
+//! from (default, environment or code), as `ompi_info --param` and `ucx_info -c` do;
+//! `ringbtl-bench --print-config` prints that list, and the README's configuration
+//! table is [`markdown_table`].
 
-use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::reactor::BackendKind;
+use crate::param::{Access, Kind, Origin, Param, Params};
 use crate::wire::PeerId;
-use crate::wireup::ifaces::{IfMatch, IfSelection};
+use crate::wireup::ifaces::IfSelection;
+
+pub use crate::proto::config::CoreConfig;
+pub use crate::reactor::config::{Congestion, Keepalive, SocketConfig};
+pub use crate::wireup::config::WireupConfig;
 
 /// How [`Transport::wait_until`](crate::Transport::wait_until) and the benchmark wait
 /// for events. Every backend behaves the same: the choice is made above the reactor.
@@ -75,115 +95,17 @@ impl FromStr for ProgressMode {
     }
 }
 
-/// Transport configuration.
+/// Transport configuration: the settings of each layer, and the transport's own.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// This process's job-unique id (rank).
-    pub pid: PeerId,
-    /// Job token: both sides of a connection must agree (`RINGBTL_JOB_TOKEN`).
-    pub token: u64,
-    /// Address to listen on (`127.0.0.1:0` by default: loopback, ephemeral port;
-    /// `RINGBTL_LISTEN=ip:port`). `None` (`RINGBTL_LISTEN=auto`): select the local
-    /// interfaces ([`if_include`](Self::if_include) / [`if_exclude`](Self::if_exclude)),
-    /// listen on the wildcard address of each family they need, on [`ports`](Self::ports)
-    /// or an ephemeral port, and publish the selected addresses with that port
-    /// ([`Transport::uris`](crate::Transport::uris)).
-    pub listen: Option<SocketAddr>,
-    /// Interfaces to use, by name or subnet (`RINGBTL_IF_INCLUDE=eth1,10.1.0.0/16`);
-    /// only with `listen: None`. Exclusive with `if_exclude`.
-    pub if_include: Vec<IfMatch>,
-    /// Interfaces not to use (`RINGBTL_IF_EXCLUDE`); the default rule then applies to the
-    /// rest (see [`IfSelection`]). Exclusive with `if_include`.
-    pub if_exclude: Vec<IfMatch>,
-    /// Listen port range `(lo, hi)`, inclusive, with `listen: None` (`RINGBTL_PORT=40000`
-    /// or `40000-40099`); `None`: an ephemeral port.
-    pub ports: Option<(u16, u16)>,
-    /// Backend choice (`RINGBTL_BACKEND=auto|uring|epoll`).
-    pub backend: BackendKind,
-    /// Receive cache per connection in bytes (`RINGBTL_RECV_CACHE`, 4 KiB..=64 MiB).
-    pub recv_cache: usize,
-    /// Largest payload accepted in one frame (`RINGBTL_MAX_FRAME`, 1 KiB..=4 GiB-1).
-    pub max_frame: u32,
-    /// Payloads up to this many bytes are copied next to their header so that many small
-    /// messages leave in one contiguous iovec (`RINGBTL_INLINE`, 0..=64 KiB).
-    pub inline_limit: usize,
-    /// Byte budget of one gathered send when coalescing queued frames
-    /// (`RINGBTL_COALESCE_BYTES`, 4 KiB..=64 MiB).
-    pub coalesce_bytes: usize,
-    /// Most iovecs in one gathered send (`RINGBTL_MAX_IOV`, 8..=1024, IOV_MAX).
-    pub max_iov: usize,
-    /// Most bytes handed to the kernel by one send call (`RINGBTL_SEND_CHUNK`,
-    /// 4 KiB..=1 GiB, 0 = no limit). A larger batch (a large payload, or many coalesced
-    /// frames) leaves in several consecutive calls on the same connection; the bytes on
-    /// the wire are the same. Off by default: it paid on loopback only under a pacing
-    /// congestion control (BBR), see "Large messages" in the README.
-    pub send_chunk: Option<usize>,
-    /// TCP congestion control of the connections (`RINGBTL_TCP_CONGESTION`): see
-    /// [`Congestion`].
-    pub tcp_congestion: Congestion,
-    /// TCP_NODELAY (`RINGBTL_NODELAY`, 0/1).
-    pub nodelay: bool,
-    /// SO_SNDBUF, kernel autotuning when `None` (`RINGBTL_SNDBUF`, 0 = autotune).
-    pub sndbuf: Option<usize>,
-    /// SO_RCVBUF, kernel autotuning when `None` (`RINGBTL_RCVBUF`, 0 = autotune).
-    pub rcvbuf: Option<usize>,
-    /// Connect attempts before a peer is declared unreachable (`RINGBTL_CONNECT_RETRIES`).
-    pub connect_retries: u32,
-    /// Delay before the first retry; doubles each time (`RINGBTL_RETRY_DELAY_MS`).
-    pub retry_delay: Duration,
-    /// Time allowed for a connection's handshake (`RINGBTL_HANDSHAKE_TIMEOUT_MS`).
-    pub handshake_timeout: Duration,
-    /// `TCP_USER_TIMEOUT` on every connection (`RINGBTL_TCP_USER_TIMEOUT_MS`, 0 = the
-    /// kernel's default): how long sent data may stay unacknowledged before the kernel
-    /// aborts the connection with `ETIMEDOUT`, which fails the endpoint and its pending
-    /// sends. Without it a dead peer holding unacknowledged data is noticed only after
-    /// the full retransmission schedule (`tcp_retries2`, about 15 minutes). With
-    /// keepalive on, it also ends the probing of an idle connection: the kernel gives up
-    /// at the first unanswered probe once this long has passed without an answer.
-    /// A live peer that stops reading (zero window) answers the kernel's window probes,
-    /// which do not count against the timeout since Linux 5.11; on older kernels such a
-    /// peer is dropped as well, so raise the timeout (or set 0) where a rank may compute
-    /// for a long time without making progress.
-    pub tcp_user_timeout: Option<Duration>,
-    /// TCP keepalive on every connection (`RINGBTL_KEEPALIVE=idle_s,intvl_s,cnt`, `0` =
-    /// off): finds a dead peer on a connection with nothing in flight.
-    pub keepalive: Option<Keepalive>,
-    /// Zero-copy sends (io_uring `SENDMSG_ZC`, Linux 6.1+) for gathered sends of at
-    /// least this many bytes (`RINGBTL_ZEROCOPY`, bytes, `0` = off; default off). The
-    /// kernel pins the caller's pages instead of copying them and the send completes
-    /// when its notification says the NIC is done with them. Pays only for large
-    /// payloads on a real NIC (the kernel's measurements put the break-even around
-    /// 10-16 KiB); never on loopback, where the kernel copies anyway, so loopback peers
-    /// keep plain sends. The epoll backend ignores it.
-    pub zerocopy_min: Option<usize>,
-    /// Use zero-copy sends on loopback peers too (`RINGBTL_ZEROCOPY_LOOPBACK=0|1`): only
-    /// for testing the path, since the kernel then copies and notifies later.
-    pub zerocopy_loopback: bool,
-    /// Most incoming connections still in their handshake at once; more are closed at
-    /// once (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000).
-    pub max_half_open: usize,
-    /// Multishot receive on a ring of provided buffers shared by every connection
-    /// (`RINGBTL_RECV_MULTISHOT=0|1`, default off). io_uring backend only, Linux 6.0+;
-    /// the epoll backend ignores it, and io_uring falls back to single-shot receives
-    /// (with a warning) when the ring cannot be set up.
-    ///
-    /// Off, each connection has its own [`recv_cache`](Self::recv_cache) (64 KiB by
-    /// default) and a poll-mode fast path that reads spun connections directly. On,
-    /// receive memory is the shared ring ([`recv_ring_bufs`](Self::recv_ring_bufs) x
-    /// [`recv_ring_buf_size`](Self::recv_ring_buf_size)) and frames are parsed in place
-    /// in it; the per-connection cache then only holds frames cut between two buffers and
-    /// is touched only then. Turn it on for many peers per process (hundreds of
-    /// connections, where per-connection caches add up) or many mostly idle connections;
-    /// leave it off for the lowest latency with a few peers, since the direct `recv`
-    /// fast path is not used and payloads larger than one buffer are copied once out of
-    /// the ring.
-    pub recv_multishot: bool,
-    /// Number of provided buffers in the ring (`RINGBTL_RECV_RING_BUFS`, a power of two
-    /// in 1..=32768, default 256).
-    pub recv_ring_bufs: u32,
-    /// Bytes per provided buffer (`RINGBTL_RECV_RING_BUF_SIZE`, 1 KiB..=1 MiB, default
-    /// 16 KiB).
-    pub recv_ring_buf_size: usize,
+    /// The protocol core's settings: process id, job token, receive cache, frames,
+    /// batching, connect and handshake limits.
+    pub core: CoreConfig,
+    /// The reactor's settings: backend, socket options, send pieces, zero-copy, the
+    /// provided-buffer ring.
+    pub socket: SocketConfig,
+    /// Wire-up settings: listen address, interfaces, ports, address exchange.
+    pub wireup: WireupConfig,
     /// Progress mode used by the benchmark and by
     /// [`Transport::wait_until`](crate::Transport::wait_until)
     /// (`RINGBTL_PROGRESS=poll|block|spin[:USECS]`, poll by default).
@@ -192,42 +114,47 @@ pub struct Config {
     /// [`oversubscription`](crate::wireup::env::oversubscription)), unless
     /// `RINGBTL_PROGRESS` is set.
     pub progress: ProgressMode,
+    /// Variables applied from the environment, with the value they gave (as text).
+    from_env: Vec<(&'static str, String)>,
+}
+
+/// One parameter as [`Config::settings`] reports it: a line of
+/// `ringbtl-bench --print-config`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting {
+    /// The layer that owns it (`core`, `socket`, `wireup`, `transport`).
+    pub layer: &'static str,
+    /// The field in that layer's settings struct.
+    pub name: &'static str,
+    /// The environment variable.
+    pub var: &'static str,
+    /// Type and accepted range.
+    pub kind: String,
+    /// The default, as text the variable accepts (empty: unset).
+    pub default: String,
+    /// The value, as text the variable accepts (empty: unset).
+    pub value: String,
+    /// Where the value came from.
+    pub origin: Origin,
+    /// What the setting does.
+    pub meaning: &'static str,
 }
 
 impl Config {
     /// Defaults for process `pid`.
     pub fn new(pid: PeerId) -> Self {
         Self {
-            pid,
-            token: 0x5249_4e47_4254_4c00,
-            listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-            if_include: Vec::new(),
-            if_exclude: Vec::new(),
-            ports: None,
-            backend: BackendKind::Auto,
-            recv_cache: 64 * 1024,
-            max_frame: 64 * 1024 * 1024,
-            inline_limit: 1024,
-            coalesce_bytes: 256 * 1024,
-            send_chunk: None,
-            tcp_congestion: Congestion::Auto,
-            max_iov: 256,
-            nodelay: true,
-            sndbuf: None,
-            rcvbuf: None,
-            connect_retries: 5,
-            retry_delay: Duration::from_millis(20),
-            handshake_timeout: Duration::from_secs(5),
-            tcp_user_timeout: Some(Duration::from_secs(30)),
-            keepalive: Some(Keepalive::DEFAULT),
-            zerocopy_min: None,
-            zerocopy_loopback: false,
-            max_half_open: 1024,
+            core: CoreConfig::new(pid),
+            socket: SocketConfig::default(),
+            wireup: WireupConfig::default(),
             progress: ProgressMode::Poll,
-            recv_multishot: false,
-            recv_ring_bufs: 256,
-            recv_ring_buf_size: 16 * 1024,
+            from_env: Vec::new(),
         }
+    }
+
+    /// This process's id (the rank), as set in [`CoreConfig::pid`].
+    pub fn pid(&self) -> PeerId {
+        self.core.pid
     }
 
     /// Applies `RINGBTL_*` overrides from the process environment.
@@ -235,384 +162,200 @@ impl Config {
         self.with_vars(|k| std::env::var(k).ok())
     }
 
-    /// Applies overrides from `get` (the environment, or a map in tests).
+    /// Applies overrides from `get` (the environment, or a map in tests): every variable
+    /// of every layer's table with a non-blank value, then [`validate`](Self::validate).
+    /// An interface list from the environment replaces the one set in code.
     pub fn with_vars(mut self, get: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
-        let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        if let Some(v) = var("RINGBTL_JOB_TOKEN") {
-            self.token = parse_u64("RINGBTL_JOB_TOKEN", &v, 0, u64::MAX)?;
-        }
-        if let Some(v) = var("RINGBTL_BACKEND") {
-            self.backend = match v.trim() {
-                "auto" => BackendKind::Auto,
-                "uring" | "io_uring" => BackendKind::Uring,
-                "epoll" => BackendKind::Epoll,
-                other => {
-                    return Err(Error::Config(format!(
-                        "RINGBTL_BACKEND={other:?}: accepted values are auto, uring, epoll"
-                    )))
-                }
-            };
-        }
-        match IfSelection::from_vars(&get)? {
-            IfSelection::Include(l) => (self.if_include, self.if_exclude) = (l, Vec::new()),
-            IfSelection::Exclude(l) => (self.if_include, self.if_exclude) = (Vec::new(), l),
-            IfSelection::Default => {}
-        }
-        if let Some(v) = var("RINGBTL_PORT") {
-            self.ports = Some(parse_ports(&v)?);
-        }
+        let mut applied = Vec::new();
         if let Some(o) = crate::wireup::env::oversubscription(&get) {
             // Spinning ranks on an oversubscribed node starve each other: wait in the
             // kernel unless told otherwise (RINGBTL_PROGRESS below).
             tracing::debug!("{o}: progress mode defaults to block");
             self.progress = ProgressMode::Block;
+            applied.push("RINGBTL_PROGRESS");
         }
-        if let Some(v) = var("RINGBTL_PROGRESS") {
-            self.progress = v
-                .parse()
-                .map_err(|e| Error::Config(format!("RINGBTL_PROGRESS={e}")))?;
+        let mut note = |v| applied.push(v);
+        let get: &dyn Fn(&str) -> Option<String> = &get;
+        self.core
+            .apply_vars(get, &mut note)
+            .map_err(Error::Config)?;
+        self.socket
+            .apply_vars(get, &mut note)
+            .map_err(Error::Config)?;
+        self.wireup
+            .apply_vars(get, &mut note)
+            .map_err(Error::Config)?;
+        self.apply_vars(get, &mut note).map_err(Error::Config)?;
+        let env_sets = |v: &str| applied.contains(&v);
+        match (
+            env_sets("RINGBTL_IF_INCLUDE"),
+            env_sets("RINGBTL_IF_EXCLUDE"),
+        ) {
+            (true, false) => self.wireup.if_exclude.clear(),
+            (false, true) => self.wireup.if_include.clear(),
+            _ => {}
         }
-        let kib = 1024u64;
-        if let Some(v) = var("RINGBTL_RECV_CACHE") {
-            self.recv_cache =
-                parse_u64("RINGBTL_RECV_CACHE", &v, 4 * kib, 64 * kib * kib)? as usize;
-        }
-        if let Some(v) = var("RINGBTL_MAX_FRAME") {
-            self.max_frame = parse_u64("RINGBTL_MAX_FRAME", &v, kib, u32::MAX as u64)? as u32;
-        }
-        if let Some(v) = var("RINGBTL_INLINE") {
-            self.inline_limit = parse_u64("RINGBTL_INLINE", &v, 0, 64 * kib)? as usize;
-        }
-        if let Some(v) = var("RINGBTL_COALESCE_BYTES") {
-            self.coalesce_bytes =
-                parse_u64("RINGBTL_COALESCE_BYTES", &v, 4 * kib, 64 * kib * kib)? as usize;
-        }
-        if let Some(v) = var("RINGBTL_TCP_CONGESTION") {
-            self.tcp_congestion = match v.trim() {
-                "auto" => Congestion::Auto,
-                "system" => Congestion::System,
-                name if !name.is_empty() && name.len() < 16 && name.is_ascii() => {
-                    Congestion::Use(name.to_string())
-                }
-                other => {
-                    return Err(Error::Config(format!(
-                        "RINGBTL_TCP_CONGESTION={other:?}: auto, system, or an algorithm \
-                         name from net.ipv4.tcp_available_congestion_control"
-                    )))
-                }
-            };
-        }
-        if let Some(v) = var("RINGBTL_SEND_CHUNK") {
-            let n = parse_u64("RINGBTL_SEND_CHUNK", &v, 0, 1 << 30)? as usize;
-            if (1..4096).contains(&n) {
-                return Err(Error::Config(format!(
-                    "RINGBTL_SEND_CHUNK={n}: 0 (no limit) or 4096..=1073741824 bytes"
-                )));
-            }
-            self.send_chunk = (n > 0).then_some(n);
-        }
-        if let Some(v) = var("RINGBTL_MAX_IOV") {
-            self.max_iov = parse_u64("RINGBTL_MAX_IOV", &v, 8, 1024)? as usize;
-        }
-        if let Some(v) = var("RINGBTL_NODELAY") {
-            self.nodelay = parse_u64("RINGBTL_NODELAY", &v, 0, 1)? == 1;
-        }
-        if let Some(v) = var("RINGBTL_SNDBUF") {
-            let n = parse_u64("RINGBTL_SNDBUF", &v, 0, 1 << 30)? as usize;
-            self.sndbuf = (n > 0).then_some(n);
-        }
-        if let Some(v) = var("RINGBTL_RCVBUF") {
-            let n = parse_u64("RINGBTL_RCVBUF", &v, 0, 1 << 30)? as usize;
-            self.rcvbuf = (n > 0).then_some(n);
-        }
-        if let Some(v) = var("RINGBTL_CONNECT_RETRIES") {
-            self.connect_retries = parse_u64("RINGBTL_CONNECT_RETRIES", &v, 1, 1000)? as u32;
-        }
-        if let Some(v) = var("RINGBTL_RETRY_DELAY_MS") {
-            self.retry_delay =
-                Duration::from_millis(parse_u64("RINGBTL_RETRY_DELAY_MS", &v, 1, 60_000)?);
-        }
-        if let Some(v) = var("RINGBTL_HANDSHAKE_TIMEOUT_MS") {
-            self.handshake_timeout =
-                Duration::from_millis(parse_u64("RINGBTL_HANDSHAKE_TIMEOUT_MS", &v, 10, 600_000)?);
-        }
-        if let Some(v) = var("RINGBTL_TCP_USER_TIMEOUT_MS") {
-            let ms = parse_u64("RINGBTL_TCP_USER_TIMEOUT_MS", &v, 0, i32::MAX as u64)?;
-            self.tcp_user_timeout = (ms > 0).then(|| Duration::from_millis(ms));
-        }
-        if let Some(v) = var("RINGBTL_KEEPALIVE") {
-            self.keepalive = Keepalive::parse("RINGBTL_KEEPALIVE", &v)?;
-        }
-        if let Some(v) = var("RINGBTL_ZEROCOPY") {
-            let n = parse_u64("RINGBTL_ZEROCOPY", &v, 0, 1 << 30)? as usize;
-            self.zerocopy_min = (n > 0).then_some(n);
-        }
-        if let Some(v) = var("RINGBTL_ZEROCOPY_LOOPBACK") {
-            self.zerocopy_loopback = parse_u64("RINGBTL_ZEROCOPY_LOOPBACK", &v, 0, 1)? == 1;
-        }
-        if let Some(v) = var("RINGBTL_MAX_HALF_OPEN") {
-            self.max_half_open = parse_u64("RINGBTL_MAX_HALF_OPEN", &v, 1, 1_000_000)? as usize;
-        }
-        if let Some(v) = var("RINGBTL_RECV_MULTISHOT") {
-            self.recv_multishot = parse_u64("RINGBTL_RECV_MULTISHOT", &v, 0, 1)? == 1;
-        }
-        if let Some(v) = var("RINGBTL_RECV_RING_BUFS") {
-            let n = parse_u64("RINGBTL_RECV_RING_BUFS", &v, 1, 32768)?;
-            if !n.is_power_of_two() {
-                return Err(Error::Config(format!(
-                    "RINGBTL_RECV_RING_BUFS={v:?}: expected a power of two in 1..=32768"
-                )));
-            }
-            self.recv_ring_bufs = n as u32;
-        }
-        if let Some(v) = var("RINGBTL_RECV_RING_BUF_SIZE") {
-            self.recv_ring_buf_size =
-                parse_u64("RINGBTL_RECV_RING_BUF_SIZE", &v, kib, kib * kib)? as usize;
-        }
-        if let Some(v) = var("RINGBTL_LISTEN") {
-            self.listen = match v.trim() {
-                "auto" => None,
-                t => Some(SocketAddr::from_str(t).map_err(|e| {
-                    Error::Config(format!(
-                        "RINGBTL_LISTEN={v:?}: expected ip:port (e.g. 127.0.0.1:0) or auto: {e}"
-                    ))
-                })?),
-            };
+        for var in applied {
+            let value = self.value(var).unwrap_or_default();
+            self.from_env.retain(|(v, _)| *v != var);
+            self.from_env.push((var, value));
         }
         self.validate()?;
         Ok(self)
     }
 
-    /// Checks the relations between fields.
-    pub fn validate(&self) -> Result<(), Error> {
-        if self.recv_cache < 4096 {
-            return Err(Error::Config(format!(
-                "recv_cache = {} is below the minimum of 4096 bytes",
-                self.recv_cache
-            )));
+    /// Sets the parameter of variable `var` (`"RINGBTL_MAX_FRAME"`) from text, with the
+    /// parsing and checks of the environment; on error nothing changes. The relations
+    /// between parameters (`RINGBTL_INLINE` at most `RINGBTL_COALESCE_BYTES`, not both
+    /// interface lists) are checked by [`validate`](Self::validate), when the transport
+    /// starts, so that parameters can be set in any order.
+    pub fn set(&mut self, var: &str, value: &str) -> Result<(), Error> {
+        fn try_set<C: Params>(c: &mut C, var: &str, v: &str) -> Option<Result<(), String>> {
+            C::param(var).map(|p| p.set(c, v))
         }
-        if self.inline_limit > self.coalesce_bytes {
-            return Err(Error::Config(format!(
-                "inline_limit ({}) must not exceed coalesce_bytes ({})",
-                self.inline_limit, self.coalesce_bytes
-            )));
-        }
-        if let Some(n) = self.send_chunk.filter(|n| !(4096..=1 << 30).contains(n)) {
-            return Err(Error::Config(format!(
-                "send_chunk = {n} outside 4096..=1073741824 (None for no limit)"
-            )));
-        }
-        if !(8..=1024).contains(&self.max_iov) {
-            return Err(Error::Config(format!(
-                "max_iov = {} outside 8..=1024",
-                self.max_iov
-            )));
-        }
-        if self.recv_ring_bufs == 0
-            || self.recv_ring_bufs > 32768
-            || !self.recv_ring_bufs.is_power_of_two()
-        {
-            return Err(Error::Config(format!(
-                "recv_ring_bufs = {} is not a power of two in 1..=32768",
-                self.recv_ring_bufs
-            )));
-        }
-        if !(1024..=1 << 20).contains(&self.recv_ring_buf_size) {
-            return Err(Error::Config(format!(
-                "recv_ring_buf_size = {} outside 1024..=1048576",
-                self.recv_ring_buf_size
-            )));
-        }
-        if self.connect_retries == 0 {
-            return Err(Error::Config("connect_retries must be at least 1".into()));
-        }
-        if !self.if_include.is_empty() && !self.if_exclude.is_empty() {
-            return Err(Error::Config(
-                "if_include and if_exclude are both set (RINGBTL_IF_INCLUDE / \
-                 RINGBTL_IF_EXCLUDE); give only one"
-                    .into(),
-            ));
-        }
-        if let Some(t) = self.tcp_user_timeout {
-            if t.is_zero() || t.as_millis() > i32::MAX as u128 {
-                return Err(Error::Config(format!(
-                    "tcp_user_timeout = {t:?}: expected 1 ms..={} ms, or None",
-                    i32::MAX
-                )));
-            }
-        }
-        if let Some(k) = &self.keepalive {
-            k.validate()?;
-        }
-        if let Some((lo, hi)) = self.ports {
-            if lo == 0 || lo > hi {
-                return Err(Error::Config(format!(
-                    "ports = {lo}-{hi}: expected 1 <= lo <= hi <= 65535"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// The interface selection of [`if_include`](Self::if_include) /
-    /// [`if_exclude`](Self::if_exclude).
-    pub fn if_selection(&self) -> Result<IfSelection, Error> {
-        IfSelection::from_lists(&self.if_include, &self.if_exclude)
-    }
-}
-
-/// TCP congestion control of ringbtl's connections (`TCP_CONGESTION`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Congestion {
-    /// `reno` on connections to loopback peers, the system's algorithm elsewhere. On
-    /// loopback there is no congestion to control, and a pacing, probing algorithm such
-    /// as BBR (some distributions' default) only slows the stream; `reno` is the one
-    /// any unprivileged process may choose. (`RINGBTL_TCP_CONGESTION=auto`, the default.)
-    #[default]
-    Auto,
-    /// The system's `net.ipv4.tcp_congestion_control` everywhere (`system`).
-    System,
-    /// This algorithm on every connection, checked when the transport starts (one of
-    /// `net.ipv4.tcp_available_congestion_control`; unprivileged processes are limited
-    /// to `net.ipv4.tcp_allowed_congestion_control`).
-    Use(String),
-}
-
-impl Congestion {
-    /// The algorithm to set on a connection to `peer`, `None` to keep the system's.
-    pub fn for_peer(&self, peer: &SocketAddr) -> Option<&str> {
-        match self {
-            Congestion::Use(name) => Some(name),
-            Congestion::Auto if peer.ip().is_loopback() => Some("reno"),
-            Congestion::Auto | Congestion::System => None,
-        }
-    }
-}
-
-/// TCP keepalive parameters (`TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`).
-///
-/// Without a user timeout, a connection idle for `idle` is probed every `interval` and
-/// aborted with `ETIMEDOUT` after `count` unanswered probes: a dead peer is found in
-/// `idle + interval * count`. With [`Config::tcp_user_timeout`] set, the kernel ends
-/// the probing by that timeout instead of by the count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Keepalive {
-    /// Idle time before the first probe (whole seconds, 1..=32767).
-    pub idle: Duration,
-    /// Time between probes (whole seconds, 1..=32767).
-    pub interval: Duration,
-    /// Unanswered probes before the connection is dropped (1..=127).
-    pub count: u32,
-}
-
-impl Keepalive {
-    /// UCX's choice for its TCP transport: first probe after 10 s idle, then every 2 s,
-    /// 5 probes.
-    pub const DEFAULT: Self = Self {
-        idle: Duration::from_secs(10),
-        interval: Duration::from_secs(2),
-        count: 5,
-    };
-
-    /// Largest idle time and interval the kernel accepts, in seconds
-    /// (`MAX_TCP_KEEPIDLE`, `MAX_TCP_KEEPINTVL`).
-    const MAX_SECS: u64 = 32767;
-    /// Largest probe count the kernel accepts (`MAX_TCP_KEEPCNT`).
-    const MAX_COUNT: u32 = 127;
-
-    /// Parses `idle_s,intvl_s,cnt`, or `0` for no keepalive (`None`); `name` is the
-    /// variable quoted in errors.
-    pub fn parse(name: &str, v: &str) -> Result<Option<Self>, Error> {
-        let t = v.trim();
-        if t == "0" {
-            return Ok(None);
-        }
-        let parts: Vec<&str> = t.split(',').collect();
-        let [idle, intvl, cnt] = parts[..] else {
-            return Err(Error::Config(format!(
-                "{name}={v:?}: expected idle_s,intvl_s,cnt (e.g. 10,2,5) or 0 for off"
-            )));
-        };
-        let num = |what: &str, x: &str, hi: u64| {
-            parse_u64(name, x, 1, hi).map_err(|_| {
+        let r = try_set(&mut self.core, var, value)
+            .or_else(|| try_set(&mut self.socket, var, value))
+            .or_else(|| try_set(&mut self.wireup, var, value))
+            .or_else(|| try_set(self, var, value))
+            .ok_or_else(|| {
                 Error::Config(format!(
-                    "{name}={v:?}: {what} must be an integer in 1..={hi} \
-                     (idle_s,intvl_s,cnt, or 0 for off)"
+                    "{var}: no such parameter (`ringbtl-bench --print-config` lists them)"
                 ))
-            })
-        };
-        Ok(Some(Self {
-            idle: Duration::from_secs(num("idle_s", idle, Self::MAX_SECS)?),
-            interval: Duration::from_secs(num("intvl_s", intvl, Self::MAX_SECS)?),
-            count: num("cnt", cnt, Self::MAX_COUNT.into())? as u32,
-        }))
-    }
-
-    fn validate(&self) -> Result<(), Error> {
-        let secs = 1..=Self::MAX_SECS;
-        let whole = |d: Duration| d.subsec_nanos() == 0 && secs.contains(&d.as_secs());
-        if !whole(self.idle)
-            || !whole(self.interval)
-            || !(1..=Self::MAX_COUNT).contains(&self.count)
-        {
-            return Err(Error::Config(format!(
-                "keepalive = {self:?}: idle and interval must be whole seconds in 1..={}, \
-                 count in 1..={}",
-                Self::MAX_SECS,
-                Self::MAX_COUNT
-            )));
-        }
+            })?;
+        r.map_err(Error::Config)?;
+        self.from_env.retain(|(v, _)| *v != var);
         Ok(())
     }
-}
 
-/// Parses `RINGBTL_PORT`: a port (`40000`) or an inclusive range (`40000-40099`).
-fn parse_ports(v: &str) -> Result<(u16, u16), Error> {
-    let bad = || {
-        Error::Config(format!(
-            "RINGBTL_PORT={v:?}: expected a port or a range lo-hi, within 1..=65535"
-        ))
-    };
-    let port = |t: &str| t.trim().parse::<u16>().ok().filter(|&p| p > 0);
-    let (lo, hi) = match v.trim().split_once('-') {
-        Some((a, b)) => (port(a).ok_or_else(bad)?, port(b).ok_or_else(bad)?),
-        None => {
-            let p = port(v).ok_or_else(bad)?;
-            (p, p)
+    /// The value of the parameter of variable `var`, as text the variable accepts
+    /// (`None`: no such parameter).
+    pub fn value(&self, var: &str) -> Option<String> {
+        fn get<C: Params>(c: &C, var: &str) -> Option<String> {
+            C::param(var).map(|p| p.get(c))
         }
-    };
-    if lo > hi {
-        return Err(bad());
+        get(&self.core, var)
+            .or_else(|| get(&self.socket, var))
+            .or_else(|| get(&self.wireup, var))
+            .or_else(|| get(self, var))
     }
-    Ok((lo, hi))
+
+    /// Every parameter of every layer, in table order, with its value and where the
+    /// value came from: an environment variable that gave the value now held, else
+    /// the default when the value is the default's, else code.
+    pub fn settings(&self) -> Vec<Setting> {
+        fn rows<C: Params>(
+            cur: &C,
+            def: &C,
+            env: &[(&'static str, String)],
+            out: &mut Vec<Setting>,
+        ) {
+            for p in C::params() {
+                let (value, default) = (p.get(cur), p.get(def));
+                let origin = if env.iter().any(|(v, t)| *v == p.var && *t == value) {
+                    Origin::Env
+                } else if value == default {
+                    Origin::Default
+                } else {
+                    Origin::Code
+                };
+                out.push(Setting {
+                    layer: C::LAYER,
+                    name: p.name,
+                    var: p.var,
+                    kind: p.kind.to_string(),
+                    default,
+                    value,
+                    origin,
+                    meaning: p.meaning,
+                });
+            }
+        }
+        let def = Config::new(self.core.pid);
+        let mut out = Vec::new();
+        rows(&self.core, &def.core, &self.from_env, &mut out);
+        rows(&self.socket, &def.socket, &self.from_env, &mut out);
+        rows(&self.wireup, &def.wireup, &self.from_env, &mut out);
+        rows(self, &def, &self.from_env, &mut out);
+        out
+    }
+
+    /// Checks every parameter against its row of the table (the same checks as for
+    /// values parsed from text), each layer by its own rules, then the relations
+    /// between parameters. [`Transport::new`](crate::Transport::new) calls it.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.core
+            .validate()
+            .and_then(|()| self.socket.validate())
+            .and_then(|()| self.wireup.validate())
+            .and_then(|()| self.check_params())
+            .map_err(Error::Config)
+    }
+
+    /// The interface selection of [`WireupConfig::if_include`] /
+    /// [`WireupConfig::if_exclude`].
+    pub fn if_selection(&self) -> Result<IfSelection, Error> {
+        self.wireup.if_selection()
+    }
 }
 
-/// Parses an integer (decimal, `0x` hex, or with a `k`/`m`/`g` binary suffix) in `lo..=hi`.
-pub(crate) fn parse_u64(name: &str, v: &str, lo: u64, hi: u64) -> Result<u64, Error> {
-    let t = v.trim().to_ascii_lowercase();
-    let (digits, mult) = match t.as_bytes().last() {
-        Some(b'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some(b'm') => (&t[..t.len() - 1], 1 << 20),
-        Some(b'g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (&t[..], 1),
+impl Params for Config {
+    const LAYER: &'static str = "transport";
+
+    fn params() -> &'static [Param<Self>] {
+        &TRANSPORT_PARAMS
+    }
+}
+
+static TRANSPORT_PARAMS: [Param<Config>; 1] = [Param {
+    name: "progress",
+    var: "RINGBTL_PROGRESS",
+    kind: Kind::Text("poll, block, spin, spin:USECS (0..=1000000)"),
+    meaning: "how `Transport::wait_until` and the benchmark wait: `poll` (spin), \
+              `block` (wait in the kernel), `spin[:USECS]` (spin that long after the last \
+              event, then wait); `block` by default when the node runs more ranks than it \
+              has CPUs",
+    access: Access::Text {
+        get: |c| c.progress.to_string(),
+        parse: |c, v| Ok(c.progress = v.parse()?),
+        check: |c| match c.progress {
+            ProgressMode::SpinThenBlock(d) if d > ProgressMode::MAX_SPIN => Err(format!(
+                "spin time at most {} us",
+                ProgressMode::MAX_SPIN.as_micros()
+            )),
+            _ => Ok(()),
+        },
+    },
+}];
+
+/// The README's configuration table: one line per parameter of every layer (variable,
+/// setting, type and range, default, meaning), in Markdown. A test checks that the
+/// README holds exactly this text.
+pub fn markdown_table() -> String {
+    let cell = |t: &str| match t {
+        "" => "unset".to_string(),
+        t => format!("`{t}`"),
     };
-    let n = if let Some(h) = digits.strip_prefix("0x") {
-        u64::from_str_radix(h, 16).ok()
-    } else {
-        digits.parse::<u64>().ok()
+    let mut s = String::from(
+        "| variable | setting | type and range | default | meaning |\n|---|---|---|---|---|\n",
+    );
+    for p in Config::new(PeerId(0)).settings() {
+        s += &format!(
+            "| `{}` | `{}.{}` | {} | {} | {} |\n",
+            p.var,
+            p.layer,
+            p.name,
+            p.kind,
+            cell(&p.default),
+            p.meaning
+        );
     }
-    .and_then(|n| n.checked_mul(mult));
-    match n {
-        Some(n) if (lo..=hi).contains(&n) => Ok(n),
-        _ => Err(Error::Config(format!(
-            "{name}={v:?}: expected an integer in {lo}..={hi}"
-        ))),
-    }
+    s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reactor::BackendKind;
     use std::collections::HashMap;
 
     fn with(pairs: &[(&str, &str)]) -> Result<Config, Error> {
@@ -638,22 +381,28 @@ mod tests {
             ("RINGBTL_TCP_CONGESTION", "cubic"),
         ])
         .unwrap();
-        assert_eq!(c.tcp_congestion, Congestion::Use("cubic".into()));
+        assert_eq!(c.socket.tcp_congestion, Congestion::Use("cubic".into()));
         let sys = with(&[("RINGBTL_TCP_CONGESTION", "system")]).unwrap();
-        assert_eq!(sys.tcp_congestion, Congestion::System);
-        assert_eq!(with(&[]).unwrap().tcp_congestion, Congestion::Auto);
-        assert_eq!(c.send_chunk, Some(1 << 20));
+        assert_eq!(sys.socket.tcp_congestion, Congestion::System);
+        assert_eq!(with(&[]).unwrap().socket.tcp_congestion, Congestion::Auto);
+        assert_eq!(c.socket.send_chunk, Some(1 << 20));
         assert_eq!(
-            with(&[("RINGBTL_SEND_CHUNK", "0")]).unwrap().send_chunk,
+            with(&[("RINGBTL_SEND_CHUNK", "0")])
+                .unwrap()
+                .socket
+                .send_chunk,
             None
         );
-        assert!(c.recv_multishot);
-        assert_eq!((c.recv_ring_bufs, c.recv_ring_buf_size), (64, 4096));
-        assert_eq!(c.recv_cache, 128 * 1024);
-        assert_eq!(c.backend, BackendKind::Epoll);
-        assert!(!c.nodelay);
-        assert_eq!(c.sndbuf, Some(65536));
-        assert_eq!(c.connect_retries, 3);
+        assert!(c.socket.recv_multishot);
+        assert_eq!(
+            (c.socket.recv_ring_bufs, c.socket.recv_ring_buf_size),
+            (64, 4096)
+        );
+        assert_eq!(c.core.recv_cache, 128 * 1024);
+        assert_eq!(c.socket.backend, BackendKind::Epoll);
+        assert!(!c.socket.nodelay);
+        assert_eq!(c.socket.sndbuf, Some(65536));
+        assert_eq!(c.core.connect_retries, 3);
     }
 
     #[test]
@@ -737,15 +486,15 @@ mod tests {
             ("RINGBTL_LISTEN", "auto"),
         ])
         .unwrap();
-        assert_eq!(c.listen, None);
-        assert_eq!(c.ports, Some((40000, 40099)));
-        assert_eq!(c.if_include.len(), 2);
-        assert!(c.if_exclude.is_empty());
+        assert_eq!(c.wireup.listen, None);
+        assert_eq!(c.wireup.ports, Some((40000, 40099)));
+        assert_eq!(c.wireup.if_include.len(), 2);
+        assert!(c.wireup.if_exclude.is_empty());
         assert!(matches!(c.if_selection().unwrap(), IfSelection::Include(_)));
         let c = with(&[("RINGBTL_IF_EXCLUDE", "docker0"), ("RINGBTL_PORT", "7")]).unwrap();
-        assert_eq!(c.ports, Some((7, 7)));
-        assert_eq!(c.if_exclude.len(), 1);
-        assert_eq!(c.listen, Config::new(PeerId(0)).listen);
+        assert_eq!(c.wireup.ports, Some((7, 7)));
+        assert_eq!(c.wireup.if_exclude.len(), 1);
+        assert_eq!(c.wireup.listen, Config::new(PeerId(0)).wireup.listen);
         let e = with(&[("RINGBTL_IF_INCLUDE", "lo"), ("RINGBTL_IF_EXCLUDE", "eth0")])
             .unwrap_err()
             .to_string();
@@ -754,19 +503,19 @@ mod tests {
             "{e}"
         );
         let mut c = Config::new(PeerId(0));
-        c.if_include = vec!["lo".parse().unwrap()];
-        c.if_exclude = vec!["eth0".parse().unwrap()];
+        c.wireup.if_include = vec!["lo".parse().unwrap()];
+        c.wireup.if_exclude = vec!["eth0".parse().unwrap()];
         assert!(c.validate().is_err());
-        c.if_exclude.clear();
-        c.ports = Some((9, 8));
+        c.wireup.if_exclude.clear();
+        c.wireup.ports = Some((9, 8));
         assert!(c.validate().is_err());
     }
 
     #[test]
     fn dead_peer_detection_settings() {
         let d = with(&[]).unwrap();
-        assert_eq!(d.tcp_user_timeout, Some(Duration::from_secs(30)));
-        assert_eq!(d.keepalive, Some(Keepalive::DEFAULT));
+        assert_eq!(d.socket.tcp_user_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(d.socket.keepalive, Some(Keepalive::DEFAULT));
         assert_eq!(
             Keepalive::DEFAULT,
             Keepalive {
@@ -780,9 +529,9 @@ mod tests {
             ("RINGBTL_KEEPALIVE", " 1, 1 ,3 "),
         ])
         .unwrap();
-        assert_eq!(c.tcp_user_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(c.socket.tcp_user_timeout, Some(Duration::from_secs(2)));
         assert_eq!(
-            c.keepalive,
+            c.socket.keepalive,
             Some(Keepalive {
                 idle: Duration::from_secs(1),
                 interval: Duration::from_secs(1),
@@ -794,11 +543,11 @@ mod tests {
             ("RINGBTL_KEEPALIVE", "0"),
         ])
         .unwrap();
-        assert_eq!(off.tcp_user_timeout, None);
-        assert_eq!(off.keepalive, None);
+        assert_eq!(off.socket.tcp_user_timeout, None);
+        assert_eq!(off.socket.keepalive, None);
         // An empty value leaves the default, as for every variable.
         assert_eq!(
-            with(&[("RINGBTL_KEEPALIVE", "")]).unwrap().keepalive,
+            with(&[("RINGBTL_KEEPALIVE", "")]).unwrap().socket.keepalive,
             Some(Keepalive::DEFAULT)
         );
     }
@@ -822,15 +571,15 @@ mod tests {
             assert!(e.contains(k) && e.contains(part), "{k}={v}: {e}");
         }
         let mut c = Config::new(PeerId(0));
-        c.keepalive = Some(Keepalive {
+        c.socket.keepalive = Some(Keepalive {
             interval: Duration::from_millis(1500),
             ..Keepalive::DEFAULT
         });
         assert!(c.validate().is_err(), "sub-second keepalive interval");
-        c.keepalive = None;
-        c.tcp_user_timeout = Some(Duration::ZERO);
+        c.socket.keepalive = None;
+        c.socket.tcp_user_timeout = Some(Duration::ZERO);
         assert!(c.validate().is_err(), "zero user timeout");
-        c.tcp_user_timeout = Some(Duration::from_millis(1));
+        c.socket.tcp_user_timeout = Some(Duration::from_millis(1));
         c.validate().unwrap();
     }
 

@@ -264,12 +264,12 @@ pub enum Error {
     /// A wait ran out of time.
     #[error("timed out: {0}")]
     Timeout(String),
-    /// [`Transport::probe`](crate::Transport::probe) found no ringbtl process.
+    /// [`wireup::probe`](crate::wireup::probe) found no ringbtl process.
     #[error(transparent)]
     Probe(#[from] ProbeError),
 }
 
-/// Why [`Transport::probe`](crate::Transport::probe) found no ringbtl process at an address.
+/// Why [`wireup::probe`](crate::wireup::probe) found no ringbtl process at an address.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProbeError {

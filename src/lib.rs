@@ -41,7 +41,7 @@
 //!   libpmix, opened at run time), PMI-1 / PMI-2 or the env + root rendezvous, and
 //!   [`Transport::add_peer_uris`] orders each peer's addresses by subnet and binds the
 //!   dialing socket to the matching local address.
-//!   [`Transport::probe`] asks an address whether a ringbtl process listens there.
+//!   [`wireup::probe`] asks an address whether a ringbtl process listens there.
 //! - **Transport** ([`Transport`]): the public API. One thread drives it; handlers run
 //!   on that thread, get the payload in place in the receive cache, and may send.
 //!
@@ -88,6 +88,7 @@
 pub mod buf;
 pub mod config;
 pub mod error;
+pub mod param;
 pub mod proto;
 pub(crate) mod reactor;
 pub mod transport;
@@ -99,8 +100,11 @@ pub mod wireup;
 #[path = "../tests/common/skip.rs"]
 pub(crate) mod skip;
 
-pub use config::{Config, Congestion, Keepalive, ProgressMode};
+pub use config::{
+    Config, Congestion, CoreConfig, Keepalive, ProgressMode, Setting, SocketConfig, WireupConfig,
+};
 pub use error::{Cause, Errno, Error, FailReason, ProbeError, ProtoError, SendError, WireError};
+pub use param::Origin;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use reactor::testing;

@@ -9,24 +9,23 @@
 //! backend: in the same `io_uring_enter` as the re-armed receives).
 
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io;
 use std::mem;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::buf::RxBuf;
 use crate::config::{Config, Congestion};
-use crate::error::{Errno, Error, FailReason, ProbeError, SendError};
+use crate::error::{Errno, Error, FailReason, SendError};
 use crate::proto::am::AmTable;
+use crate::proto::config::CoreConfig;
 use crate::proto::core::{
-    Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, Source, Step,
+    Action, ConnKey, Core, CoreEvent, EndpointState, InputStep, Source, Step,
 };
-use crate::reactor::{
-    AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry, SockOpts,
-};
-use crate::wire::{Hello, HelloKind, PeerId, Tag, HELLO_LEN, VERSION};
+use crate::reactor::{AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry};
+use crate::wire::{PeerId, Tag};
 use crate::wireup::ifaces::{self, Interface};
 use crate::wireup::{route, uri};
 
@@ -126,7 +125,7 @@ const TIMER_SPIN: u32 = 256;
 impl fmt::Debug for Transport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Transport")
-            .field("pid", &self.cfg.pid)
+            .field("pid", &self.cfg.core.pid)
             .field("backend", &self.backend.name())
             .field("local", &self.local)
             .finish_non_exhaustive()
@@ -137,7 +136,7 @@ impl Transport {
     /// Creates the backend (probing io_uring when `cfg.backend` is `Auto`) and listens.
     pub fn new(cfg: Config) -> Result<Self, Error> {
         cfg.validate()?;
-        if let Congestion::Use(name) = &cfg.tcp_congestion {
+        if let Congestion::Use(name) = &cfg.socket.tcp_congestion {
             crate::reactor::sys::check_congestion(name).map_err(|e| {
                 let list = |k: &str| {
                     std::fs::read_to_string(format!("/proc/sys/net/ipv4/{k}"))
@@ -152,24 +151,14 @@ impl Transport {
                 ))
             })?;
         }
-        let opts = SockOpts {
-            nodelay: cfg.nodelay,
-            sndbuf: cfg.sndbuf,
-            rcvbuf: cfg.rcvbuf,
-            user_timeout: cfg.tcp_user_timeout,
-            keepalive: cfg.keepalive,
-            send_chunk: cfg.send_chunk,
-            congestion: cfg.tcp_congestion.clone(),
-            zerocopy_min: cfg.zerocopy_min,
-            zerocopy_loopback: cfg.zerocopy_loopback,
-        };
+        let opts = cfg.socket.sock_opts();
         let (mut backend, mut backend_note) =
-            crate::reactor::make_backend(cfg.backend, opts).map_err(Error::NoBackend)?;
+            crate::reactor::make_backend(cfg.socket.backend, opts).map_err(Error::NoBackend)?;
         let mut multishot = false;
-        if cfg.recv_multishot {
+        if cfg.socket.recv_multishot {
             let geo = RingGeometry {
-                count: cfg.recv_ring_bufs as u16,
-                size: cfg.recv_ring_buf_size as u32,
+                count: cfg.socket.recv_ring_bufs as u16,
+                size: cfg.socket.recv_ring_buf_size as u32,
             };
             match backend.provided().map(|p| p.provide_buffers(geo)) {
                 Some(Ok(())) => multishot = true,
@@ -182,7 +171,7 @@ impl Transport {
                 }
             }
         }
-        let (local, published, ifaces) = match cfg.listen {
+        let (local, published, ifaces) = match cfg.wireup.listen {
             Some(addr) => {
                 let local = backend.listen(addr).map_err(|e| Error::io("listen", e))?;
                 (local, vec![local], None)
@@ -190,8 +179,8 @@ impl Transport {
             None => {
                 let ifs = ifaces::select_local(&cfg.if_selection()?)?;
                 let port = backend
-                    .listen_wildcard(ifs.iter().map(|i| i.addr), cfg.ports)
-                    .map_err(|e| listen_error(e, cfg.ports))?;
+                    .listen_wildcard(ifs.iter().map(|i| i.addr), cfg.wireup.ports)
+                    .map_err(|e| listen_error(e, cfg.wireup.ports))?;
                 let mut published: Vec<SocketAddr> = Vec::new();
                 for i in &ifs {
                     let a = SocketAddr::new(i.addr, port);
@@ -203,18 +192,8 @@ impl Transport {
             }
         };
         let core = Core::new(CoreConfig {
-            pid: cfg.pid,
-            token: cfg.token,
-            recv_cache: cfg.recv_cache,
-            max_frame: cfg.max_frame,
-            inline_limit: cfg.inline_limit,
-            coalesce_bytes: cfg.coalesce_bytes,
-            max_iov: cfg.max_iov,
-            connect_retries: cfg.connect_retries,
-            retry_delay: cfg.retry_delay,
-            handshake_timeout: cfg.handshake_timeout,
-            max_half_open: cfg.max_half_open,
             multishot,
+            ..cfg.core.clone()
         });
         Ok(Self {
             backend,
@@ -285,69 +264,9 @@ impl Transport {
             .map_err(Error::Send)
     }
 
-    /// Asks whatever listens at `addr` whether it is a ringbtl process, without creating
-    /// an endpoint: a blocking connect, a `PROBE` handshake record, and the 24-byte
-    /// `PROBE_ACK` answer, which carries the listener's process id. Our own process id is
-    /// not known here, so the record carries `u32::MAX`. The listener counts the probe and
-    /// closes the connection.
-    ///
-    /// Errors ([`Error::Probe`]): nothing listens there, something that is not ringbtl
-    /// answered (bad magic, or closed the connection), no answer within `timeout`.
-    pub fn probe(addr: SocketAddr, timeout: Duration) -> Result<PeerId, Error> {
-        let timeout = timeout.max(Duration::from_millis(1));
-        let deadline = Instant::now() + timeout;
-        let io_err = |source: io::Error| -> Error {
-            match source.kind() {
-                io::ErrorKind::ConnectionRefused => ProbeError::NothingListens(addr),
-                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-                    ProbeError::Timeout { addr, timeout }
-                }
-                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset => {
-                    ProbeError::NotRingbtl {
-                        addr,
-                        why: "closed the connection without answering".into(),
-                    }
-                }
-                _ => ProbeError::Io { addr, source },
-            }
-            .into()
-        };
-        let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(io_err)?;
-        let left = || {
-            deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1))
-        };
-        s.set_nodelay(true).map_err(io_err)?;
-        s.set_write_timeout(Some(left())).map_err(io_err)?;
-        let rec = Hello {
-            kind: HelloKind::Probe,
-            version: VERSION,
-            pid: PeerId(u32::MAX),
-            token: Config::new(PeerId(0)).token,
-        };
-        s.write_all(&rec.to_bytes()).map_err(io_err)?;
-        s.set_read_timeout(Some(left())).map_err(io_err)?;
-        let mut buf = [0u8; HELLO_LEN];
-        s.read_exact(&mut buf).map_err(io_err)?;
-        match Hello::parse(&buf) {
-            Ok(h) if h.kind == HelloKind::ProbeAck => Ok(h.pid),
-            Ok(h) => Err(ProbeError::NotRingbtl {
-                addr,
-                why: format!("answered a probe with {:?}", h.kind),
-            }
-            .into()),
-            Err(e) => Err(ProbeError::NotRingbtl {
-                addr,
-                why: e.to_string(),
-            }
-            .into()),
-        }
-    }
-
     /// This process's id.
     pub fn local_id(&self) -> PeerId {
-        self.cfg.pid
+        self.cfg.core.pid
     }
 
     /// The backend in use: `"uring"` or `"epoll"`.

@@ -72,6 +72,9 @@ pub const MAGIC: [u8; 8] = *b"RINGBTL\0";
 pub const VERSION: u16 = 0x0001;
 /// Length of the handshake record.
 pub const HELLO_LEN: usize = 24;
+/// Job token of a process not told otherwise (`RINGBTL_JOB_TOKEN`): the magic's bytes
+/// read as a big-endian integer.
+pub const DEFAULT_TOKEN: u64 = 0x5249_4e47_4254_4c00;
 /// Length of the frame header.
 pub const HEADER_LEN: usize = 8;
 

@@ -12,7 +12,7 @@ use ringbtl::{BackendKind, Config, Error, PeerId, Tag, Transport};
 
 fn cfg(pid: u32, kind: BackendKind) -> Config {
     let mut c = Config::new(PeerId(pid));
-    c.backend = kind;
+    c.socket.backend = kind;
     c
 }
 

@@ -148,7 +148,7 @@ fn connect_refused_fails_after_retries(kind: BackendKind) {
     let addr = dead.local_addr().unwrap();
     drop(dead);
     let mut c = common::cfg(0, kind);
-    c.connect_retries = 3;
+    c.core.connect_retries = 3;
     let mut a = Transport::new(c).unwrap();
     a.add_peer(PeerId(5), vec![addr]).unwrap();
     let comp = completions(&mut a);
@@ -261,7 +261,7 @@ fn clean_shutdown_sends_fin(kind: BackendKind) {
 }
 
 fn peer_drop_fails_pending_sends_once(kind: BackendKind) {
-    let (mut a, b) = pair_with(kind, |c: &mut Config| c.sndbuf = Some(64 * 1024));
+    let (mut a, b) = pair_with(kind, |c: &mut Config| c.socket.sndbuf = Some(64 * 1024));
     let mut b = b;
     let fa = failures(&mut a);
     b.register(Tag(1), |_, _| {}).unwrap();
@@ -338,9 +338,9 @@ fn simultaneous_connect(kind: BackendKind) {
 
 fn bad_token_is_refused(kind: BackendKind) {
     let mut c0 = common::cfg(0, kind);
-    c0.token = 1;
+    c0.core.token = 1;
     let mut c1 = common::cfg(1, kind);
-    c1.token = 2;
+    c1.core.token = 2;
     let mut a = Transport::new(c0).unwrap();
     let mut b = Transport::new(c1).unwrap();
     a.add_peer(PeerId(1), vec![b.local_addr()]).unwrap();
@@ -439,7 +439,7 @@ fn coalesced_small_messages_keep_order(kind: BackendKind) {
 /// completes once.
 fn chunked_large_sends_arrive_whole(kind: BackendKind) {
     const CHUNK: usize = 4096;
-    let (mut a, mut b) = pair_with(kind, |c| c.send_chunk = Some(CHUNK));
+    let (mut a, mut b) = pair_with(kind, |c| c.socket.send_chunk = Some(CHUNK));
     let large_bytes = alternating_stream(&mut a, &mut b, 16);
     let st = a.stats();
     println!(
@@ -485,9 +485,9 @@ fn multishot_pair(bufs: u32, size: usize) -> Option<(Transport, Transport)> {
         return None;
     }
     let (a, b) = pair_with(BackendKind::Uring, |c| {
-        c.recv_multishot = true;
-        c.recv_ring_bufs = bufs;
-        c.recv_ring_buf_size = size;
+        c.socket.recv_multishot = true;
+        c.socket.recv_ring_bufs = bufs;
+        c.socket.recv_ring_buf_size = size;
     });
     if let Some(note) = b.backend_note() {
         common::skip(note);
@@ -548,8 +548,8 @@ fn alternating_stream(a: &mut Transport, b: &mut Transport, n: u8) -> usize {
 /// are closed at once; the handshake deadline closes the others; peers keep working.
 fn connection_flood_is_bounded(kind: BackendKind) {
     let (mut a, mut b) = pair_with(kind, |c: &mut Config| {
-        c.max_half_open = 8;
-        c.handshake_timeout = Duration::from_millis(300);
+        c.core.max_half_open = 8;
+        c.core.handshake_timeout = Duration::from_millis(300);
     });
     let addr = b.local_addr();
     let flood: Vec<std::net::TcpStream> = (0..40)
@@ -631,7 +631,7 @@ fn data_after_fin_is_a_protocol_error(kind: BackendKind) {
         kind: HelloKind::Hello,
         version: VERSION,
         pid: PeerId(0),
-        token: Config::new(PeerId(0)).token,
+        token: Config::new(PeerId(0)).core.token,
     };
     s.write_all(&hello.to_bytes()).unwrap();
     s.set_nonblocking(true).unwrap();
@@ -689,8 +689,8 @@ fn zero_copy_stream_checked() {
         return;
     }
     let (mut a, mut b) = pair_with(BackendKind::Uring, |c| {
-        c.zerocopy_min = Some(16 * 1024);
-        c.zerocopy_loopback = true;
+        c.socket.zerocopy_min = Some(16 * 1024);
+        c.socket.zerocopy_loopback = true;
     });
     one_way_checked_stream(&mut a, &mut b, 3_000, 20, 64, 11);
     let st = a.stats();
@@ -747,7 +747,7 @@ fn one_way_checked_stream(
 #[test]
 fn unknown_congestion_control_is_refused() {
     let mut c = common::cfg(0, BackendKind::Auto);
-    c.tcp_congestion = ringbtl::Congestion::Use("no-such-cc".into());
+    c.socket.tcp_congestion = ringbtl::Congestion::Use("no-such-cc".into());
     match Transport::new(c) {
         Err(Error::Config(m)) => {
             assert!(
@@ -772,7 +772,7 @@ fn loopback_connections_use_reno(kind: BackendKind) {
         (ringbtl::Congestion::Auto, "reno".to_string()),
         (ringbtl::Congestion::System, system),
     ] {
-        let (mut a, mut b) = pair_with(kind, |c| c.tcp_congestion = cc.clone());
+        let (mut a, mut b) = pair_with(kind, |c| c.socket.tcp_congestion = cc.clone());
         common::connect_by_first_send(&mut a, &mut b);
         let port = b.local_addr().port();
         let filter = format!("( sport = :{port} or dport = :{port} )");
@@ -802,7 +802,7 @@ fn connect_refused_keeps_the_errno(kind: BackendKind) {
     let addr = dead.local_addr().unwrap();
     drop(dead);
     let mut c = common::cfg(0, kind);
-    c.connect_retries = 1;
+    c.core.connect_retries = 1;
     let mut a = Transport::new(c).unwrap();
     a.add_peer(PeerId(5), vec![addr]).unwrap();
     let comp = completions(&mut a);

@@ -172,7 +172,7 @@ fn checker(t: &mut Transport, seed: u64) -> (Rc<Cell<u64>>, Rc<Cell<u64>>) {
 
 fn parent(kind: BackendKind) -> Transport {
     let mut c = common::cfg(0, kind);
-    c.handshake_timeout = Duration::from_secs(5);
+    c.core.handshake_timeout = Duration::from_secs(5);
     Transport::new(c).unwrap()
 }
 

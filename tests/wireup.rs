@@ -22,8 +22,8 @@ const LIMIT: Duration = Duration::from_secs(10);
 /// the test machine).
 fn lo_cfg(pid: u32) -> Config {
     let mut c = common::cfg(pid, BackendKind::Auto);
-    c.listen = None;
-    c.if_include = vec!["lo".parse::<IfMatch>().unwrap()];
+    c.wireup.listen = None;
+    c.wireup.if_include = vec!["lo".parse::<IfMatch>().unwrap()];
     c
 }
 
@@ -85,7 +85,7 @@ fn port_ranges() {
         .unwrap()
         .port();
     let mut c = lo_cfg(0);
-    c.ports = Some((free, free));
+    c.wireup.ports = Some((free, free));
     let a = Transport::new(c.clone()).unwrap();
     assert!(parse_uri_list(&a.uris())
         .unwrap()
@@ -124,11 +124,11 @@ fn bad_peer_uris_are_rejected_with_the_uri() {
 #[test]
 fn include_and_exclude_together_is_an_error() {
     let mut c = lo_cfg(0);
-    c.if_exclude = vec!["eth0".parse().unwrap()];
+    c.wireup.if_exclude = vec!["eth0".parse().unwrap()];
     let e = Transport::new(c).unwrap_err();
     assert!(matches!(e, Error::Config(_)), "{e}");
     let mut c = lo_cfg(0);
-    c.if_include = vec!["no-such-if0".parse().unwrap()];
+    c.wireup.if_include = vec!["no-such-if0".parse().unwrap()];
     let e = Transport::new(c).unwrap_err().to_string();
     assert!(e.contains("no-such-if0") && e.contains("lo"), "{e}");
 }
@@ -137,7 +137,7 @@ fn include_and_exclude_together_is_an_error() {
 fn probe_finds_a_listening_transport() {
     let mut t = Transport::new(common::cfg(42, BackendKind::Auto)).unwrap();
     let addr = t.local_addr();
-    let h = thread::spawn(move || Transport::probe(addr, LIMIT));
+    let h = thread::spawn(move || ringbtl::wireup::probe(addr, LIMIT));
     while !h.is_finished() {
         t.progress().unwrap();
     }
@@ -153,7 +153,7 @@ fn probe_nothing_listening() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let e = Transport::probe(addr, LIMIT).unwrap_err();
+    let e = ringbtl::wireup::probe(addr, LIMIT).unwrap_err();
     assert!(
         matches!(e, Error::Probe(ProbeError::NothingListens(a)) if a == addr),
         "{e}"
@@ -192,7 +192,7 @@ fn fake_server(answer: Option<Vec<u8>>) -> (SocketAddr, thread::JoinHandle<()>) 
 #[test]
 fn probe_something_else() {
     let (addr, h) = fake_server(Some(b"SSH-2.0-OpenSSH_9.2p1 Debian\r\n".to_vec()));
-    let e = Transport::probe(addr, LIMIT).unwrap_err();
+    let e = ringbtl::wireup::probe(addr, LIMIT).unwrap_err();
     assert!(
         matches!(e, Error::Probe(ProbeError::NotRingbtl { .. })),
         "{e}"
@@ -201,7 +201,7 @@ fn probe_something_else() {
     h.join().unwrap();
 
     let (addr, h) = fake_server(Some(Vec::new()));
-    let e = Transport::probe(addr, LIMIT).unwrap_err();
+    let e = ringbtl::wireup::probe(addr, LIMIT).unwrap_err();
     assert!(
         matches!(e, Error::Probe(ProbeError::NotRingbtl { .. })),
         "{e}"
@@ -212,7 +212,7 @@ fn probe_something_else() {
 #[test]
 fn probe_timeout() {
     let (addr, h) = fake_server(None);
-    let e = Transport::probe(addr, Duration::from_millis(200)).unwrap_err();
+    let e = ringbtl::wireup::probe(addr, Duration::from_millis(200)).unwrap_err();
     assert!(matches!(e, Error::Probe(ProbeError::Timeout { .. })), "{e}");
     assert!(e.to_string().contains("no answer"), "{e}");
     h.join().unwrap();

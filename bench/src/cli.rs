@@ -173,7 +173,7 @@ impl RunArgs {
             Some(BackendArg::Uring) => vec![BackendKind::Uring],
             Some(BackendArg::Epoll) => vec![BackendKind::Epoll],
             Some(BackendArg::Both) => vec![BackendKind::Uring, BackendKind::Epoll],
-            None => vec![env_config()?.backend],
+            None => vec![env_config()?.socket.backend],
         })
     }
 }
@@ -193,7 +193,7 @@ pub(crate) fn transport(
     let mut cfg = Config::new(PeerId(rank))
         .from_env()
         .map_err(|e| e.to_string())?;
-    cfg.backend = backend;
+    cfg.socket.backend = backend;
     cfg.progress = mode;
     Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))
 }

@@ -79,7 +79,7 @@ pub(crate) fn self_launch(np: u32, timeout: Duration) -> Result<Launch, String> 
     let root = listener
         .local_addr()
         .map_err(|e| format!("rendezvous root: {e}"))?;
-    let token = Config::new(PeerId(0)).token;
+    let token = Config::new(PeerId(0)).core.token;
     let modex = Rendezvous::root(listener, np, token, timeout);
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let mut children = Vec::new();
@@ -259,11 +259,11 @@ impl Job {
             // Interface selection unless RINGBTL_LISTEN says where; a self-launched job
             // stays on loopback, as its other ranks do.
             if !loopback {
-                base.listen = None;
+                base.wireup.listen = None;
             }
             let mut cfg = base.from_env().map_err(|e| e.to_string())?;
             if let Some(b) = opts.backend {
-                cfg.backend = b;
+                cfg.socket.backend = b;
             }
             let cpus = node_cpus();
             let over = oversubscription(|k| std::env::var(k).ok())

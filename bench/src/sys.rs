@@ -100,7 +100,7 @@ pub(crate) fn congestion_like_ringbtl(sock: &std::net::TcpStream) -> Result<(), 
     let peer = sock
         .peer_addr()
         .map_err(|e| format!("baseline socket: peer address: {e}"))?;
-    if let Some(name) = cfg.tcp_congestion.for_peer(&peer) {
+    if let Some(name) = cfg.socket.tcp_congestion.for_peer(&peer) {
         socket2::SockRef::from(sock)
             .set_tcp_congestion(name.as_bytes())
             .map_err(|e| format!("baseline socket: TCP_CONGESTION {name}: {e}"))?;

@@ -1,7 +1,6 @@
 //! `ringbtl_config_t`: a [`Config`] built before the transport, set by the names of the
 //! environment variables and checked by the library's own parser.
 
-use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr};
 
 use ringbtl::{Config, PeerId};
@@ -112,9 +111,10 @@ pub unsafe extern "C" fn ringbtl_config_free(cfg: *mut RingbtlConfig) {
     })
 }
 
-/// `cfg` with `name` set to `value`, parsed and checked as in the environment.
+/// `cfg` with `name` set to `value`, parsed and checked as in the environment
+/// ([`Config::set`]).
 fn set(cfg: &Config, name: &str, value: &str) -> Result<Config, c_int> {
-    if !setting_names().iter().any(|n| n == name) {
+    if !setting_names().contains(&name) {
         return Err(fail(
             RINGBTL_ERR_CONFIG,
             format!(
@@ -123,23 +123,18 @@ fn set(cfg: &Config, name: &str, value: &str) -> Result<Config, c_int> {
             ),
         ));
     }
-    cfg.clone()
-        .with_vars(|k| (k == name).then(|| value.to_owned()))
-        .map_err(|e| fail_with(&e))
+    let mut new = cfg.clone();
+    new.set(name, value).map_err(|e| fail_with(&e))?;
+    Ok(new)
 }
 
-/// Every `RINGBTL_*` variable the library's parser reads, in its order: asked from the
-/// parser itself (it looks each one up), so the list cannot fall behind it.
-fn setting_names() -> Vec<String> {
-    let seen = RefCell::new(Vec::<String>::new());
-    let _ = Config::new(PeerId(0)).with_vars(|k| {
-        let mut s = seen.borrow_mut();
-        if k.starts_with("RINGBTL_") && !s.iter().any(|n| n == k) {
-            s.push(k.to_owned());
-        }
-        None
-    });
-    seen.into_inner()
+/// Every `RINGBTL_*` variable of the library's parameter tables, in their order.
+fn setting_names() -> Vec<&'static str> {
+    Config::new(PeerId(0))
+        .settings()
+        .into_iter()
+        .map(|s| s.var)
+        .collect()
 }
 
 #[cfg(test)]
@@ -147,10 +142,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_come_from_the_parser() {
+    fn names_come_from_the_parameter_tables() {
         let names = setting_names();
         for n in ["RINGBTL_MAX_FRAME", "RINGBTL_BACKEND", "RINGBTL_IF_INCLUDE"] {
-            assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
+            assert!(names.contains(&n), "{n} missing from {names:?}");
         }
         assert!(names.iter().all(|n| n.starts_with("RINGBTL_")));
     }

@@ -209,7 +209,7 @@ fn dispatcher(shared: Rc<Shared>) -> impl FnMut(&mut Transport, &ringbtl::Am<'_>
 
 /// The largest message `t` sends or accepts.
 pub(crate) fn max_frame(t: &Transport) -> usize {
-    t.config().max_frame as usize
+    t.config().core.max_frame as usize
 }
 
 /// Reads a handle argument.

@@ -1,38 +1,246 @@
-//! The protocol core's settings: what the engine needs to know, validated by the core.
-//! No I/O here.
+//! The protocol core's settings: what the engine needs to know, with their table (see
+//! [`param`](crate::param)), validated by the core. No I/O here.
 
 use std::time::Duration;
 
-use crate::wire::PeerId;
+use crate::param::{Access, Kind, Param, Params, Unit};
+use crate::wire::{PeerId, DEFAULT_TOKEN};
 
-/// Engine parameters (a subset of [`Config`](crate::Config)).
-#[derive(Debug, Clone)]
+/// Engine parameters (the `core` part of [`Config`](crate::Config)).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CoreConfig {
-    /// Our process id.
+    /// Our process id (job-unique: the rank).
     pub pid: PeerId,
-    /// Job token.
+    /// Job token: both sides of a connection must agree (`RINGBTL_JOB_TOKEN`).
     pub token: u64,
-    /// Receive cache bytes per connection.
+    /// Receive cache per connection in bytes (`RINGBTL_RECV_CACHE`, 4 KiB..=64 MiB).
     pub recv_cache: usize,
-    /// Largest payload accepted.
+    /// Largest payload accepted in one frame (`RINGBTL_MAX_FRAME`, 1 KiB..=4 GiB-1).
     pub max_frame: u32,
-    /// Payloads up to this size are copied next to their header.
+    /// Payloads up to this many bytes are copied next to their header so that many small
+    /// messages leave in one contiguous iovec (`RINGBTL_INLINE`, 0..=64 KiB).
     pub inline_limit: usize,
-    /// Byte budget of one gathered send.
+    /// Byte budget of one gathered send when coalescing queued frames
+    /// (`RINGBTL_COALESCE_BYTES`, 4 KiB..=64 MiB).
     pub coalesce_bytes: usize,
-    /// Most iovecs in one gathered send.
+    /// Most iovecs in one gathered send (`RINGBTL_MAX_IOV`, 8..=1024, IOV_MAX).
     pub max_iov: usize,
-    /// Connect attempts before failing.
+    /// Connect attempts before a peer is declared unreachable (`RINGBTL_CONNECT_RETRIES`).
     pub connect_retries: u32,
-    /// First retry delay (doubles).
+    /// Delay before the first retry; doubles each time (`RINGBTL_RETRY_DELAY_MS`).
     pub retry_delay: Duration,
-    /// Handshake time limit.
+    /// Time allowed for a connection's handshake (`RINGBTL_HANDSHAKE_TIMEOUT_MS`).
     pub handshake_timeout: Duration,
     /// Most incoming connections waiting for their HELLO at once; more are closed at
-    /// once (a connection flood costs no buffer).
+    /// once, so a connection flood costs no buffer (`RINGBTL_MAX_HALF_OPEN`,
+    /// 1..=1,000,000).
     pub max_half_open: usize,
     /// Receives run as one multishot receive per connection on buffers the driver
     /// provides ([`Action::ArmProvided`](crate::proto::core::Action::ArmProvided)),
     /// instead of one [`Action::Receive`](crate::proto::core::Action::Receive) per read.
+    /// Not a parameter of its own: the transport sets it when the socket layer's
+    /// multishot receive (`RINGBTL_RECV_MULTISHOT`) could be set up, whatever it holds in
+    /// [`Config`](crate::Config).
     pub multishot: bool,
 }
+
+impl CoreConfig {
+    /// Defaults for process `pid`.
+    pub fn new(pid: PeerId) -> Self {
+        Self {
+            pid,
+            token: DEFAULT_TOKEN,
+            recv_cache: 64 * 1024,
+            max_frame: 64 * 1024 * 1024,
+            inline_limit: 1024,
+            coalesce_bytes: 256 * 1024,
+            max_iov: 256,
+            connect_retries: 5,
+            retry_delay: Duration::from_millis(20),
+            handshake_timeout: Duration::from_secs(5),
+            max_half_open: 1024,
+            multishot: false,
+        }
+    }
+
+    /// Checks every setting against its row of the table, then the relations between
+    /// them.
+    pub fn validate(&self) -> Result<(), String> {
+        self.check_params()?;
+        if self.inline_limit > self.coalesce_bytes {
+            return Err(format!(
+                "inline_limit ({}) must not exceed coalesce_bytes ({}) \
+                 (RINGBTL_INLINE, RINGBTL_COALESCE_BYTES)",
+                self.inline_limit, self.coalesce_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for CoreConfig {
+    /// Defaults for process 0.
+    fn default() -> Self {
+        Self::new(PeerId(0))
+    }
+}
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+
+fn millis(d: Duration) -> Option<u64> {
+    Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Params for CoreConfig {
+    const LAYER: &'static str = "core";
+
+    fn params() -> &'static [Param<Self>] {
+        &CORE_PARAMS
+    }
+}
+
+static CORE_PARAMS: [Param<CoreConfig>; 10] = [
+    Param {
+        name: "token",
+        var: "RINGBTL_JOB_TOKEN",
+        kind: Kind::Int {
+            lo: 0,
+            hi: u64::MAX,
+            unit: Unit::Hex,
+        },
+        meaning: "job token both ends of a connection must share",
+        access: Access::Num {
+            get: |c| Some(c.token),
+            put: |c, v| c.token = v.unwrap_or(0),
+        },
+    },
+    Param {
+        name: "recv_cache",
+        var: "RINGBTL_RECV_CACHE",
+        kind: Kind::Int {
+            lo: 4 * KIB,
+            hi: 64 * MIB,
+            unit: Unit::Bytes,
+        },
+        meaning: "receive cache per connection",
+        access: Access::Num {
+            get: |c| Some(c.recv_cache as u64),
+            put: |c, v| c.recv_cache = v.unwrap_or(0) as usize,
+        },
+    },
+    Param {
+        name: "max_frame",
+        var: "RINGBTL_MAX_FRAME",
+        kind: Kind::Int {
+            lo: KIB,
+            hi: u32::MAX as u64,
+            unit: Unit::Bytes,
+        },
+        meaning: "largest message accepted",
+        access: Access::Num {
+            get: |c| Some(c.max_frame.into()),
+            put: |c, v| c.max_frame = v.unwrap_or(0) as u32,
+        },
+    },
+    Param {
+        name: "inline_limit",
+        var: "RINGBTL_INLINE",
+        kind: Kind::Int {
+            lo: 0,
+            hi: 64 * KIB,
+            unit: Unit::Bytes,
+        },
+        meaning: "payloads up to this size are copied next to their header \
+                  (at most `RINGBTL_COALESCE_BYTES`)",
+        access: Access::Num {
+            get: |c| Some(c.inline_limit as u64),
+            put: |c, v| c.inline_limit = v.unwrap_or(0) as usize,
+        },
+    },
+    Param {
+        name: "coalesce_bytes",
+        var: "RINGBTL_COALESCE_BYTES",
+        kind: Kind::Int {
+            lo: 4 * KIB,
+            hi: 64 * MIB,
+            unit: Unit::Bytes,
+        },
+        meaning: "byte budget of one gathered send",
+        access: Access::Num {
+            get: |c| Some(c.coalesce_bytes as u64),
+            put: |c, v| c.coalesce_bytes = v.unwrap_or(0) as usize,
+        },
+    },
+    Param {
+        name: "max_iov",
+        var: "RINGBTL_MAX_IOV",
+        kind: Kind::Int {
+            lo: 8,
+            hi: 1024,
+            unit: Unit::Count,
+        },
+        meaning: "iovecs per gathered send",
+        access: Access::Num {
+            get: |c| Some(c.max_iov as u64),
+            put: |c, v| c.max_iov = v.unwrap_or(0) as usize,
+        },
+    },
+    Param {
+        name: "connect_retries",
+        var: "RINGBTL_CONNECT_RETRIES",
+        kind: Kind::Int {
+            lo: 1,
+            hi: 1000,
+            unit: Unit::Count,
+        },
+        meaning: "connect attempts before a peer is unreachable",
+        access: Access::Num {
+            get: |c| Some(c.connect_retries.into()),
+            put: |c, v| c.connect_retries = v.unwrap_or(0) as u32,
+        },
+    },
+    Param {
+        name: "retry_delay",
+        var: "RINGBTL_RETRY_DELAY_MS",
+        kind: Kind::Int {
+            lo: 1,
+            hi: 60_000,
+            unit: Unit::Millis,
+        },
+        meaning: "first connect retry delay (doubles)",
+        access: Access::Num {
+            get: |c| millis(c.retry_delay),
+            put: |c, v| c.retry_delay = Duration::from_millis(v.unwrap_or(0)),
+        },
+    },
+    Param {
+        name: "handshake_timeout",
+        var: "RINGBTL_HANDSHAKE_TIMEOUT_MS",
+        kind: Kind::Int {
+            lo: 10,
+            hi: 600_000,
+            unit: Unit::Millis,
+        },
+        meaning: "handshake time limit",
+        access: Access::Num {
+            get: |c| millis(c.handshake_timeout),
+            put: |c, v| c.handshake_timeout = Duration::from_millis(v.unwrap_or(0)),
+        },
+    },
+    Param {
+        name: "max_half_open",
+        var: "RINGBTL_MAX_HALF_OPEN",
+        kind: Kind::Int {
+            lo: 1,
+            hi: 1_000_000,
+            unit: Unit::Count,
+        },
+        meaning: "incoming connections still in their handshake at once; more are closed \
+                  at once",
+        access: Access::Num {
+            get: |c| Some(c.max_half_open as u64),
+            put: |c, v| c.max_half_open = v.unwrap_or(0) as usize,
+        },
+    },
+];

@@ -60,8 +60,10 @@ use std::time::Duration;
 pub(crate) use crate::buf::RxBuf;
 pub(crate) use crate::buf::TxBatch;
 pub(crate) use bufring::{ProvidedBuf, RingGeometry};
+pub(crate) use config::SockOpts;
 
 pub(crate) mod bufring;
+pub(crate) mod config;
 #[cfg(test)]
 mod conformance;
 #[cfg(feature = "epoll")]
@@ -76,32 +78,6 @@ pub(crate) mod uring;
 /// A connection slot in the reactor. Dense and reused after [`Event::Closed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct ConnId(pub(crate) u32);
-
-/// Socket options applied to every connected or accepted socket.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct SockOpts {
-    /// TCP_NODELAY.
-    pub(crate) nodelay: bool,
-    /// SO_SNDBUF when set (else kernel autotuning).
-    pub(crate) sndbuf: Option<usize>,
-    /// SO_RCVBUF when set (else kernel autotuning).
-    pub(crate) rcvbuf: Option<usize>,
-    /// TCP_USER_TIMEOUT when set (else the kernel's retransmission limit).
-    pub(crate) user_timeout: Option<Duration>,
-    /// SO_KEEPALIVE with TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT when set.
-    pub(crate) keepalive: Option<crate::config::Keepalive>,
-    /// TCP congestion control (`TCP_CONGESTION`), by peer (see `Congestion`).
-    pub(crate) congestion: crate::config::Congestion,
-    /// Most bytes one send call hands to the kernel (`None`: no limit).
-    pub(crate) send_chunk: Option<usize>,
-    /// Zero-copy sends (io_uring `SENDMSG_ZC`) for batches of at least this many bytes;
-    /// `None` = never. The epoll backend ignores it.
-    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
-    pub(crate) zerocopy_min: Option<usize>,
-    /// Allow zero-copy on loopback peers too, where the kernel copies anyway (tests).
-    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
-    pub(crate) zerocopy_loopback: bool,
-}
 
 /// A completed operation.
 #[derive(Debug)]

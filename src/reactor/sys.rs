@@ -6,8 +6,8 @@ use std::os::fd::{IntoRawFd, RawFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::config::Congestion;
 use super::SockOpts;
-use crate::config::Congestion;
 
 /// Applies the configured options to a socket connected (or connecting) to `peer`.
 pub(crate) fn apply_opts(sock: &Socket, opts: &SockOpts, peer: &SocketAddr) -> io::Result<()> {
@@ -222,7 +222,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::Keepalive;
+    use crate::reactor::config::Keepalive;
 
     fn tcp() -> Socket {
         Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket")

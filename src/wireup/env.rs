@@ -15,7 +15,7 @@
 //! environment. Values are checked: a rank without a size, a non-number, or a rank not
 //! below the size is an error naming the variables.
 
-use crate::config::parse_u64;
+use super::parse_u64;
 use crate::error::Error;
 
 /// This process's place in the job.

@@ -30,21 +30,25 @@ use std::os::unix::net::UnixStream;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::config::{parse_u64, Config};
 use crate::error::Error;
-use crate::wire::PeerId;
+use crate::param::Params;
+use crate::wire::DEFAULT_TOKEN;
 
+pub mod config;
 pub mod env;
 pub mod ifaces;
 pub mod pmi;
 pub mod pmix;
+mod probe;
 pub mod rendezvous;
 pub mod route;
 pub mod uri;
 
+pub use config::WireupConfig;
 pub use env::RankInfo;
 pub use ifaces::{discover, select_local, Cidr, IfFlags, IfMatch, IfSelection, Interface};
 pub use pmi::{PmiClient, PmiMaxes};
+pub use probe::probe;
 pub use rendezvous::Rendezvous;
 pub use route::{order_peer_addrs, Route};
 pub use uri::{format_uri, format_uri_list, parse_uri, parse_uri_list};
@@ -166,6 +170,20 @@ pub enum WireupKind {
 }
 
 impl WireupKind {
+    /// What `RINGBTL_WIREUP` accepts.
+    pub(crate) const ACCEPTED: &'static str = "accepted values are pmix, pmi, env, local";
+
+    /// The kind named `name` in `RINGBTL_WIREUP` (`pmi1` is `pmi`).
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
+        match name.trim() {
+            "pmix" => Some(Self::Pmix),
+            "pmi" | "pmi1" => Some(Self::Pmi),
+            "env" => Some(Self::Env),
+            "local" => Some(Self::Local),
+            _ => None,
+        }
+    }
+
     /// The name used in `RINGBTL_WIREUP`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -181,15 +199,9 @@ impl FromStr for WireupKind {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
-        match s.trim() {
-            "pmix" => Ok(Self::Pmix),
-            "pmi" | "pmi1" => Ok(Self::Pmi),
-            "env" => Ok(Self::Env),
-            "local" => Ok(Self::Local),
-            other => Err(Error::Config(format!(
-                "RINGBTL_WIREUP={other:?}: accepted values are pmix, pmi, env, local"
-            ))),
-        }
+        Self::from_name(s).ok_or_else(|| {
+            Error::Config(format!("RINGBTL_WIREUP={:?}: {}", s.trim(), Self::ACCEPTED))
+        })
     }
 }
 
@@ -226,15 +238,28 @@ impl Wireup {
 
     /// As [`from_env`](Self::from_env), reading variables through `get`.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
+        let cfg = WireupConfig::default().exchange_from_vars(&get)?;
+        Self::from_config(&cfg, get)
+    }
+
+    /// As [`from_vars`](Self::from_vars), with the exchange, the rendezvous address and
+    /// the time limit taken from `cfg` ([`WireupConfig::exchange`],
+    /// [`root`](WireupConfig::root), [`timeout`](WireupConfig::timeout)); `get` gives the
+    /// launcher's variables.
+    pub fn from_config(
+        cfg: &WireupConfig,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, Error> {
+        cfg.validate().map_err(Error::Config)?;
         let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        let timeout = timeout_from_vars(&get)?;
-        let kind = match var("RINGBTL_WIREUP") {
-            Some(v) => WireupKind::from_str(&v)?,
+        let timeout = cfg.timeout;
+        let kind = match cfg.exchange {
+            Some(k) => k,
             None if var("PMIX_NAMESPACE").is_some() || var("PMIX_RANK").is_some() => {
                 WireupKind::Pmix
             }
             None if var("PMI_FD").is_some() => WireupKind::Pmi,
-            None if var("RINGBTL_ROOT").is_some() => WireupKind::Env,
+            None if cfg.root.is_some() => WireupKind::Env,
             None => WireupKind::Local,
         };
         let (info, inner) = match kind {
@@ -280,11 +305,11 @@ impl Wireup {
                             .into(),
                     )
                 })?;
-                match var("RINGBTL_ROOT") {
+                match &cfg.root {
                     Some(root) => {
                         let token = match var("RINGBTL_JOB_TOKEN") {
                             Some(v) => parse_u64("RINGBTL_JOB_TOKEN", &v, 0, u64::MAX)?,
-                            None => Config::new(PeerId(0)).token,
+                            None => DEFAULT_TOKEN,
                         };
                         let r = Rendezvous::from_root(
                             root.trim(),
@@ -376,17 +401,17 @@ impl Modex for Wireup {
     }
 }
 
+/// Parses the integer variable `name` in `lo..=hi` (see [`crate::param::parse_u64`]).
+pub(crate) fn parse_u64(name: &str, v: &str, lo: u64, hi: u64) -> Result<u64, Error> {
+    crate::param::parse_u64(name, v, lo, hi).map_err(Error::Config)
+}
+
 /// Reads `RINGBTL_WIREUP_TIMEOUT` (milliseconds, 10..=3 600 000) through `get`.
 pub fn timeout_from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Duration, Error> {
-    match get("RINGBTL_WIREUP_TIMEOUT").filter(|v| !v.trim().is_empty()) {
-        Some(v) => Ok(Duration::from_millis(parse_u64(
-            "RINGBTL_WIREUP_TIMEOUT",
-            &v,
-            10,
-            3_600_000,
-        )?)),
-        None => Ok(DEFAULT_TIMEOUT),
-    }
+    let mut cfg = WireupConfig::default();
+    let only = |k: &str| (k == "RINGBTL_WIREUP_TIMEOUT").then(|| get(k)).flatten();
+    cfg.apply_vars(&only, &mut |_| {}).map_err(Error::Config)?;
+    Ok(cfg.timeout)
 }
 
 #[cfg(test)]

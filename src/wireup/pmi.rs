@@ -263,7 +263,7 @@ impl<S: Read + Write> PmiClient<S> {
 /// on the returned stream owns it and closes it on drop, so nothing else in the process
 /// may use it.
 pub fn connect_fd(value: &str) -> Result<UnixStream, Error> {
-    let fd = crate::config::parse_u64("PMI_FD", value, 0, i32::MAX as u64)? as i32;
+    let fd = super::parse_u64("PMI_FD", value, 0, i32::MAX as u64)? as i32;
     let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))
         .map_err(|e| Error::Wireup(format!("PMI_FD={fd} is not an open descriptor: {e}")))?;
     if !link.to_string_lossy().starts_with("socket:") {

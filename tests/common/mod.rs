@@ -73,10 +73,10 @@ pub fn multishot() -> bool {
 /// A loopback config for process `pid`.
 pub fn cfg(pid: u32, kind: BackendKind) -> Config {
     let mut c = Config::new(PeerId(pid));
-    c.backend = kind;
-    c.recv_multishot = multishot();
-    c.connect_retries = 3;
-    c.retry_delay = Duration::from_millis(5);
+    c.socket.backend = kind;
+    c.socket.recv_multishot = multishot();
+    c.core.connect_retries = 3;
+    c.core.retry_delay = Duration::from_millis(5);
     c
 }
 

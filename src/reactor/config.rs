@@ -1,0 +1,526 @@
+//! The reactor's settings: backend choice, socket options, send pieces, zero-copy and the
+//! provided-buffer ring, with their table (see [`param`](crate::param)). Validated here,
+//! by the layer that applies them.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::BackendKind;
+use crate::param::{parse_int, Access, Kind, Param, Params, Unit};
+
+/// Socket-level settings of a transport (the `socket` part of
+/// [`Config`](crate::Config)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketConfig {
+    /// Backend choice (`RINGBTL_BACKEND=auto|uring|epoll`).
+    pub backend: BackendKind,
+    /// TCP_NODELAY (`RINGBTL_NODELAY`, 0/1).
+    pub nodelay: bool,
+    /// SO_SNDBUF, kernel autotuning when `None` (`RINGBTL_SNDBUF`, 0 = autotune).
+    pub sndbuf: Option<usize>,
+    /// SO_RCVBUF, kernel autotuning when `None` (`RINGBTL_RCVBUF`, 0 = autotune).
+    pub rcvbuf: Option<usize>,
+    /// TCP congestion control of the connections (`RINGBTL_TCP_CONGESTION`): see
+    /// [`Congestion`].
+    pub tcp_congestion: Congestion,
+    /// Most bytes handed to the kernel by one send call (`RINGBTL_SEND_CHUNK`,
+    /// 4 KiB..=1 GiB, 0 = no limit). A larger batch (a large payload, or many coalesced
+    /// frames) leaves in several consecutive calls on the same connection; the bytes on
+    /// the wire are the same. Off by default: it paid on loopback only under a pacing
+    /// congestion control (BBR), see "Large messages" in the README.
+    pub send_chunk: Option<usize>,
+    /// `TCP_USER_TIMEOUT` on every connection (`RINGBTL_TCP_USER_TIMEOUT_MS`, 0 = the
+    /// kernel's default): how long sent data may stay unacknowledged before the kernel
+    /// aborts the connection with `ETIMEDOUT`, which fails the endpoint and its pending
+    /// sends. Without it a dead peer holding unacknowledged data is noticed only after
+    /// the full retransmission schedule (`tcp_retries2`, about 15 minutes). With
+    /// keepalive on, it also ends the probing of an idle connection: the kernel gives up
+    /// at the first unanswered probe once this long has passed without an answer.
+    /// A live peer that stops reading (zero window) answers the kernel's window probes,
+    /// which do not count against the timeout since Linux 5.11; on older kernels such a
+    /// peer is dropped as well, so raise the timeout (or set 0) where a rank may compute
+    /// for a long time without making progress.
+    pub tcp_user_timeout: Option<Duration>,
+    /// TCP keepalive on every connection (`RINGBTL_KEEPALIVE=idle_s,intvl_s,cnt`, `0` =
+    /// off): finds a dead peer on a connection with nothing in flight.
+    pub keepalive: Option<Keepalive>,
+    /// Zero-copy sends (io_uring `SENDMSG_ZC`, Linux 6.1+) for gathered sends of at
+    /// least this many bytes (`RINGBTL_ZEROCOPY`, bytes, `0` = off; default off). The
+    /// kernel pins the caller's pages instead of copying them and the send completes
+    /// when its notification says the NIC is done with them. Pays only for large
+    /// payloads on a real NIC (the kernel's measurements put the break-even around
+    /// 10-16 KiB); never on loopback, where the kernel copies anyway, so loopback peers
+    /// keep plain sends. The epoll backend ignores it.
+    pub zerocopy_min: Option<usize>,
+    /// Use zero-copy sends on loopback peers too (`RINGBTL_ZEROCOPY_LOOPBACK=0|1`): only
+    /// for testing the path, since the kernel then copies and notifies later.
+    pub zerocopy_loopback: bool,
+    /// Multishot receive on a ring of provided buffers shared by every connection
+    /// (`RINGBTL_RECV_MULTISHOT=0|1`, default off). io_uring backend only, Linux 6.0+;
+    /// the epoll backend ignores it, and io_uring falls back to single-shot receives
+    /// (with a warning) when the ring cannot be set up.
+    ///
+    /// Off, each connection has its own receive cache
+    /// ([`CoreConfig::recv_cache`](crate::proto::config::CoreConfig::recv_cache), 64 KiB
+    /// by default) and a poll-mode fast path that reads spun connections directly. On,
+    /// receive memory is the shared ring ([`recv_ring_bufs`](Self::recv_ring_bufs) x
+    /// [`recv_ring_buf_size`](Self::recv_ring_buf_size)) and frames are parsed in place
+    /// in it; the per-connection cache then only holds frames cut between two buffers and
+    /// is touched only then. Turn it on for many peers per process (hundreds of
+    /// connections, where per-connection caches add up) or many mostly idle connections;
+    /// leave it off for the lowest latency with a few peers, since the direct `recv`
+    /// fast path is not used and payloads larger than one buffer are copied once out of
+    /// the ring.
+    pub recv_multishot: bool,
+    /// Number of provided buffers in the ring (`RINGBTL_RECV_RING_BUFS`, a power of two
+    /// in 1..=32768, default 256).
+    pub recv_ring_bufs: u32,
+    /// Bytes per provided buffer (`RINGBTL_RECV_RING_BUF_SIZE`, 1 KiB..=1 MiB, default
+    /// 16 KiB).
+    pub recv_ring_buf_size: usize,
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        Self {
+            backend: BackendKind::Auto,
+            nodelay: true,
+            sndbuf: None,
+            rcvbuf: None,
+            tcp_congestion: Congestion::Auto,
+            send_chunk: None,
+            tcp_user_timeout: Some(Duration::from_secs(30)),
+            keepalive: Some(Keepalive::DEFAULT),
+            zerocopy_min: None,
+            zerocopy_loopback: false,
+            recv_multishot: false,
+            recv_ring_bufs: 256,
+            recv_ring_buf_size: 16 * 1024,
+        }
+    }
+}
+
+impl SocketConfig {
+    /// Checks every setting against its row of the table.
+    pub fn validate(&self) -> Result<(), String> {
+        self.check_params()
+    }
+
+    /// The options every connected or accepted socket gets.
+    pub(crate) fn sock_opts(&self) -> SockOpts {
+        SockOpts {
+            nodelay: self.nodelay,
+            sndbuf: self.sndbuf,
+            rcvbuf: self.rcvbuf,
+            user_timeout: self.tcp_user_timeout,
+            keepalive: self.keepalive,
+            send_chunk: self.send_chunk,
+            congestion: self.tcp_congestion.clone(),
+            zerocopy_min: self.zerocopy_min,
+            zerocopy_loopback: self.zerocopy_loopback,
+        }
+    }
+}
+
+const GIB: u64 = 1 << 30;
+
+fn usize_opt(v: Option<usize>) -> Option<u64> {
+    v.map(|n| n as u64)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Params for SocketConfig {
+    const LAYER: &'static str = "socket";
+
+    fn params() -> &'static [Param<Self>] {
+        &SOCKET_PARAMS
+    }
+}
+
+static SOCKET_PARAMS: [Param<SocketConfig>; 13] = [
+    Param {
+        name: "backend",
+        var: "RINGBTL_BACKEND",
+        kind: Kind::Text("auto, uring, epoll"),
+        meaning: "backend; auto probes io_uring and falls back to epoll",
+        access: Access::Text {
+            get: |c| c.backend.to_string(),
+            parse: |c, v| Ok(c.backend = v.parse()?),
+            check: |_| Ok(()),
+        },
+    },
+    Param {
+        name: "nodelay",
+        var: "RINGBTL_NODELAY",
+        kind: Kind::Bool,
+        meaning: "`TCP_NODELAY`",
+        access: Access::Num {
+            get: |c| Some(c.nodelay.into()),
+            put: |c, v| c.nodelay = v == Some(1),
+        },
+    },
+    Param {
+        name: "sndbuf",
+        var: "RINGBTL_SNDBUF",
+        kind: Kind::IntOrOff {
+            lo: 1,
+            hi: GIB,
+            unit: Unit::Bytes,
+            off: "kernel autotuning",
+        },
+        meaning: "`SO_SNDBUF`",
+        access: Access::Num {
+            get: |c| usize_opt(c.sndbuf),
+            put: |c, v| c.sndbuf = v.map(|n| n as usize),
+        },
+    },
+    Param {
+        name: "rcvbuf",
+        var: "RINGBTL_RCVBUF",
+        kind: Kind::IntOrOff {
+            lo: 1,
+            hi: GIB,
+            unit: Unit::Bytes,
+            off: "kernel autotuning",
+        },
+        meaning: "`SO_RCVBUF`",
+        access: Access::Num {
+            get: |c| usize_opt(c.rcvbuf),
+            put: |c, v| c.rcvbuf = v.map(|n| n as usize),
+        },
+    },
+    Param {
+        name: "tcp_congestion",
+        var: "RINGBTL_TCP_CONGESTION",
+        kind: Kind::Text("auto, system, or an algorithm name"),
+        meaning: "TCP congestion control: `auto` (`reno` towards loopback peers, the \
+                  system's algorithm elsewhere), `system`, or an algorithm of \
+                  `net.ipv4.tcp_available_congestion_control` for every connection",
+        access: Access::Text {
+            get: |c| c.tcp_congestion.to_string(),
+            parse: |c, v| Ok(c.tcp_congestion = v.parse()?),
+            check: |c| c.tcp_congestion.check(),
+        },
+    },
+    Param {
+        name: "send_chunk",
+        var: "RINGBTL_SEND_CHUNK",
+        kind: Kind::IntOrOff {
+            lo: 4096,
+            hi: GIB,
+            unit: Unit::Bytes,
+            off: "no limit",
+        },
+        meaning: "most bytes one send call hands to the kernel; a larger message leaves \
+                  in consecutive calls (same bytes on the wire)",
+        access: Access::Num {
+            get: |c| usize_opt(c.send_chunk),
+            put: |c, v| c.send_chunk = v.map(|n| n as usize),
+        },
+    },
+    Param {
+        name: "tcp_user_timeout",
+        var: "RINGBTL_TCP_USER_TIMEOUT_MS",
+        kind: Kind::IntOrOff {
+            lo: 1,
+            hi: i32::MAX as u64,
+            unit: Unit::Millis,
+            off: "kernel default (about 15 min)",
+        },
+        meaning: "`TCP_USER_TIMEOUT`: unacknowledged data older than this aborts the \
+                  connection (`ETIMEDOUT`), failing its endpoint and pending sends",
+        access: Access::Num {
+            get: |c| c.tcp_user_timeout.map(millis),
+            put: |c, v| c.tcp_user_timeout = v.map(Duration::from_millis),
+        },
+    },
+    Param {
+        name: "keepalive",
+        var: "RINGBTL_KEEPALIVE",
+        kind: Kind::Text("idle_s,intvl_s,cnt; 0 = off"),
+        meaning: "TCP keepalive (finds a dead peer on an idle connection)",
+        access: Access::Text {
+            get: |c| match &c.keepalive {
+                Some(k) => k.to_string(),
+                None => "0".into(),
+            },
+            parse: |c, v| Ok(c.keepalive = Keepalive::parse_text(v)?),
+            check: |c| c.keepalive.as_ref().map_or(Ok(()), Keepalive::check),
+        },
+    },
+    Param {
+        name: "zerocopy_min",
+        var: "RINGBTL_ZEROCOPY",
+        kind: Kind::IntOrOff {
+            lo: 1,
+            hi: GIB,
+            unit: Unit::Bytes,
+            off: "off",
+        },
+        meaning: "io_uring only: `SENDMSG_ZC` for gathered sends of at least this many \
+                  bytes; never to loopback peers",
+        access: Access::Num {
+            get: |c| usize_opt(c.zerocopy_min),
+            put: |c, v| c.zerocopy_min = v.map(|n| n as usize),
+        },
+    },
+    Param {
+        name: "zerocopy_loopback",
+        var: "RINGBTL_ZEROCOPY_LOOPBACK",
+        kind: Kind::Bool,
+        meaning: "use zero-copy to loopback peers too (testing: the kernel copies anyway)",
+        access: Access::Num {
+            get: |c| Some(c.zerocopy_loopback.into()),
+            put: |c, v| c.zerocopy_loopback = v == Some(1),
+        },
+    },
+    Param {
+        name: "recv_multishot",
+        var: "RINGBTL_RECV_MULTISHOT",
+        kind: Kind::Bool,
+        meaning: "io_uring only: multishot receive on a shared ring of provided buffers",
+        access: Access::Num {
+            get: |c| Some(c.recv_multishot.into()),
+            put: |c, v| c.recv_multishot = v == Some(1),
+        },
+    },
+    Param {
+        name: "recv_ring_bufs",
+        var: "RINGBTL_RECV_RING_BUFS",
+        kind: Kind::Pow2 { lo: 1, hi: 32768 },
+        meaning: "provided buffers in that ring",
+        access: Access::Num {
+            get: |c| Some(c.recv_ring_bufs.into()),
+            put: |c, v| c.recv_ring_bufs = v.unwrap_or(0) as u32,
+        },
+    },
+    Param {
+        name: "recv_ring_buf_size",
+        var: "RINGBTL_RECV_RING_BUF_SIZE",
+        kind: Kind::Int {
+            lo: 1 << 10,
+            hi: 1 << 20,
+            unit: Unit::Bytes,
+        },
+        meaning: "bytes per provided buffer",
+        access: Access::Num {
+            get: |c| Some(c.recv_ring_buf_size as u64),
+            put: |c, v| c.recv_ring_buf_size = v.unwrap_or(0) as usize,
+        },
+    },
+];
+
+impl FromStr for BackendKind {
+    type Err = String;
+
+    /// `auto`, `uring` (or `io_uring`), `epoll`.
+    fn from_str(v: &str) -> Result<Self, String> {
+        match v.trim() {
+            "auto" => Ok(BackendKind::Auto),
+            "uring" | "io_uring" => Ok(BackendKind::Uring),
+            "epoll" => Ok(BackendKind::Epoll),
+            _ => Err("accepted values are auto, uring, epoll".into()),
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    /// The text [`FromStr`] accepts.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Uring => "uring",
+            BackendKind::Epoll => "epoll",
+        })
+    }
+}
+
+/// Socket options applied to every connected or accepted socket.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SockOpts {
+    /// TCP_NODELAY.
+    pub(crate) nodelay: bool,
+    /// SO_SNDBUF when set (else kernel autotuning).
+    pub(crate) sndbuf: Option<usize>,
+    /// SO_RCVBUF when set (else kernel autotuning).
+    pub(crate) rcvbuf: Option<usize>,
+    /// TCP_USER_TIMEOUT when set (else the kernel's retransmission limit).
+    pub(crate) user_timeout: Option<Duration>,
+    /// SO_KEEPALIVE with TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT when set.
+    pub(crate) keepalive: Option<Keepalive>,
+    /// TCP congestion control (`TCP_CONGESTION`), by peer (see `Congestion`).
+    pub(crate) congestion: Congestion,
+    /// Most bytes one send call hands to the kernel (`None`: no limit).
+    pub(crate) send_chunk: Option<usize>,
+    /// Zero-copy sends (io_uring `SENDMSG_ZC`) for batches of at least this many bytes;
+    /// `None` = never. The epoll backend ignores it.
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
+    pub(crate) zerocopy_min: Option<usize>,
+    /// Allow zero-copy on loopback peers too, where the kernel copies anyway (tests).
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
+    pub(crate) zerocopy_loopback: bool,
+}
+
+/// TCP congestion control of ringbtl's connections (`TCP_CONGESTION`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Congestion {
+    /// `reno` on connections to loopback peers, the system's algorithm elsewhere. On
+    /// loopback there is no congestion to control, and a pacing, probing algorithm such
+    /// as BBR (some distributions' default) only slows the stream; `reno` is the one
+    /// any unprivileged process may choose. (`RINGBTL_TCP_CONGESTION=auto`, the default.)
+    #[default]
+    Auto,
+    /// The system's `net.ipv4.tcp_congestion_control` everywhere (`system`).
+    System,
+    /// This algorithm on every connection, checked when the transport starts (one of
+    /// `net.ipv4.tcp_available_congestion_control`; unprivileged processes are limited
+    /// to `net.ipv4.tcp_allowed_congestion_control`).
+    Use(String),
+}
+
+impl Congestion {
+    /// The algorithm to set on a connection to `peer`, `None` to keep the system's.
+    pub fn for_peer(&self, peer: &SocketAddr) -> Option<&str> {
+        match self {
+            Congestion::Use(name) => Some(name),
+            Congestion::Auto if peer.ip().is_loopback() => Some("reno"),
+            Congestion::Auto | Congestion::System => None,
+        }
+    }
+
+    /// An algorithm name must fit `TCP_CA_NAME_MAX` (15 bytes and the NUL), in ASCII.
+    fn check(&self) -> Result<(), String> {
+        match self {
+            Congestion::Use(n)
+                if n.is_empty()
+                    || n.len() >= 16
+                    || !n.is_ascii()
+                    || n == "auto"
+                    || n == "system" =>
+            {
+                Err("auto, system, or an algorithm name from \
+                     net.ipv4.tcp_available_congestion_control (at most 15 characters)"
+                    .into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl FromStr for Congestion {
+    type Err = String;
+
+    /// `auto`, `system`, or an algorithm name.
+    fn from_str(v: &str) -> Result<Self, String> {
+        let c = match v.trim() {
+            "auto" => Congestion::Auto,
+            "system" => Congestion::System,
+            name => Congestion::Use(name.to_string()),
+        };
+        c.check().map(|()| c)
+    }
+}
+
+impl fmt::Display for Congestion {
+    /// The text [`FromStr`] accepts.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Congestion::Auto => f.write_str("auto"),
+            Congestion::System => f.write_str("system"),
+            Congestion::Use(n) => f.write_str(n),
+        }
+    }
+}
+
+/// TCP keepalive parameters (`TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`).
+///
+/// Without a user timeout, a connection idle for `idle` is probed every `interval` and
+/// aborted with `ETIMEDOUT` after `count` unanswered probes: a dead peer is found in
+/// `idle + interval * count`. With [`SocketConfig::tcp_user_timeout`] set, the kernel
+/// ends the probing by that timeout instead of by the count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Idle time before the first probe (whole seconds, 1..=32767).
+    pub idle: Duration,
+    /// Time between probes (whole seconds, 1..=32767).
+    pub interval: Duration,
+    /// Unanswered probes before the connection is dropped (1..=127).
+    pub count: u32,
+}
+
+impl Keepalive {
+    /// UCX's choice for its TCP transport: first probe after 10 s idle, then every 2 s,
+    /// 5 probes.
+    pub const DEFAULT: Self = Self {
+        idle: Duration::from_secs(10),
+        interval: Duration::from_secs(2),
+        count: 5,
+    };
+
+    /// Largest idle time and interval the kernel accepts, in seconds
+    /// (`MAX_TCP_KEEPIDLE`, `MAX_TCP_KEEPINTVL`).
+    const MAX_SECS: u64 = 32767;
+    /// Largest probe count the kernel accepts (`MAX_TCP_KEEPCNT`).
+    const MAX_COUNT: u32 = 127;
+
+    /// Parses `idle_s,intvl_s,cnt`, or `0` for no keepalive (`None`); `name` is the
+    /// variable quoted in errors.
+    pub fn parse(name: &str, v: &str) -> Result<Option<Self>, String> {
+        Self::parse_text(v).map_err(|why| format!("{name}={v:?}: {why}"))
+    }
+
+    fn parse_text(v: &str) -> Result<Option<Self>, String> {
+        let t = v.trim();
+        if t == "0" {
+            return Ok(None);
+        }
+        let parts: Vec<&str> = t.split(',').collect();
+        let [idle, intvl, cnt] = parts[..] else {
+            return Err("expected idle_s,intvl_s,cnt (e.g. 10,2,5) or 0 for off".into());
+        };
+        let num =
+            |what: &str, x: &str, hi: u64| {
+                parse_int(x).filter(|n| (1..=hi).contains(n)).ok_or_else(|| {
+                format!("{what} must be an integer in 1..={hi} (idle_s,intvl_s,cnt, or 0 for off)")
+            })
+            };
+        Ok(Some(Self {
+            idle: Duration::from_secs(num("idle_s", idle, Self::MAX_SECS)?),
+            interval: Duration::from_secs(num("intvl_s", intvl, Self::MAX_SECS)?),
+            count: num("cnt", cnt, Self::MAX_COUNT.into())? as u32,
+        }))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let secs = 1..=Self::MAX_SECS;
+        let whole = |d: Duration| d.subsec_nanos() == 0 && secs.contains(&d.as_secs());
+        if !whole(self.idle)
+            || !whole(self.interval)
+            || !(1..=Self::MAX_COUNT).contains(&self.count)
+        {
+            return Err(format!(
+                "idle and interval must be whole seconds in 1..={}, count in 1..={}",
+                Self::MAX_SECS,
+                Self::MAX_COUNT
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Keepalive {
+    /// `idle_s,intvl_s,cnt`, as [`Keepalive::parse`] reads it (sub-second parts, which
+    /// the check refuses, are shown as fractions).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = |d: Duration| match d.subsec_nanos() {
+            0 => d.as_secs().to_string(),
+            _ => format!("{}", d.as_secs_f64()),
+        };
+        write!(f, "{},{},{}", s(self.idle), s(self.interval), self.count)
+    }
+}

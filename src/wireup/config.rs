@@ -1,0 +1,259 @@
+//! Wire-up settings: where to listen, which interfaces to publish, and how to exchange
+//! addresses, with their table (see [`param`](crate::param)). Validated here, by the
+//! layer that uses them.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::ifaces::{IfMatch, IfSelection};
+use super::{WireupKind, DEFAULT_TIMEOUT};
+use crate::error::Error;
+use crate::param::{Access, Kind, Param, Params, Unit};
+
+/// Wire-up settings of a transport (the `wireup` part of [`Config`](crate::Config)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireupConfig {
+    /// Address to listen on (`127.0.0.1:0` by default: loopback, ephemeral port;
+    /// `RINGBTL_LISTEN=ip:port`). `None` (`RINGBTL_LISTEN=auto`): select the local
+    /// interfaces ([`if_include`](Self::if_include) / [`if_exclude`](Self::if_exclude)),
+    /// listen on the wildcard address of each family they need, on [`ports`](Self::ports)
+    /// or an ephemeral port, and publish the selected addresses with that port
+    /// ([`Transport::uris`](crate::Transport::uris)).
+    pub listen: Option<SocketAddr>,
+    /// Interfaces to use, by name or subnet (`RINGBTL_IF_INCLUDE=eth1,10.1.0.0/16`);
+    /// only with `listen: None`. Exclusive with `if_exclude`.
+    pub if_include: Vec<IfMatch>,
+    /// Interfaces not to use (`RINGBTL_IF_EXCLUDE`); the default rule then applies to the
+    /// rest (see [`IfSelection`]). Exclusive with `if_include`.
+    pub if_exclude: Vec<IfMatch>,
+    /// Listen port range `(lo, hi)`, inclusive, with `listen: None` (`RINGBTL_PORT=40000`
+    /// or `40000-40099`); `None`: an ephemeral port.
+    pub ports: Option<(u16, u16)>,
+    /// The address exchange (`RINGBTL_WIREUP=pmix|pmi|env|local`); `None`: chosen from
+    /// the launcher's environment (see [`Wireup`](super::Wireup)).
+    pub exchange: Option<WireupKind>,
+    /// `host:port` of the env + root rendezvous, where rank 0 listens (`RINGBTL_ROOT`).
+    pub root: Option<String>,
+    /// Time limit of the address exchange (`RINGBTL_WIREUP_TIMEOUT`, ms, 10..=3600000).
+    pub timeout: Duration,
+}
+
+impl Default for WireupConfig {
+    fn default() -> Self {
+        Self {
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            if_include: Vec::new(),
+            if_exclude: Vec::new(),
+            ports: None,
+            exchange: None,
+            root: None,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// The variables of the address exchange, read by [`Wireup::from_vars`](super::Wireup)
+/// on its own.
+pub(crate) const EXCHANGE_VARS: [&str; 3] =
+    ["RINGBTL_WIREUP", "RINGBTL_ROOT", "RINGBTL_WIREUP_TIMEOUT"];
+
+impl WireupConfig {
+    /// Checks every setting against its row of the table, then the relations between
+    /// them.
+    pub fn validate(&self) -> Result<(), String> {
+        self.check_params()?;
+        if !self.if_include.is_empty() && !self.if_exclude.is_empty() {
+            return Err(
+                "if_include and if_exclude are both set (RINGBTL_IF_INCLUDE / \
+                 RINGBTL_IF_EXCLUDE); give only one"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The interface selection of [`if_include`](Self::if_include) /
+    /// [`if_exclude`](Self::if_exclude).
+    pub fn if_selection(&self) -> Result<IfSelection, Error> {
+        IfSelection::from_lists(&self.if_include, &self.if_exclude)
+    }
+
+    /// Applies the exchange's variables ([`EXCHANGE_VARS`]) read through `get`.
+    pub(crate) fn exchange_from_vars(
+        mut self,
+        get: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, Error> {
+        let only = |k: &str| EXCHANGE_VARS.contains(&k).then(|| get(k)).flatten();
+        self.apply_vars(&only, &mut |_| {}).map_err(Error::Config)?;
+        Ok(self)
+    }
+}
+
+impl Params for WireupConfig {
+    const LAYER: &'static str = "wireup";
+
+    fn params() -> &'static [Param<Self>] {
+        &WIREUP_PARAMS
+    }
+}
+
+fn list(l: &[IfMatch]) -> String {
+    l.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn parse_list(v: &str) -> Result<Vec<IfMatch>, String> {
+    if v.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    v.split(',')
+        .map(|item| {
+            IfMatch::from_str(item).map_err(|e| match e {
+                Error::Config(m) => m,
+                other => other.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Parses `RINGBTL_PORT`: a port (`40000`) or an inclusive range (`40000-40099`); blank
+/// for none (an ephemeral port).
+fn parse_ports(v: &str) -> Result<Option<(u16, u16)>, String> {
+    let t = v.trim();
+    if t.is_empty() {
+        return Ok(None);
+    }
+    let bad = || "expected a port or a range lo-hi, within 1..=65535".to_string();
+    let port = |t: &str| t.trim().parse::<u16>().map_err(|_| bad());
+    Ok(Some(match t.split_once('-') {
+        Some((a, b)) => (port(a)?, port(b)?),
+        None => (port(t)?, port(t)?),
+    }))
+}
+
+static WIREUP_PARAMS: [Param<WireupConfig>; 7] = [
+    Param {
+        name: "listen",
+        var: "RINGBTL_LISTEN",
+        kind: Kind::Text("ip:port, or auto"),
+        meaning: "listen address; `auto`: the selected interfaces, wildcard listen, \
+                  addresses published by `Transport::uris`",
+        access: Access::Text {
+            get: |c| match c.listen {
+                Some(a) => a.to_string(),
+                None => "auto".into(),
+            },
+            parse: |c, v| {
+                c.listen = match v.trim() {
+                    "auto" => None,
+                    t => Some(SocketAddr::from_str(t).map_err(|e| {
+                        format!("expected ip:port (e.g. 127.0.0.1:0) or auto: {e}")
+                    })?),
+                };
+                Ok(())
+            },
+            check: |_| Ok(()),
+        },
+    },
+    Param {
+        name: "if_include",
+        var: "RINGBTL_IF_INCLUDE",
+        kind: Kind::Text("interface names or subnets, comma-separated"),
+        meaning: "interfaces to use with `RINGBTL_LISTEN=auto` (`eth1,10.1.0.0/16`); \
+                  unset: physical interfaces, else loopback; not with `RINGBTL_IF_EXCLUDE`",
+        access: Access::Text {
+            get: |c| list(&c.if_include),
+            parse: |c, v| Ok(c.if_include = parse_list(v)?),
+            check: |_| Ok(()),
+        },
+    },
+    Param {
+        name: "if_exclude",
+        var: "RINGBTL_IF_EXCLUDE",
+        kind: Kind::Text("interface names or subnets, comma-separated"),
+        meaning: "interfaces not to use; the default rule applies to the rest",
+        access: Access::Text {
+            get: |c| list(&c.if_exclude),
+            parse: |c, v| Ok(c.if_exclude = parse_list(v)?),
+            check: |_| Ok(()),
+        },
+    },
+    Param {
+        name: "ports",
+        var: "RINGBTL_PORT",
+        kind: Kind::Text("port or range lo-hi, in 1..=65535"),
+        meaning: "listen port or range with `RINGBTL_LISTEN=auto`; unset: ephemeral",
+        access: Access::Text {
+            get: |c| match c.ports {
+                None => String::new(),
+                Some((lo, hi)) if lo == hi => lo.to_string(),
+                Some((lo, hi)) => format!("{lo}-{hi}"),
+            },
+            parse: |c, v| Ok(c.ports = parse_ports(v)?),
+            check: |c| match c.ports {
+                Some((lo, hi)) if lo == 0 || lo > hi => {
+                    Err("expected a port or a range lo-hi, with 1 <= lo <= hi <= 65535".into())
+                }
+                _ => Ok(()),
+            },
+        },
+    },
+    Param {
+        name: "exchange",
+        var: "RINGBTL_WIREUP",
+        kind: Kind::Text("pmix, pmi, env, local"),
+        meaning: "address exchange; unset: from the launcher's environment",
+        access: Access::Text {
+            get: |c| c.exchange.map(|k| k.as_str()).unwrap_or("").into(),
+            parse: |c, v| {
+                c.exchange = match v.trim() {
+                    "" => None,
+                    t => Some(WireupKind::from_name(t).ok_or(WireupKind::ACCEPTED)?),
+                };
+                Ok(())
+            },
+            check: |_| Ok(()),
+        },
+    },
+    Param {
+        name: "root",
+        var: "RINGBTL_ROOT",
+        kind: Kind::Text("host:port"),
+        meaning: "address of the env + root rendezvous (rank 0 listens there)",
+        access: Access::Text {
+            get: |c| c.root.clone().unwrap_or_default(),
+            parse: |c, v| {
+                let t = v.trim();
+                c.root = (!t.is_empty()).then(|| t.to_owned());
+                Ok(())
+            },
+            check: |c| match &c.root {
+                Some(r)
+                    if !r
+                        .rsplit_once(':')
+                        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) =>
+                {
+                    Err("expected host:port".into())
+                }
+                _ => Ok(()),
+            },
+        },
+    },
+    Param {
+        name: "timeout",
+        var: "RINGBTL_WIREUP_TIMEOUT",
+        kind: Kind::Int {
+            lo: 10,
+            hi: 3_600_000,
+            unit: Unit::Millis,
+        },
+        meaning: "address exchange time limit",
+        access: Access::Num {
+            get: |c| Some(u64::try_from(c.timeout.as_millis()).unwrap_or(u64::MAX)),
+            put: |c, v| c.timeout = Duration::from_millis(v.unwrap_or(0)),
+        },
+    },
+];
