@@ -316,10 +316,13 @@ static TRANSPORT_PARAMS: [Param<Config>; 1] = [Param {
               has CPUs",
     access: Access::Text {
         get: |c| c.progress.to_string(),
-        parse: |c, v| Ok(c.progress = v.parse()?),
+        parse: |c, v| {
+            c.progress = v.parse()?;
+            Ok(())
+        },
         check: |c| match c.progress {
             ProgressMode::SpinThenBlock(d) if d > ProgressMode::MAX_SPIN => Err(format!(
-                "spin time at most {} us",
+                "expected a spin time of at most {} us",
                 ProgressMode::MAX_SPIN.as_micros()
             )),
             _ => Ok(()),
@@ -595,5 +598,173 @@ mod tests {
         .unwrap();
         assert_eq!(c.progress, ProgressMode::Poll);
         assert_eq!(with(&[]).unwrap().progress, ProgressMode::Poll);
+    }
+
+    #[test]
+    fn a_value_set_in_code_meets_the_checks_of_the_environment() {
+        let mut c = Config::new(PeerId(0));
+        c.core.max_half_open = 0;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("max_half_open")
+                && e.contains("RINGBTL_MAX_HALF_OPEN")
+                && e.contains("1..=1000000"),
+            "{e}"
+        );
+        let from_env = with(&[("RINGBTL_MAX_HALF_OPEN", "0")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            from_env.contains("RINGBTL_MAX_HALF_OPEN") && from_env.contains("1..=1000000"),
+            "{from_env}"
+        );
+        // Out of every row's range in code, refused by validate() naming the setting.
+        type Case = (&'static str, &'static str, fn(&mut Config));
+        let cases: [Case; 8] = [
+            ("max_frame", "RINGBTL_MAX_FRAME", |c| c.core.max_frame = 10),
+            ("retry_delay", "RINGBTL_RETRY_DELAY_MS", |c| {
+                c.core.retry_delay = Duration::ZERO
+            }),
+            ("handshake_timeout", "RINGBTL_HANDSHAKE_TIMEOUT_MS", |c| {
+                c.core.handshake_timeout = Duration::from_secs(3600)
+            }),
+            ("sndbuf", "RINGBTL_SNDBUF", |c| c.socket.sndbuf = Some(0)),
+            ("zerocopy_min", "RINGBTL_ZEROCOPY", |c| {
+                c.socket.zerocopy_min = Some(2 << 30)
+            }),
+            ("tcp_congestion", "RINGBTL_TCP_CONGESTION", |c| {
+                c.socket.tcp_congestion = Congestion::Use(String::new())
+            }),
+            ("timeout", "RINGBTL_WIREUP_TIMEOUT", |c| {
+                c.wireup.timeout = Duration::from_millis(1)
+            }),
+            ("progress", "RINGBTL_PROGRESS", |c| {
+                c.progress = ProgressMode::SpinThenBlock(Duration::from_secs(2))
+            }),
+        ];
+        for (name, var, f) in cases {
+            let mut c = Config::new(PeerId(0));
+            f(&mut c);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{name} = ")) && e.contains(&format!("({var}): expected")),
+                "{name}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn set_by_variable_name() {
+        let mut c = Config::new(PeerId(3));
+        c.set("RINGBTL_MAX_FRAME", "1048576").unwrap();
+        assert_eq!(c.core.max_frame, 1 << 20);
+        c.set("RINGBTL_BACKEND", "epoll").unwrap();
+        c.set("RINGBTL_KEEPALIVE", "0").unwrap();
+        c.set("RINGBTL_LISTEN", "auto").unwrap();
+        c.set("RINGBTL_PROGRESS", "spin:20").unwrap();
+        c.set("RINGBTL_WIREUP", "pmi").unwrap();
+        assert_eq!(c.socket.backend, BackendKind::Epoll);
+        assert_eq!(c.socket.keepalive, None);
+        assert_eq!(c.wireup.listen, None);
+        assert_eq!(c.wireup.exchange, Some(crate::wireup::WireupKind::Pmi));
+        assert_eq!(
+            c.progress,
+            ProgressMode::SpinThenBlock(Duration::from_micros(20))
+        );
+        assert_eq!(c.value("RINGBTL_MAX_FRAME").as_deref(), Some("1m"));
+        let before = format!("{c:?}");
+        for (var, v) in [
+            ("RINGBTL_MAX_HALF_OPEN", "0"),
+            ("RINGBTL_MAX_FRAME", "huge"),
+            ("RINGBTL_RECV_RING_BUFS", "100"),
+            ("RINGBTL_PORT", "0"),
+            ("RINGBTL_KEEPALIVE", "1,2"),
+        ] {
+            let e = c.set(var, v).unwrap_err().to_string();
+            assert!(e.contains(var), "{e}");
+        }
+        let e = c.set("RINGBTL_NO_SUCH", "1").unwrap_err().to_string();
+        assert!(
+            e.contains("RINGBTL_NO_SUCH") && e.contains("no such"),
+            "{e}"
+        );
+        assert_eq!(format!("{c:?}"), before, "a refused value changes nothing");
+        assert_eq!(c.core.pid, PeerId(3));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn every_value_reads_back_as_it_is_shown() {
+        let mut c = with(&[
+            ("RINGBTL_IF_INCLUDE", "lo,10.1.0.0/16"),
+            ("RINGBTL_PORT", "40000-40099"),
+            ("RINGBTL_KEEPALIVE", "3,4,5"),
+            ("RINGBTL_SEND_CHUNK", "12288"),
+            ("RINGBTL_ROOT", "rank0.example:7000"),
+        ])
+        .unwrap();
+        c.socket.tcp_congestion = Congestion::Use("cubic".into());
+        for s in c.settings() {
+            let mut d = Config::new(PeerId(0));
+            d.set(s.var, &s.value)
+                .unwrap_or_else(|e| panic!("{}={:?}: {e}", s.var, s.value));
+            assert_eq!(d.value(s.var).unwrap(), s.value, "{}", s.var);
+        }
+    }
+
+    #[test]
+    fn settings_say_where_each_value_came_from() {
+        let mut c = with(&[("RINGBTL_MAX_FRAME", "2m"), ("RINGBTL_NODELAY", "0")]).unwrap();
+        c.socket.sndbuf = Some(1 << 20);
+        c.set("RINGBTL_NODELAY", "1").unwrap();
+        c.set("RINGBTL_MAX_IOV", "64").unwrap();
+        let all = c.settings();
+        let get = |var: &str| all.iter().find(|s| s.var == var).unwrap().clone();
+        assert_eq!(get("RINGBTL_MAX_FRAME").origin, Origin::Env);
+        assert_eq!(get("RINGBTL_MAX_FRAME").value, "2m");
+        assert_eq!(get("RINGBTL_MAX_FRAME").default, "64m");
+        assert_eq!(get("RINGBTL_SNDBUF").origin, Origin::Code);
+        assert_eq!(get("RINGBTL_MAX_IOV").origin, Origin::Code);
+        // Set back to its default in code: the default again.
+        assert_eq!(get("RINGBTL_NODELAY").origin, Origin::Default);
+        assert_eq!(get("RINGBTL_RECV_CACHE").origin, Origin::Default);
+        assert_eq!(get("RINGBTL_RECV_CACHE").layer, "core");
+        assert_eq!(get("RINGBTL_BACKEND").layer, "socket");
+        assert_eq!(get("RINGBTL_PORT").layer, "wireup");
+        assert_eq!(get("RINGBTL_PROGRESS").layer, "transport");
+        // A field assigned after from_env no longer counts as the environment's.
+        let mut c = with(&[("RINGBTL_MAX_FRAME", "2m")]).unwrap();
+        c.core.max_frame = 4 << 20;
+        let s = c.settings();
+        let f = s.iter().find(|s| s.var == "RINGBTL_MAX_FRAME").unwrap();
+        assert_eq!((f.origin, f.value.as_str()), (Origin::Code, "4m"));
+        // The launcher's oversubscription counts as the environment.
+        let many = (4 * crate::wireup::env::node_cpus()).to_string();
+        let c = with(&[("OMPI_COMM_WORLD_LOCAL_SIZE", &many)]).unwrap();
+        let s = c.settings();
+        let p = s.iter().find(|s| s.var == "RINGBTL_PROGRESS").unwrap();
+        assert_eq!((p.origin, p.value.as_str()), (Origin::Env, "block"));
+        // Every variable appears once.
+        let mut vars: Vec<_> = all.iter().map(|s| s.var).collect();
+        vars.sort_unstable();
+        vars.dedup();
+        assert_eq!(vars.len(), all.len());
+    }
+
+    #[test]
+    fn readme_table_is_the_parameter_table() {
+        let readme = include_str!("../README.md");
+        let (start, end) = ("<!-- config-table -->\n", "<!-- /config-table -->");
+        let table = readme
+            .split_once(start)
+            .and_then(|(_, rest)| rest.split_once(end))
+            .map(|(t, _)| t)
+            .expect("README.md has a configuration table between config-table markers");
+        let want = markdown_table();
+        assert!(
+            table == want,
+            "README.md's configuration table differs from the parameter tables; \
+             replace it with:\n{want}"
+        );
     }
 }

@@ -34,7 +34,7 @@
 //!   queue and the receive cache. Pure data in, actions out: unit-tested without sockets.
 //! - **Wire format** ([`wire`]): a 24-byte handshake record and an 8-byte frame header,
 //!   big-endian, documented there.
-//! - **Wire-up** ([`wireup`]): at start-up only. With [`Config::listen`] `None` the
+//! - **Wire-up** ([`wireup`]): at start-up only. With [`WireupConfig::listen`] `None` the
 //!   transport selects interfaces (`RINGBTL_IF_INCLUDE` / `RINGBTL_IF_EXCLUDE`), listens
 //!   on the wildcard address of each family on one port (`RINGBTL_PORT` or ephemeral) and
 //!   publishes [`Transport::uris`]; ranks exchange those through PMIx (the system's
@@ -73,13 +73,13 @@
 //! opcodes used: `SENDMSG`, `RECV`, `CONNECT`, `ACCEPT`, `ASYNC_CANCEL`, `CLOSE`) and falls
 //! back to epoll with one line on stderr saying why (`kernel.io_uring_disabled`, a
 //! seccomp profile, `RLIMIT_MEMLOCK`...). `RINGBTL_BACKEND=uring|epoll|auto` or
-//! [`Config::backend`] force a choice; a forced backend that cannot run is an error.
+//! [`SocketConfig::backend`] force a choice; a forced backend that cannot run is an error.
 //!
 //! ## Kernel requirements
 //!
 //! io_uring backend: Linux 5.19 or newer for multishot accept (older kernels use
 //! single-shot accept), 6.0 for the opt-in multishot receive on provided buffers
-//! ([`Config::recv_multishot`]), 6.1 for `DEFER_TASKRUN`; the ring's memory (and the
+//! ([`SocketConfig::recv_multishot`]), 6.1 for `DEFER_TASKRUN`; the ring's memory (and the
 //! provided-buffer ring's descriptor page) counts against `RLIMIT_MEMLOCK` on kernels
 //! before 5.12. epoll backend: any Linux.
 #![deny(unsafe_code)]

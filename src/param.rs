@@ -289,7 +289,7 @@ pub fn show(n: u64, unit: Unit) -> String {
     match unit {
         Unit::Bytes if n > 0 => {
             for (shift, s) in [(30, 'g'), (20, 'm'), (10, 'k')] {
-                if n % (1 << shift) == 0 {
+                if n.is_multiple_of(1 << shift) {
                     return format!("{}{s}", n >> shift);
                 }
             }

@@ -75,7 +75,7 @@ pub struct Stats {
     /// Frames carried by those sends: `frames / batches` is the coalescing factor.
     pub frames: u64,
     /// Send operations handed to the kernel (sendmsg calls or io_uring SQEs). Above
-    /// `batches` when batches are offered in [`Config::send_chunk`] pieces, have more
+    /// `batches` when batches are offered in [`SocketConfig::send_chunk`](crate::SocketConfig::send_chunk) pieces, have more
     /// than IOV_MAX parts, or meet a full socket buffer.
     pub send_calls: u64,
     /// Zero-copy sends completed (io_uring `SENDMSG_ZC`).
@@ -84,7 +84,7 @@ pub struct Stats {
     pub zerocopy_copied: u64,
     /// Times a multishot receive stopped because every provided buffer was in use
     /// (`ENOBUFS`) and was re-armed once buffers came back; no data is lost. Always 0
-    /// without [`Config::recv_multishot`].
+    /// without [`SocketConfig::recv_multishot`](crate::SocketConfig::recv_multishot).
     pub recv_starved: u64,
     /// Multishot receive only: payloads too large for the receive cache whose remaining
     /// bytes were read straight into their buffer (the connection's multishot receive

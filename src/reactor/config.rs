@@ -62,9 +62,8 @@ pub struct SocketConfig {
     /// the epoll backend ignores it, and io_uring falls back to single-shot receives
     /// (with a warning) when the ring cannot be set up.
     ///
-    /// Off, each connection has its own receive cache
-    /// ([`CoreConfig::recv_cache`](crate::proto::config::CoreConfig::recv_cache), 64 KiB
-    /// by default) and a poll-mode fast path that reads spun connections directly. On,
+    /// Off, each connection has its own receive cache (`RINGBTL_RECV_CACHE`, 64 KiB by
+    /// default) and a poll-mode fast path that reads spun connections directly. On,
     /// receive memory is the shared ring ([`recv_ring_bufs`](Self::recv_ring_bufs) x
     /// [`recv_ring_buf_size`](Self::recv_ring_buf_size)) and frames are parsed in place
     /// in it; the per-connection cache then only holds frames cut between two buffers and
@@ -150,7 +149,10 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 13] = [
         meaning: "backend; auto probes io_uring and falls back to epoll",
         access: Access::Text {
             get: |c| c.backend.to_string(),
-            parse: |c, v| Ok(c.backend = v.parse()?),
+            parse: |c, v| {
+                c.backend = v.parse()?;
+                Ok(())
+            },
             check: |_| Ok(()),
         },
     },
@@ -203,7 +205,10 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 13] = [
                   `net.ipv4.tcp_available_congestion_control` for every connection",
         access: Access::Text {
             get: |c| c.tcp_congestion.to_string(),
-            parse: |c, v| Ok(c.tcp_congestion = v.parse()?),
+            parse: |c, v| {
+                c.tcp_congestion = v.parse()?;
+                Ok(())
+            },
             check: |c| c.tcp_congestion.check(),
         },
     },
@@ -249,7 +254,10 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 13] = [
                 Some(k) => k.to_string(),
                 None => "0".into(),
             },
-            parse: |c, v| Ok(c.keepalive = Keepalive::parse_text(v)?),
+            parse: |c, v| {
+                c.keepalive = Keepalive::parse_text(v)?;
+                Ok(())
+            },
             check: |c| c.keepalive.as_ref().map_or(Ok(()), Keepalive::check),
         },
     },
@@ -403,7 +411,7 @@ impl Congestion {
                     || n == "auto"
                     || n == "system" =>
             {
-                Err("auto, system, or an algorithm name from \
+                Err("expected auto, system, or an algorithm name from \
                      net.ipv4.tcp_available_congestion_control (at most 15 characters)"
                     .into())
             }
@@ -504,7 +512,7 @@ impl Keepalive {
             || !(1..=Self::MAX_COUNT).contains(&self.count)
         {
             return Err(format!(
-                "idle and interval must be whole seconds in 1..={}, count in 1..={}",
+                "expected idle and interval in whole seconds, 1..={}, and a count in 1..={}",
                 Self::MAX_SECS,
                 Self::MAX_COUNT
             ));

@@ -166,7 +166,10 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 7] = [
                   unset: physical interfaces, else loopback; not with `RINGBTL_IF_EXCLUDE`",
         access: Access::Text {
             get: |c| list(&c.if_include),
-            parse: |c, v| Ok(c.if_include = parse_list(v)?),
+            parse: |c, v| {
+                c.if_include = parse_list(v)?;
+                Ok(())
+            },
             check: |_| Ok(()),
         },
     },
@@ -177,7 +180,10 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 7] = [
         meaning: "interfaces not to use; the default rule applies to the rest",
         access: Access::Text {
             get: |c| list(&c.if_exclude),
-            parse: |c, v| Ok(c.if_exclude = parse_list(v)?),
+            parse: |c, v| {
+                c.if_exclude = parse_list(v)?;
+                Ok(())
+            },
             check: |_| Ok(()),
         },
     },
@@ -192,7 +198,10 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 7] = [
                 Some((lo, hi)) if lo == hi => lo.to_string(),
                 Some((lo, hi)) => format!("{lo}-{hi}"),
             },
-            parse: |c, v| Ok(c.ports = parse_ports(v)?),
+            parse: |c, v| {
+                c.ports = parse_ports(v)?;
+                Ok(())
+            },
             check: |c| match c.ports {
                 Some((lo, hi)) if lo == 0 || lo > hi => {
                     Err("expected a port or a range lo-hi, with 1 <= lo <= hi <= 65535".into())
