@@ -295,7 +295,7 @@ pub fn show(n: u64, unit: Unit) -> String {
             }
             n.to_string()
         }
-        Unit::Hex => format!("{n:#x}"),
+        Unit::Hex if n > 0 => format!("{n:#x}"),
         _ => n.to_string(),
     }
 }

@@ -21,6 +21,12 @@ pub(crate) const LARGE_MESSAGE_SIZE: usize = 8192;
     args_conflicts_with_subcommands = true
 )]
 pub(crate) struct Cli {
+    /// Print every RINGBTL_* variable with its value and where the value came from
+    /// (default, environment, or code: this command line's --mode / --backend), then
+    /// exit. The output can be sourced by a shell.
+    #[arg(long, global = true)]
+    pub(crate) print_config: bool,
+
     #[command(subcommand)]
     pub(crate) command: Option<Cmd>,
     #[command(flatten)]
@@ -241,6 +247,60 @@ pub(crate) fn counts(
     let (w, n) = defaults[usize::from(size > LARGE_MESSAGE_SIZE)];
     let div = if quick { 10 } else { 1 };
     (warmup.unwrap_or(w / div), iters.unwrap_or((n / div).max(1)))
+}
+
+/// `--print-config`: the configuration a rank of this command line starts from (the
+/// environment's, then `--mode` and a single `--backend`), one parameter per line as
+/// `VARIABLE=value`, after a comment that names the setting, what it does, its type and
+/// range, its default and where the value came from.
+pub(crate) fn print_config(cli: &Cli) -> Result<(), String> {
+    let (mode, backend) = match &cli.command {
+        None => (cli.latency.run.mode, cli.latency.run.backend),
+        Some(Cmd::Latency(a)) => (a.run.mode, a.run.backend),
+        Some(Cmd::Bw(a) | Cmd::Rate(a)) => (a.run.mode, a.run.backend),
+        Some(Cmd::Alltoall(a)) => (a.mode, a.backend),
+    };
+    let mut cfg = env_config()?;
+    if let Some(m) = mode {
+        cfg.progress = m;
+    }
+    match backend {
+        Some(BackendArg::Auto) => cfg.socket.backend = BackendKind::Auto,
+        Some(BackendArg::Uring) => cfg.socket.backend = BackendKind::Uring,
+        Some(BackendArg::Epoll) => cfg.socket.backend = BackendKind::Epoll,
+        Some(BackendArg::Both) | None => {}
+    }
+    let mut out = format!(
+        "# ringbtl {} configuration: VARIABLE=value  # origin (default, environment or \
+         code), setting, type and range, default when the value is not\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    if backend == Some(BackendArg::Both) {
+        out += "# --backend both: the series run with RINGBTL_BACKEND=uring, then epoll\n";
+    }
+    let settings = cfg.settings();
+    let assign = |s: &ringbtl::Setting| format!("{}={}", s.var, s.value);
+    let width = settings.iter().map(|s| assign(s).len()).max().unwrap_or(0);
+    let name = |s: &ringbtl::Setting| format!("{}.{}", s.layer, s.name);
+    let swidth = settings.iter().map(|s| name(s).len()).max().unwrap_or(0);
+    for s in &settings {
+        let setting = name(s);
+        let default = match (&s.origin, s.default.as_str()) {
+            (ringbtl::Origin::Default, _) => String::new(),
+            (_, "") => " (default unset)".to_owned(),
+            (_, d) => format!(" (default {d})"),
+        };
+        out += &format!(
+            "{:width$}  # {:<11}  {setting:swidth$}  {}{default}\n",
+            assign(s),
+            s.origin.to_string(),
+            s.kind,
+        );
+    }
+    use std::io::Write;
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .map_err(|e| format!("--print-config: {e}"))
 }
 
 /// Parses `--mode` (the syntax of `RINGBTL_PROGRESS`).

@@ -49,6 +49,9 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.print_config {
+        return finish(cli::print_config(&cli));
+    }
     let args = match cli.command {
         Some(Cmd::Latency(a)) => a,
         Some(Cmd::Alltoall(a)) => return finish(ranks::run_alltoall(&a)),

@@ -289,6 +289,75 @@ fn bad_arguments_are_errors_not_panics() {
     );
 }
 
+/// `--print-config` prints every variable of the README's table once, with its value and
+/// where the value came from; a bad value in the environment is an error naming it.
+#[test]
+fn print_config_lists_every_variable_with_its_origin() {
+    let cmd = |env: &[(&str, &str)], args: &[&str]| {
+        let mut c = Command::new(BIN);
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("RINGBTL_")) {
+            c.env_remove(k);
+        }
+        c.envs(env.iter().copied()).args(args).output().unwrap()
+    };
+    let out = cmd(
+        &[("RINGBTL_MAX_FRAME", "2m")],
+        &["bw", "--print-config", "--mode", "block"],
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{stdout}");
+    let mut lines = HashMap::new();
+    for l in stdout.lines().filter(|l| !l.starts_with('#')) {
+        let (assign, comment) = l.split_once("  # ").unwrap_or_else(|| panic!("{l:?}"));
+        let (var, value) = assign.trim_end().split_once('=').unwrap();
+        let origin = comment.split_whitespace().next().unwrap().to_owned();
+        assert!(
+            lines
+                .insert(var.to_owned(), (value.to_owned(), origin))
+                .is_none(),
+            "{var} twice"
+        );
+    }
+    let get = |v: &str| {
+        lines
+            .get(v)
+            .cloned()
+            .unwrap_or_else(|| panic!("{v} missing"))
+    };
+    assert_eq!(
+        get("RINGBTL_MAX_FRAME"),
+        ("2m".into(), "environment".into())
+    );
+    assert_eq!(get("RINGBTL_PROGRESS"), ("block".into(), "code".into()));
+    assert_eq!(get("RINGBTL_RECV_CACHE"), ("64k".into(), "default".into()));
+    let readme = include_str!("../../README.md");
+    let table = readme
+        .split_once("<!-- config-table -->")
+        .and_then(|(_, t)| t.split_once("<!-- /config-table -->"))
+        .unwrap()
+        .0;
+    let mut documented: Vec<&str> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `RINGBTL_"))
+        .map(|l| &l[..l.find('`').unwrap()])
+        .collect();
+    documented.sort_unstable();
+    let mut printed: Vec<&str> = lines
+        .keys()
+        .map(|k| k.strip_prefix("RINGBTL_").unwrap())
+        .collect();
+    printed.sort_unstable();
+    assert_eq!(printed, documented);
+
+    let out = cmd(&[("RINGBTL_MAX_HALF_OPEN", "0")], &["--print-config"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("RINGBTL_MAX_HALF_OPEN") && err.contains("1..=1000000"),
+        "{err}"
+    );
+}
+
 /// Killing rank 0 takes rank 1 down with it: no stray process.
 #[test]
 fn peer_dies_with_the_parent() {
