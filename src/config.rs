@@ -317,7 +317,12 @@ static TRANSPORT_PARAMS: [Param<Config>; 1] = [Param {
     access: Access::Text {
         get: |c| c.progress.to_string(),
         parse: |c, v| {
-            c.progress = v.parse()?;
+            c.progress = v.parse().map_err(|_| {
+                format!(
+                    "accepted values are poll, block, spin, spin:USECS (0..={})",
+                    ProgressMode::MAX_SPIN.as_micros()
+                )
+            })?;
             Ok(())
         },
         check: |c| match c.progress {
