@@ -44,6 +44,11 @@
 //!   [`wireup::probe`] asks an address whether a ringbtl process listens there.
 //! - **Transport** ([`Transport`]): the public API. One thread drives it; handlers run
 //!   on that thread, get the payload in place in the receive cache, and may send.
+//! - **Configuration** ([`Config`]): the settings of each layer ([`CoreConfig`],
+//!   [`SocketConfig`], [`WireupConfig`]) and the transport's own, each layer declaring
+//!   its parameters in a table ([`param`]) that drives parsing from the environment,
+//!   validation of values set in code and in the environment alike, the README's
+//!   configuration table and `ringbtl-bench --print-config`.
 //!
 //! ## Guarantees
 //!
