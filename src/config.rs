@@ -115,7 +115,7 @@ pub struct Config {
     /// `RINGBTL_PROGRESS` is set.
     pub progress: ProgressMode,
     /// Variables applied from the environment, with the value they gave (as text).
-    from_env: Vec<(&'static str, String)>,
+    env_values: Vec<(&'static str, String)>,
 }
 
 /// One parameter as [`Config::settings`] reports it: a line of
@@ -148,7 +148,7 @@ impl Config {
             socket: SocketConfig::default(),
             wireup: WireupConfig::default(),
             progress: ProgressMode::Poll,
-            from_env: Vec::new(),
+            env_values: Vec::new(),
         }
     }
 
@@ -197,8 +197,8 @@ impl Config {
         }
         for var in applied {
             let value = self.value(var).unwrap_or_default();
-            self.from_env.retain(|(v, _)| *v != var);
-            self.from_env.push((var, value));
+            self.env_values.retain(|(v, _)| *v != var);
+            self.env_values.push((var, value));
         }
         self.validate()?;
         Ok(self)
@@ -223,7 +223,7 @@ impl Config {
                 ))
             })?;
         r.map_err(Error::Config)?;
-        self.from_env.retain(|(v, _)| *v != var);
+        self.env_values.retain(|(v, _)| *v != var);
         Ok(())
     }
 
@@ -272,10 +272,10 @@ impl Config {
         }
         let def = Config::new(self.core.pid);
         let mut out = Vec::new();
-        rows(&self.core, &def.core, &self.from_env, &mut out);
-        rows(&self.socket, &def.socket, &self.from_env, &mut out);
-        rows(&self.wireup, &def.wireup, &self.from_env, &mut out);
-        rows(self, &def, &self.from_env, &mut out);
+        rows(&self.core, &def.core, &self.env_values, &mut out);
+        rows(&self.socket, &def.socket, &self.env_values, &mut out);
+        rows(&self.wireup, &def.wireup, &self.env_values, &mut out);
+        rows(self, &def, &self.env_values, &mut out);
         out
     }
 
