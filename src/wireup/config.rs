@@ -266,3 +266,64 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 7] = [
         },
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wireup::{Modex, Wireup};
+
+    #[test]
+    fn the_exchange_follows_the_settings_not_the_variables() {
+        let env = |k: &str| match k {
+            "RINGBTL_WIREUP" => Some("env".to_string()),
+            "RINGBTL_ROOT" => Some("nowhere".to_string()),
+            _ => None,
+        };
+        let cfg = WireupConfig {
+            exchange: Some(WireupKind::Local),
+            timeout: Duration::from_millis(1500),
+            ..WireupConfig::default()
+        };
+        let w = Wireup::from_config(&cfg, env).unwrap();
+        assert_eq!(w.kind(), WireupKind::Local);
+        assert_eq!((w.rank(), w.size()), (0, 1));
+        assert_eq!(w.timeout(), Duration::from_millis(1500));
+        // The same variables, read by from_vars, are refused (RINGBTL_ROOT is no
+        // host:port).
+        let e = Wireup::from_vars(env).unwrap_err().to_string();
+        assert!(e.contains("RINGBTL_ROOT=\"nowhere\""), "{e}");
+        // A setting out of range in code is refused as from the environment.
+        let bad = WireupConfig {
+            timeout: Duration::from_millis(5),
+            ..cfg
+        };
+        let e = Wireup::from_config(&bad, |_| None).unwrap_err().to_string();
+        assert!(e.contains("timeout = 5 (RINGBTL_WIREUP_TIMEOUT)"), "{e}");
+    }
+
+    #[test]
+    fn ports_and_lists_read_back() {
+        let mut c = WireupConfig::default();
+        for (var, text, shown) in [
+            ("RINGBTL_PORT", " 7000 ", "7000"),
+            ("RINGBTL_PORT", "40000-40099", "40000-40099"),
+            (
+                "RINGBTL_IF_INCLUDE",
+                "eth*, 10.1.0.0/16",
+                "eth*,10.1.0.0/16",
+            ),
+            ("RINGBTL_LISTEN", "[::1]:9", "[::1]:9"),
+        ] {
+            let p = WireupConfig::param(var).unwrap();
+            p.set(&mut c, text).unwrap();
+            assert_eq!(p.get(&c), shown, "{var}");
+        }
+        assert_eq!(c.ports, Some((40000, 40099)));
+        let e = WireupConfig::param("RINGBTL_PORT")
+            .unwrap()
+            .set(&mut c, "9-8")
+            .unwrap_err();
+        assert!(e.starts_with("RINGBTL_PORT=\"9-8\": expected"), "{e}");
+        assert_eq!(c.ports, Some((40000, 40099)), "unchanged");
+    }
+}
