@@ -35,6 +35,9 @@ pub struct WireupConfig {
     pub exchange: Option<WireupKind>,
     /// `host:port` of the env + root rendezvous, where rank 0 listens (`RINGBTL_ROOT`).
     pub root: Option<String>,
+    /// The PMIx client library to open, a file name or a path (`RINGBTL_PMIX_LIB`);
+    /// `None`: `libpmix.so.2`, else `libpmix.so` (see [`pmix`](super::pmix)).
+    pub pmix_lib: Option<String>,
     /// Time limit of the address exchange (`RINGBTL_WIREUP_TIMEOUT`, ms, 10..=3600000).
     pub timeout: Duration,
 }
@@ -48,6 +51,7 @@ impl Default for WireupConfig {
             ports: None,
             exchange: None,
             root: None,
+            pmix_lib: None,
             timeout: DEFAULT_TIMEOUT,
         }
     }
@@ -55,8 +59,12 @@ impl Default for WireupConfig {
 
 /// The variables of the address exchange, read by [`Wireup::from_vars`](super::Wireup)
 /// on its own.
-pub(crate) const EXCHANGE_VARS: [&str; 3] =
-    ["RINGBTL_WIREUP", "RINGBTL_ROOT", "RINGBTL_WIREUP_TIMEOUT"];
+pub(crate) const EXCHANGE_VARS: [&str; 4] = [
+    "RINGBTL_WIREUP",
+    "RINGBTL_ROOT",
+    "RINGBTL_PMIX_LIB",
+    "RINGBTL_WIREUP_TIMEOUT",
+];
 
 impl WireupConfig {
     /// Checks every setting against its row of the table, then the relations between
@@ -134,7 +142,7 @@ fn parse_ports(v: &str) -> Result<Option<(u16, u16)>, String> {
     }))
 }
 
-static WIREUP_PARAMS: [Param<WireupConfig>; 7] = [
+static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
     Param {
         name: "listen",
         var: "RINGBTL_LISTEN",
@@ -249,6 +257,22 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 7] = [
                 }
                 _ => Ok(()),
             },
+        },
+    },
+    Param {
+        name: "pmix_lib",
+        var: "RINGBTL_PMIX_LIB",
+        kind: Kind::Text("file name or path"),
+        meaning: "PMIx client library opened when PMIx is the exchange; unset: \
+                  `libpmix.so.2`, else `libpmix.so`",
+        access: Access::Text {
+            get: |c| c.pmix_lib.clone().unwrap_or_default(),
+            parse: |c, v| {
+                let t = v.trim();
+                c.pmix_lib = (!t.is_empty()).then(|| t.to_owned());
+                Ok(())
+            },
+            check: |_| Ok(()),
         },
     },
     Param {

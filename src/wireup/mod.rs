@@ -242,10 +242,10 @@ impl Wireup {
         Self::from_config(&cfg, get)
     }
 
-    /// As [`from_vars`](Self::from_vars), with the exchange, the rendezvous address and
-    /// the time limit taken from `cfg` ([`WireupConfig::exchange`],
-    /// [`root`](WireupConfig::root), [`timeout`](WireupConfig::timeout)); `get` gives the
-    /// launcher's variables.
+    /// As [`from_vars`](Self::from_vars), with the exchange, the rendezvous address, the
+    /// PMIx library and the time limit taken from `cfg` ([`WireupConfig::exchange`],
+    /// [`root`](WireupConfig::root), [`pmix_lib`](WireupConfig::pmix_lib),
+    /// [`timeout`](WireupConfig::timeout)); `get` gives the launcher's variables.
     pub fn from_config(
         cfg: &WireupConfig,
         get: impl Fn(&str) -> Option<String>,
@@ -264,8 +264,7 @@ impl Wireup {
         };
         let (info, inner) = match kind {
             WireupKind::Pmix => {
-                let lib = var(pmix::LIB_VAR);
-                let m = pmix::PmixModex::init(timeout, lib.as_deref().map(str::trim))?;
+                let m = pmix::PmixModex::init(timeout, cfg.pmix_lib.as_deref())?;
                 let launcher = RankInfo::from_vars(&get).ok().flatten();
                 let info = RankInfo {
                     rank: m.rank(),
