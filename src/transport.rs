@@ -356,6 +356,21 @@ impl Transport {
         self.pass(None)
     }
 
+    /// Hands every send queued so far to the kernel now, without reaping completions or
+    /// running any handler or callback (those wait for the next [`progress`](Self::progress)).
+    ///
+    /// `send` only queues, so that the frames queued during one pass leave together in one
+    /// gathered send per peer; a program that queues a message and then blocks outside
+    /// the transport (in a launcher's barrier, say) calls this first so that the message
+    /// is on the wire meanwhile. It costs one system call on io_uring (none when nothing
+    /// is queued); on epoll `send` has already written what the socket took. Allowed inside
+    /// handlers and callbacks.
+    pub fn flush(&mut self) -> Result<(), Error> {
+        self.core.flush();
+        self.run_actions();
+        self.backend.submit().map_err(|e| Error::io("submit", e))
+    }
+
     /// Like [`progress`](Self::progress) but waits in the kernel up to `timeout` when
     /// nothing is ready.
     pub fn wait(&mut self, timeout: Duration) -> Result<usize, Error> {

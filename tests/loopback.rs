@@ -30,6 +30,7 @@ backend_tests!(
     data_after_fin_is_a_protocol_error,
     connect_refused_keeps_the_errno,
     handler_unregisters_its_own_tag,
+    flush_puts_queued_sends_on_the_wire,
 );
 
 const WINDOW: usize = 128;
@@ -865,4 +866,56 @@ fn handler_unregisters_its_own_tag(kind: BackendKind) {
     );
     assert!(!b.unregister(Tag(3)), "nothing was put back");
     b.register(Tag(3), |_, _| {}).unwrap();
+}
+
+/// `flush` hands a queued send to the kernel with no progress pass afterwards: the peer
+/// receives it while the sender does nothing at all (as a rank blocked in a launcher's
+/// barrier right after a send), and the completion waits for the sender's next pass.
+fn flush_puts_queued_sends_on_the_wire(kind: BackendKind) {
+    let (mut a, mut b) = pair(kind);
+    let got = Rc::new(RefCell::new(Vec::new()));
+    let g2 = got.clone();
+    b.register(Tag(5), move |_, am| {
+        g2.borrow_mut().push(am.payload.to_vec())
+    })
+    .unwrap();
+    let comp = common::connect_by_first_send(&mut a, &mut b);
+    for i in 1..=3u64 {
+        a.send(PeerId(1), Tag(5), &[Bytes::from(vec![i as u8; 100])], i)
+            .unwrap();
+    }
+    a.flush().unwrap();
+    drive(
+        &mut [&mut b],
+        Duration::from_secs(10),
+        "flushed sends",
+        || got.borrow().len() == 3,
+    );
+    for (i, m) in got.borrow().iter().enumerate() {
+        assert_eq!(m, &vec![i as u8 + 1; 100]);
+    }
+    assert_eq!(comp.borrow().len(), 1, "no completion without a pass");
+    drive(
+        &mut [&mut a],
+        Duration::from_secs(10),
+        "completions",
+        || comp.borrow().len() == 4,
+    );
+    common::assert_all_ok_in_order(&comp.borrow(), 4);
+    // Nothing queued: a flush is a no-op, and one from inside a handler is allowed.
+    a.flush().unwrap();
+    a.register(Tag(6), |t, _| t.flush().unwrap()).unwrap();
+    b.send(PeerId(0), Tag(6), &[], 0).unwrap();
+    let seen = Rc::new(Cell::new(false));
+    let s2 = seen.clone();
+    b.on_complete(move |c| {
+        assert!(c.result.is_ok());
+        s2.set(true)
+    });
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(10),
+        "flush in a handler",
+        || seen.get(),
+    );
 }

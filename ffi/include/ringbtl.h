@@ -22,7 +22,8 @@
  * - ringbtl_progress / ringbtl_wait count the callbacks they ran among the events;
  * - ringbtl_last_error's text lives in one buffer per thread (up to 2047 bytes), so a
  *   pointer kept past the next failing call shows the newer message;
- * - after RINGBTL_ERR_INTERNAL the transport's state is unknown: destroy it.
+ * - after RINGBTL_ERR_INTERNAL the transport's state is unknown: destroy it;
+ * - ringbtl_flush (added without a version bump: it only adds a symbol).
  *
  * Threads: one thread drives a transport. Every function taking a ringbtl_t must be
  * called on the thread that drives it, and every callback runs on that thread, from
@@ -141,6 +142,14 @@ void ringbtl_on_error(ringbtl_t *t, ringbtl_error_fn fn, void *ctx);
 int  ringbtl_send(ringbtl_t *t, uint32_t peer, uint8_t tag,
                   const ringbtl_iov_t *iov, size_t iovcnt, uint64_t cookie);
 
+/* Hands every message queued so far to the kernel now, without reaping completions or
+ * running any callback (they wait for the next ringbtl_progress / ringbtl_wait). Sends are
+ * queued and leave together, one gathered write per peer, at the end of each pass; call
+ * this after sending when the caller may next block outside ringbtl (a launcher's barrier,
+ * a blocking PMIx call) so that the messages travel meanwhile. One system call on
+ * io_uring when something is queued, none otherwise. Allowed inside any callback.
+ * Returns RINGBTL_OK or a negative code. */
+int  ringbtl_flush(ringbtl_t *t);
 /* One non-blocking pass: submit, reap, run callbacks. Returns the number of events handled
  * (>= 0) or a negative code. Re-entrant: called from inside a callback it returns 0 and
  * does nothing (the outer pass continues). */

@@ -552,6 +552,24 @@ pub unsafe extern "C" fn ringbtl_send(
     })
 }
 
+/// Hands every queued send to the kernel now; runs no callback.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_flush(t: *mut Ringbtl) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return null_handle("ringbtl_flush");
+        };
+        match h.transport().flush() {
+            Ok(()) => RINGBTL_OK,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
 /// One non-blocking pass; inside a callback, 0 and nothing done.
 ///
 /// # Safety

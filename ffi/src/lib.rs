@@ -24,6 +24,8 @@
 //!   `ringbtl_max_segments()` pieces, sent without copying (small pieces are copied next
 //!   to their header). The completion callback runs exactly once per accepted send, and
 //!   only after the kernel is done with the bytes.
+//! - `ringbtl_flush`: hands the queued sends to the kernel now, running no callback (for
+//!   a caller that may block outside ringbtl right after sending).
 //! - `ringbtl_progress` / `ringbtl_wait`: one pass; called from inside a callback they
 //!   return 0 and do nothing, so callbacks may call anything that leads to them.
 //! - Status codes (`RINGBTL_ERR_*`, negative) and a per-thread message,
@@ -61,10 +63,11 @@ pub use config::{
     RingbtlConfig,
 };
 pub use handle::{
-    ringbtl_add_peer, ringbtl_backend_name, ringbtl_create, ringbtl_destroy, ringbtl_local_id,
-    ringbtl_max_frame, ringbtl_max_segments, ringbtl_on_complete, ringbtl_on_error,
-    ringbtl_pending, ringbtl_progress, ringbtl_register, ringbtl_send, ringbtl_unregister,
-    ringbtl_uris, ringbtl_wait, CompleteFn, ErrorFn, RecvFn, Ringbtl, RingbtlIov,
+    ringbtl_add_peer, ringbtl_backend_name, ringbtl_create, ringbtl_destroy, ringbtl_flush,
+    ringbtl_local_id, ringbtl_max_frame, ringbtl_max_segments, ringbtl_on_complete,
+    ringbtl_on_error, ringbtl_pending, ringbtl_progress, ringbtl_register, ringbtl_send,
+    ringbtl_unregister, ringbtl_uris, ringbtl_wait, CompleteFn, ErrorFn, RecvFn, Ringbtl,
+    RingbtlIov,
 };
 pub use status::*;
 

@@ -1,7 +1,8 @@
 //! The C ABI's hot path allocates nothing once warm: a counting global allocator over
 //! 10,000 ping-pongs of 8 B and of 64 KiB driven only through the exported functions
 //! (`ringbtl_send` from the caller and from inside the receive callback,
-//! `ringbtl_progress`, the receive and completion callbacks), once per backend.
+//! `ringbtl_flush` after each send, `ringbtl_progress`, the receive and completion
+//! callbacks), once per backend.
 
 mod support;
 
@@ -164,6 +165,7 @@ fn ping_pong(backend: &str, size: usize) {
             // SAFETY: live handles; `payload` outlives every completion.
             unsafe {
                 assert_eq!(ringbtl_send(a, 1, PING, &iov, 1, cookie), RINGBTL_OK);
+                assert_eq!(ringbtl_flush(a), RINGBTL_OK);
                 let deadline = Instant::now() + Duration::from_secs(10);
                 while sa.received.get() < want {
                     assert!(ringbtl_progress(a) >= 0);

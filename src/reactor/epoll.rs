@@ -421,6 +421,12 @@ impl Backend for Epoll {
         self.slots.defer_closed(idx);
     }
 
+    fn submit(&mut self) -> io::Result<()> {
+        // Nothing waits in user space: `send` wrote what the socket took at once, and the
+        // rest waits for the socket to become writable, which only `poll` can learn.
+        Ok(())
+    }
+
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let before = out.len();

@@ -143,6 +143,10 @@ pub(crate) trait Backend {
     /// Submits what is queued and collects completions into `out`. `None` never blocks;
     /// `Some(t)` waits up to `t` when no event is ready.
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()>;
+    /// Hands the operations queued so far to the kernel without collecting completions
+    /// (they come with the next [`poll`](Self::poll)) and without waiting: a send queued
+    /// before this call is on its way when it returns, whatever the caller does next.
+    fn submit(&mut self) -> io::Result<()>;
     /// Why an open connection whose receive just reported end of stream ended, when the
     /// kernel aborted it rather than the peer closing it (`sys::timeout_abort`), else
     /// `None`. (An io_uring send that had moved part of its data reports that count and
@@ -279,6 +283,10 @@ impl Backend for AnyBackend {
     #[inline]
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()> {
         forward!(self, b => b.poll(timeout, out))
+    }
+    #[inline]
+    fn submit(&mut self) -> io::Result<()> {
+        forward!(self, b => b.submit())
     }
     fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
         forward!(self, b => b.end_cause(conn))

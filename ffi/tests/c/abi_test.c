@@ -292,6 +292,7 @@ static void check_bad_input(void) {
     CHECK(ringbtl_send(A, 1, 1, NULL, 1, 0) == RINGBTL_ERR_INVALID, "NULL iov");
     CHECK(ringbtl_send(NULL, 1, 1, iov, 0, 0) == RINGBTL_ERR_INVALID, "NULL transport");
     CHECK(ringbtl_progress(NULL) == RINGBTL_ERR_INVALID, "NULL progress");
+    CHECK(ringbtl_flush(NULL) == RINGBTL_ERR_INVALID, "NULL flush");
     CHECK(ringbtl_pending(A, 1) == 0, "nothing accepted");
 
     /* peers and tags */
@@ -378,6 +379,20 @@ int main(void) {
     CHECK(ringbtl_send(A, 1, TAG_ONCE, &iov, 1, COOKIE_ONCE + 3) == RINGBTL_OK, "once more");
     drive(reregistered_done, "re-registered", 1);
     printf("ok: unregister inside its own callback, register again\n");
+
+    /* 2b. ringbtl_flush puts a queued send on the wire with no pass on the sender: only B
+     * progresses until the message is in */
+    CHECK(ringbtl_register(B, TAG_ONCE, b_on_once, NULL) == RINGBTL_OK, "register once more");
+    CHECK(ringbtl_send(A, 1, TAG_ONCE, &iov, 1, COOKIE_ONCE + 4) == RINGBTL_OK, "flushed");
+    CHECK(ringbtl_flush(A) == RINGBTL_OK, "flush");
+    CHECK(ringbtl_flush(A) == RINGBTL_OK, "flush with nothing queued");
+    double flush_deadline = now_s() + 20.0;
+    while (b_once != 3) {
+        CHECK(now_s() < flush_deadline, "flushed send never arrived");
+        CHECK(ringbtl_progress(B) >= 0, "progress B");
+    }
+    CHECK(a_completed[COOKIE_ONCE + 4] == 0, "no completion runs inside flush");
+    printf("ok: flush without progress on the sender\n");
 
     /* 3. B goes away while A's sends to it are in flight: each completes exactly once */
     for (unsigned i = 0; i < NFAIL; i++) {
