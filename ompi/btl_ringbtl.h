@@ -54,13 +54,8 @@ typedef struct {
     size_t scratch_len;
     bool closing; /* finalize started: completions only recycle fragments */
     /* A send pushes its bytes out at once (the caller may next block outside MPI, e.g. in
-     * a PMIx call, as MPI_Comm_accept does): it runs one ringbtl pass, during which the
-     * upper layer's callbacks are deferred to the next component progress. */
-    bool flushing;
-    bool in_deferred;
+     * a PMIx call, as MPI_Comm_accept does): ringbtl_flush, which runs no callback. */
     unsigned sent_since_progress; /* sends since the last component progress */
-    struct mca_btl_ringbtl_deferred_recv *recv_head, **recv_tail;
-    struct mca_btl_ringbtl_frag *done_head, **done_tail;
     bool threads; /* MPI_THREAD_MULTIPLE: every entry point takes `lock` */
     pthread_mutex_t lock; /* recursive: ob1 sends from inside our callbacks */
 } mca_btl_ringbtl_module_t;
@@ -84,25 +79,12 @@ typedef struct mca_btl_ringbtl_frag {
     mca_btl_base_descriptor_t base;
     mca_btl_base_segment_t segs[2];
     mca_btl_ringbtl_endpoint_t *ep;
-    struct mca_btl_ringbtl_frag *next_done; /* deferred completion list */
-    int status;                             /* ... and its ringbtl status */
     opal_free_list_t *list;
     size_t cap;
     unsigned char *buf;
 } mca_btl_ringbtl_frag_t;
 OBJ_CLASS_DECLARATION(mca_btl_ringbtl_frag_t);
 
-/* A message received during a send's flush, delivered at the next progress. */
-typedef struct mca_btl_ringbtl_deferred_recv {
-    struct mca_btl_ringbtl_deferred_recv *next;
-    size_t len;
-    uint32_t src;
-    uint8_t tag;
-    _Alignas(16) unsigned char data[];
-} mca_btl_ringbtl_deferred_recv_t;
-
-/* Runs the deferred callbacks; returns how many ran. */
-int mca_btl_ringbtl_run_deferred(mca_btl_ringbtl_module_t *m);
 
 int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool threads);
 int mca_btl_ringbtl_progress(void);

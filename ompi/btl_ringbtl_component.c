@@ -350,13 +350,8 @@ int mca_btl_ringbtl_progress(void)
         }
     }
     m->sent_since_progress = 0;
-    n = mca_btl_ringbtl_run_deferred(m);
-    int k = ringbtl_progress(m->rt);
+    n = ringbtl_progress(m->rt);
     RINGBTL_UNLOCK(m);
-    if (k >= 0) {
-        return n + k;
-    }
-    n = k;
     if (n < 0) {
         if (!reported) {
             reported = true;

@@ -114,13 +114,6 @@ static void on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
     mca_btl_ringbtl_module_t *m = ctx;
     mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) (uintptr_t) cookie;
     (void) peer;
-    if (m->flushing && !m->closing) {
-        f->status = status;
-        f->next_done = NULL;
-        *m->done_tail = f;
-        m->done_tail = &f->next_done;
-        return;
-    }
     complete_frag(m, f, status);
 }
 
@@ -141,60 +134,11 @@ static void lost_message(mca_btl_ringbtl_module_t *m, uint32_t src, size_t len)
     }
 }
 
-int mca_btl_ringbtl_run_deferred(mca_btl_ringbtl_module_t *m)
-{
-    int n = 0;
-    if (m->in_deferred) {
-        return 0;
-    }
-    m->in_deferred = true;
-    /* One at a time from the head: what a callback's send defers goes to the tail, after
-     * what arrived before it. */
-    while (NULL != m->recv_head || NULL != m->done_head) {
-        if (NULL != m->recv_head) {
-            mca_btl_ringbtl_deferred_recv_t *r = m->recv_head;
-            m->recv_head = r->next;
-            if (NULL == m->recv_head) {
-                m->recv_tail = &m->recv_head;
-            }
-            deliver(m, r->src, r->tag, r->data, r->len);
-            free(r);
-        } else {
-            mca_btl_ringbtl_frag_t *f = m->done_head;
-            m->done_head = f->next_done;
-            if (NULL == m->done_head) {
-                m->done_tail = &m->done_head;
-            }
-            complete_frag(m, f, f->status);
-        }
-        n++;
-    }
-    m->in_deferred = false;
-    return n;
-}
-
 /* A received message: hand it to the upper layer registered for `tag`. The bytes are
  * ringbtl's, valid during this call only, which is what the BTL receive contract asks. */
 static void on_recv(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len)
 {
     mca_btl_ringbtl_module_t *m = ctx;
-    if (m->flushing) {
-        /* Inside a send: the upper layer is not re-entered; keep a copy for later. Messages
-         * that arrive later are delivered after this one (run_deferred goes first). */
-        mca_btl_ringbtl_deferred_recv_t *r = malloc(sizeof(*r) + len);
-        if (NULL == r) {
-            lost_message(m, src, len);
-            return;
-        }
-        r->next = NULL;
-        r->len = len;
-        r->src = src;
-        r->tag = tag;
-        memcpy(r->data, data, len);
-        *m->recv_tail = r;
-        m->recv_tail = &r->next;
-        return;
-    }
     deliver(m, src, tag, data, len);
 }
 
@@ -483,24 +427,22 @@ static int frag_send(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_frag_t *f,
     return ringbtl_send(m->rt, f->ep->peer, tag, iov, n, (uint64_t) (uintptr_t) f);
 }
 
-/* Hands the queued bytes to the kernel now: one ringbtl pass whose upper-layer callbacks
- * wait for the next progress (ob1 is inside its send path). Inside a ringbtl callback the
- * pass is a no-op and the outer pass submits. Without it a process that sends and then
- * blocks outside MPI (MPI_Comm_accept waits in PMIx right after sending its port name)
- * would keep the message to itself. */
+/* Hands the queued bytes to the kernel now (ringbtl_flush: no callback runs, so ob1, which
+ * is inside its send path, is not re-entered). Without it a process that sends and then
+ * blocks outside MPI (MPI_Comm_accept waits in PMIx right after sending its port name;
+ * MPI_Comm_connect broadcasts, several sends, and then blocks) would keep the message to
+ * itself until its next progress. */
 static void flush(mca_btl_ringbtl_module_t *m)
 {
     /* The first send since the last progress always goes out; later ones of a burst every
      * flush_batch sends (1, the default: all; 0: none), the rest with the next progress,
-     * gathered. MPI_Comm_connect broadcasts (several sends) and then blocks in PMIx. */
+     * gathered into one write per peer. */
     const unsigned batch = mca_btl_ringbtl_component.flush_batch;
     const unsigned k = m->sent_since_progress++;
-    if (m->flushing || (0 != k && (0 == batch || 0 != k % batch))) {
+    if (0 != k && (0 == batch || 0 != k % batch)) {
         return;
     }
-    m->flushing = true;
-    (void) ringbtl_progress(m->rt);
-    m->flushing = false;
+    (void) ringbtl_flush(m->rt);
 }
 
 static int btl_send(struct mca_btl_base_module_t *btl,
@@ -598,12 +540,6 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
      * failures are no longer reported. */
     m->closing = true;
     m->error_cb = NULL;
-    while (NULL != m->recv_head) {
-        mca_btl_ringbtl_deferred_recv_t *r = m->recv_head;
-        m->recv_head = r->next;
-        free(r);
-    }
-    (void) mca_btl_ringbtl_run_deferred(m);
     rc = ringbtl_destroy(m->rt, mca_btl_ringbtl_component.finalize_timeout_ms);
     if (RINGBTL_OK != rc && mca_btl_ringbtl_component.verbose > 0) {
         opal_output(0, "btl ringbtl: shutdown: %s (%s)", ringbtl_strerror(rc),
@@ -673,13 +609,7 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->nendpoints = 0;
     m->scratch = NULL;
     m->scratch_len = 0;
-    m->flushing = false;
     m->sent_since_progress = 0;
-    m->in_deferred = false;
-    m->recv_head = NULL;
-    m->recv_tail = &m->recv_head;
-    m->done_head = NULL;
-    m->done_tail = &m->done_head;
     m->threads = threads;
     if (threads) {
         pthread_mutexattr_t attr;
