@@ -8,6 +8,7 @@
 //! and pushed, to reach the kernel at the start of the next pass (for the io_uring
 //! backend: in the same `io_uring_enter` as the re-armed receives).
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::mem;
@@ -106,6 +107,12 @@ pub struct Transport {
     on_complete: Option<CompletionFn>,
     on_error: Option<ErrorFn>,
     events: Vec<Event>,
+    /// Events collected by [`flush`](Transport::flush) that it may not handle (anything but
+    /// a finished send, and any event of a connection with an earlier one waiting here):
+    /// the next pass handles them first, in their order.
+    stash: VecDeque<Event>,
+    /// `flush`'s own event buffer (it may run inside a pass, which holds `events`).
+    flush_events: Vec<Event>,
     local: SocketAddr,
     /// The addresses published by [`uris`](Self::uris).
     published: Vec<SocketAddr>,
@@ -202,6 +209,8 @@ impl Transport {
             on_complete: None,
             on_error: None,
             events: Vec::with_capacity(256),
+            stash: VecDeque::with_capacity(256),
+            flush_events: Vec::with_capacity(256),
             local,
             published,
             ifaces,
@@ -366,9 +375,39 @@ impl Transport {
     /// is queued); on epoll `send` has already written what the socket took. Allowed inside
     /// handlers and callbacks.
     pub fn flush(&mut self) -> Result<(), Error> {
+        // At most one send is in flight per connection: a finished one must be seen
+        // before the frames queued behind it can leave, hence the reaping around the submit
+        // (the second catches a send the kernel completed during the submit).
+        self.reap_sent()?;
         self.core.flush();
         self.run_actions();
-        self.backend.submit().map_err(|e| Error::io("submit", e))
+        self.backend.submit().map_err(|e| Error::io("submit", e))?;
+        self.reap_sent()
+    }
+
+    /// Collects what completed without running a handler or callback: finished sends are
+    /// handed to the engine (their completions are reported at the next pass), every other
+    /// event is stashed for the next pass, as is a finished send behind a stashed event of
+    /// its connection, so that each connection's events keep their order.
+    fn reap_sent(&mut self) -> Result<(), Error> {
+        let mut evs = mem::take(&mut self.flush_events);
+        let r = self.backend.poll(None, &mut evs);
+        if !evs.is_empty() {
+            let now = Instant::now();
+            self.last_now = now;
+            for ev in evs.drain(..) {
+                match ev {
+                    Event::Sent { conn, .. }
+                        if !self.stash.iter().any(|e| event_conn(e) == Some(conn)) =>
+                    {
+                        self.handle_event(now, ev)
+                    }
+                    ev => self.stash.push_back(ev),
+                }
+            }
+        }
+        self.flush_events = evs;
+        r.map_err(|e| Error::io("poll", e))
     }
 
     /// Like [`progress`](Self::progress) but waits in the kernel up to `timeout` when
@@ -509,11 +548,22 @@ impl Transport {
     // ----- the progress pass -----------------------------------------------------------
 
     fn pass(&mut self, timeout: Option<Duration>) -> Result<usize, Error> {
+        let stashed = self.stash.len();
+        if stashed > 0 {
+            // Older than anything the backend has now: handled first.
+            let now = Instant::now();
+            self.last_now = now;
+            while let Some(ev) = self.stash.pop_front() {
+                self.handle_event(now, ev);
+            }
+        }
         self.core.flush();
         self.run_actions();
         let mut evs = mem::take(&mut self.events);
+        // Stashed events count as work: no sleep in the kernel after handling them.
+        let timeout = if stashed > 0 { None } else { timeout };
         let r = self.backend.poll(timeout, &mut evs);
-        let n = evs.len();
+        let n = evs.len() + stashed;
         if n > 0 {
             let now = Instant::now();
             self.last_now = now;
@@ -727,6 +777,20 @@ fn listen_error(e: io::Error, ports: Option<(u16, u16)>) -> Error {
         None => "no ephemeral port free in every address family".into(),
     };
     Error::Wireup(format!("listen: {what} ({e})"))
+}
+
+/// The connection an event belongs to (none for a failed accept).
+fn event_conn(ev: &Event) -> Option<ConnId> {
+    match *ev {
+        Event::Accepted { conn, .. }
+        | Event::Connected { conn, .. }
+        | Event::Sent { conn, .. }
+        | Event::Recv { conn, .. }
+        | Event::RecvProvided { conn, .. }
+        | Event::ProvidedPaused { conn }
+        | Event::Closed { conn } => Some(conn),
+        Event::AcceptError(_) => None,
+    }
 }
 
 fn key(c: ConnId) -> ConnKey {

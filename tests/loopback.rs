@@ -895,13 +895,30 @@ fn flush_puts_queued_sends_on_the_wire(kind: BackendKind) {
         assert_eq!(m, &vec![i as u8 + 1; 100]);
     }
     assert_eq!(comp.borrow().len(), 1, "no completion without a pass");
+    // One send after another, each flushed, the sender still never progressing: each must
+    // leave although the one before it was in flight when it was queued.
+    for i in 4..=6u64 {
+        a.send(PeerId(1), Tag(5), &[Bytes::from(vec![i as u8; 100])], i)
+            .unwrap();
+        a.flush().unwrap();
+        drive(
+            &mut [&mut b],
+            Duration::from_secs(10),
+            "one flushed send",
+            || got.borrow().len() == i as usize,
+        );
+    }
+    for (i, m) in got.borrow().iter().enumerate() {
+        assert_eq!(m, &vec![i as u8 + 1; 100]);
+    }
+    assert_eq!(comp.borrow().len(), 1, "no completion without a pass");
     drive(
         &mut [&mut a],
         Duration::from_secs(10),
         "completions",
-        || comp.borrow().len() == 4,
+        || comp.borrow().len() == 7,
     );
-    common::assert_all_ok_in_order(&comp.borrow(), 4);
+    common::assert_all_ok_in_order(&comp.borrow(), 7);
     // Nothing queued: a flush is a no-op, and one from inside a handler is allowed.
     a.flush().unwrap();
     a.register(Tag(6), |t, _| t.flush().unwrap()).unwrap();
