@@ -375,23 +375,24 @@ impl Transport {
     /// is queued); on epoll `send` has already written what the socket took. Allowed inside
     /// handlers and callbacks.
     pub fn flush(&mut self) -> Result<(), Error> {
-        // At most one send is in flight per connection: a finished one must be seen
-        // before the frames queued behind it can leave, hence the reaping around the submit
-        // (the second catches a send the kernel completed during the submit).
-        self.reap_sent()?;
-        self.core.flush();
+        if self.core.flush() {
+            // Frames wait behind a batch in flight (one per connection): it may be back by
+            // now, and then they can leave too.
+            self.reap_sent()?;
+            self.core.flush();
+        }
         self.run_actions();
-        self.backend.submit().map_err(|e| Error::io("submit", e))?;
-        self.reap_sent()
+        self.backend.submit().map_err(|e| Error::io("submit", e))
     }
 
-    /// Collects what completed without running a handler or callback: finished sends are
-    /// handed to the engine (their completions are reported at the next pass), every other
-    /// event is stashed for the next pass, as is a finished send behind a stashed event of
-    /// its connection, so that each connection's events keep their order.
+    /// Collects what completed without running a handler or callback and without trying
+    /// any receive: finished sends are handed to the engine (their completions are
+    /// reported at the next pass); every other event is stashed for the next pass, as is a
+    /// finished send behind a stashed event of its connection, so that each connection's
+    /// events keep their order.
     fn reap_sent(&mut self) -> Result<(), Error> {
         let mut evs = mem::take(&mut self.flush_events);
-        let r = self.backend.poll(None, &mut evs);
+        let r = self.backend.collect(&mut evs);
         if !evs.is_empty() {
             let now = Instant::now();
             self.last_now = now;
@@ -407,7 +408,7 @@ impl Transport {
             }
         }
         self.flush_events = evs;
-        r.map_err(|e| Error::io("poll", e))
+        r.map_err(|e| Error::io("collect", e))
     }
 
     /// Like [`progress`](Self::progress) but waits in the kernel up to `timeout` when

@@ -17,8 +17,11 @@ use crate::wire::PeerId;
 impl Core {
     /// Moves queued frames into the idle send batch of every connection that has some,
     /// and queues one [`Action::Transmit`](super::core::Action::Transmit) per such
-    /// connection.
-    pub fn flush(&mut self) {
+    /// connection. Returns whether frames of a connected peer stay queued (its batch is
+    /// out, or was filled to its budget): they leave once the batch comes back
+    /// ([`handle_sent`](Self::handle_sent)).
+    pub fn flush(&mut self) -> bool {
+        let mut held = false;
         let mut dirty = mem::take(&mut self.dirty);
         for peer in dirty.drain(..) {
             let Some(ep) = self.ep_mut(peer) else {
@@ -29,8 +32,10 @@ impl Core {
                 continue;
             };
             self.fill_batch(peer, conn);
+            held |= self.ep(peer).is_some_and(|e| !e.queue.is_empty());
         }
         self.dirty = dirty;
+        held
     }
 
     /// A send finished (`Err`: the OS error it failed with): the batch comes back.

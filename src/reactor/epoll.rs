@@ -427,6 +427,13 @@ impl Backend for Epoll {
         Ok(())
     }
 
+    fn collect(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
+        // A send that `send` finished at once waits here as a deferred event; anything
+        // else needs readiness, which is `poll`'s to learn.
+        self.slots.deliver(out);
+        Ok(())
+    }
+
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let before = out.len();

@@ -147,6 +147,9 @@ pub(crate) trait Backend {
     /// (they come with the next [`poll`](Self::poll)) and without waiting: a send queued
     /// before this call is on its way when it returns, whatever the caller does next.
     fn submit(&mut self) -> io::Result<()>;
+    /// Collects the completions that are ready into `out`, attempting no new I/O (no
+    /// receive is tried, as [`poll`](Self::poll) may in poll mode) and never waiting.
+    fn collect(&mut self, out: &mut Vec<Event>) -> io::Result<()>;
     /// Why an open connection whose receive just reported end of stream ended, when the
     /// kernel aborted it rather than the peer closing it (`sys::timeout_abort`), else
     /// `None`. (An io_uring send that had moved part of its data reports that count and
@@ -287,6 +290,10 @@ impl Backend for AnyBackend {
     #[inline]
     fn submit(&mut self) -> io::Result<()> {
         forward!(self, b => b.submit())
+    }
+    #[inline]
+    fn collect(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
+        forward!(self, b => b.collect(out))
     }
     fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
         forward!(self, b => b.end_cause(conn))

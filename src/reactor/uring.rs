@@ -982,6 +982,20 @@ impl Backend for Uring {
         }
     }
 
+    fn collect(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
+        self.slots.deliver(out);
+        let sq = self.ring.submission();
+        // Completions may wait as deferred task work (TASKRUN) or in the overflow list:
+        // only then is the kernel entered (which also submits what the SQ holds).
+        let must_enter = sq.taskrun() || sq.cq_overflow();
+        drop(sq);
+        if must_enter {
+            self.enter(None)?;
+        }
+        self.reap(out);
+        Ok(())
+    }
+
     fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
         let s = self.slots.get(conn.0 as usize)?;
         if s.io.closed {
