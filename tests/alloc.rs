@@ -3,48 +3,15 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use ringbtl::{BackendKind, PeerId, Tag};
 
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-// SAFETY: forwards to the system allocator; only counts calls made on a thread that
-// enabled counting.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "common/count_alloc.rs"]
+mod count_alloc;
 
 backend_tests!(no_allocation_per_message);
 
@@ -81,11 +48,7 @@ fn no_allocation_per_message(kind: BackendKind) {
             }
         };
         round(1_000); // warm-up: connections, pools and queues reach their sizes
-        ALLOCS.store(0, Ordering::Relaxed);
-        COUNTING.with(|c| c.set(true));
-        round(10_000);
-        COUNTING.with(|c| c.set(false));
-        let n = ALLOCS.load(Ordering::Relaxed);
+        let n = count_alloc::allocations_during(|| round(10_000));
         println!(
             "backend {}: {size} B: {n} allocations in 10,000 ping-pongs",
             a.backend_name()

@@ -6,47 +6,14 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ringbtl_ffi::*;
 
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-// SAFETY: forwards to the system allocator; only counts calls made on a thread that
-// enabled counting.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "../../tests/common/count_alloc.rs"]
+mod count_alloc;
 
 const PING: u8 = 1;
 const PONG: u8 = 2;
@@ -176,11 +143,7 @@ fn ping_pong(backend: &str, size: usize) {
         }
     };
     round(1_000); // warm-up: connections, pools, queues and the completion queue grow
-    ALLOCS.store(0, Ordering::Relaxed);
-    COUNTING.with(|c| c.set(true));
-    round(10_000);
-    COUNTING.with(|c| c.set(false));
-    let n = ALLOCS.load(Ordering::Relaxed);
+    let n = count_alloc::allocations_during(|| round(10_000));
     println!("backend {backend}: {size} B: {n} allocations in 10,000 ping-pongs through the C ABI");
     assert_eq!(sb.received.get(), 11_000, "every ping arrived");
     assert!(
