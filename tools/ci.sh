@@ -58,6 +58,11 @@ cargo test --manifest-path fuzz/Cargo.toml --no-default-features
 step "Open MPI component (tools/ompi-ci.sh)"
 tools/ompi-ci.sh
 
+# The component across four network-namespace hosts (root): mpirun in one, an rsh agent
+# entering the others; if_include and if_exclude checked with the interfaces' counters.
+step "Open MPI across namespace hosts (tools/ompi-netns.sh)"
+tools/ompi-netns.sh
+
 step "doc"
 RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --quiet
 

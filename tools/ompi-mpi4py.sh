@@ -7,6 +7,10 @@
 #   default: the suite without the spawn tests (-e spawn)
 #   --spawn: the spawn tests only (-i spawn), reported separately
 #   --only "P1 P2": a subset, the test modules matching any of the patterns (runtests -i)
+#   across hosts (tools/ompi-netns.sh --mpi4py): --launch "CMD" runs mpirun under CMD
+#   (`ip netns exec NS`), --mpirun-args "ARGS" adds to mpirun's arguments (hostfile, rsh
+#   agent), --ringbtl-args / --tcp-args "ARGS" replace each BTL's loopback arguments,
+#   --tag NAME names the results directory
 # Output: target/ompi-results/mpi4py[-spawn]/<btl>-<n>.{log,tsv}, summary on stdout.
 # Exit status: 1 when a test that passes on tcp does not pass on ringbtl.
 set -euo pipefail
@@ -14,17 +18,24 @@ cd "$(dirname "$0")/.."
 source tools/ompi-common.sh
 export LC_ALL=C
 
-ranks="2 4"; select=(-e spawn); tag=mpi4py; timeout_s=900
+ranks="2 4"; select=(-e spawn); tag=mpi4py; timeout_s=900; tag_set=""
+launch=(); extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks="$2"; shift ;;
     --only) select=(); for p in $2; do select+=(-i "$p"); done; tag=mpi4py-subset; shift ;;
     --spawn) select=(-i spawn); tag=mpi4py-spawn ;;
     --timeout) timeout_s="$2"; shift ;;
+    --tag) tag_set="$2"; shift ;;
+    --launch) read -ra launch <<<"$2"; shift ;;
+    --mpirun-args) read -ra extra <<<"$2"; shift ;;
+    --ringbtl-args) read -ra BTL_ringbtl <<<"$2"; shift ;;
+    --tcp-args) read -ra BTL_tcp <<<"$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
+[ -n "$tag_set" ] && tag=$tag_set
 
 py=/usr/bin/python3
 ver=$($py -c 'import mpi4py; print(mpi4py.__version__)' 2>/dev/null) || {
@@ -70,7 +81,8 @@ for n in $ranks; do
     rm -rf "$out.d"
     start=$(date +%s)
     set +e
-    timeout -k 10 "$timeout_s" "${MPIRUN[@]}" "${args[@]}" -np "$n" --output-filename "$out.d" \
+    timeout -k 10 "$timeout_s" ${launch[@]+"${launch[@]}"} "${MPIRUN[@]}" \
+      ${extra[@]+"${extra[@]}"} "${args[@]}" -np "$n" --output-filename "$out.d" \
       $py "$src/test/runtests.py" --no-builddir -v "${select[@]}" >"$out.log" 2>&1
     rc=$?
     set -e
