@@ -45,7 +45,10 @@ mkdir -p "$work"
 rm -f "$work"/agent-*.err
 
 tools/build-ompi.sh >/dev/null
-teardown() { tools/netns.sh down "$prefix" >/dev/null || true; }
+teardown() {
+  tools/netns.sh down "$prefix" >/dev/null || true
+  rm -rf "/tmp/$prefix-h1" "/tmp/$prefix-h2" "/tmp/$prefix-h3"
+}
 trap teardown EXIT
 tools/netns.sh up "$prefix" || cannot "tools/netns.sh up $prefix failed"
 sw="$prefix-sw"
@@ -64,6 +67,9 @@ done
 
 # The rsh agent: `agent HOST COMMAND...`, HOST one of the hostfile's addresses. Its stderr
 # goes to a file: `orted --daemonize` would otherwise keep mpirun's pipe open (a hang).
+# Each host gets a temporary directory of its own (TMPDIR, where Open MPI puts its session
+# directory): the hosts share one hostname and one /tmp, and daemons creating the same
+# session directory at once fail now and then ("mkdir ... File exists").
 agent="$work/agent.sh"
 cat >"$agent" <<EOF
 #!/bin/sh
@@ -72,6 +78,8 @@ case \$host in
   10.231.3.1[0-3]) i=\${host#10.231.3.1} ;;
   *) echo "agent: unknown host \$host" >&2; exit 1 ;;
 esac
+TMPDIR="/tmp/$prefix-h\$i"; export TMPDIR
+mkdir -p "\$TMPDIR"
 exec ip netns exec "$prefix-h\$i" /bin/sh -c "\$*" 2>>"$work/agent-h\$i.err"
 EOF
 chmod +x "$agent"
