@@ -93,6 +93,25 @@ impl PeerProc {
         Ok(t)
     }
 
+    /// Ends a run on rank 0: tells rank 1 to quit, shuts every one of `transports` down with
+    /// `shutdown` (all of them, the last error wins), waits for rank 1's `BYE` and its exit.
+    pub(crate) fn end_run<T>(
+        mut self,
+        transports: &mut [T],
+        mut shutdown: impl FnMut(&mut T) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.send("QUIT")?;
+        let mut shut = Ok(());
+        for t in transports {
+            if let Err(e) = shutdown(t) {
+                shut = Err(e);
+            }
+        }
+        self.expect_exact("BYE", SETUP_TIMEOUT)?;
+        self.finish(SETUP_TIMEOUT)?;
+        shut
+    }
+
     /// The start-up exchange with a freshly spawned rank 1: learns its transports'
     /// addresses (`ADDR <index> <ip:port> <backend>` lines until `READY`), tells it ours
     /// (`PEER <index> <ip:port>`) and the baseline listener's (`BASE <ip:port>`), then

@@ -244,16 +244,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     }
     result?;
 
-    peer.send("QUIT")?;
-    let mut shut = Ok(());
-    for r in &mut rings {
-        if let Err(e) = r.shutdown(SHUTDOWN_TIMEOUT) {
-            shut = Err(e);
-        }
-    }
-    peer.expect_exact("BYE", SETUP_TIMEOUT)?;
-    peer.finish(SETUP_TIMEOUT)?;
-    shut
+    peer.end_run(&mut rings, |r| r.shutdown(SHUTDOWN_TIMEOUT))
 }
 
 /// Runs one phase (one size of one series) on rank 0, rank 1 in lockstep: announce it,

@@ -775,16 +775,7 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
     }
     result?;
 
-    peer.send("QUIT")?;
-    let mut shut = Ok(());
-    for r in &mut rings {
-        if let Err(e) = r.shutdown() {
-            shut = Err(e);
-        }
-    }
-    peer.expect_exact("BYE", SETUP_TIMEOUT)?;
-    peer.finish(SETUP_TIMEOUT)?;
-    shut
+    peer.end_run(&mut rings, |r| r.shutdown())
 }
 
 /// One phase on the sender, the receiver in lockstep: announce, wait until it is ready,
