@@ -143,17 +143,31 @@ fn reply_from_handler(kind: BackendKind) {
     assert_eq!(seen.get(), Some(true));
 }
 
-fn connect_refused_fails_after_retries(kind: BackendKind) {
-    // A port where nobody listens: bind one, note it, close it.
+/// A transport whose peer 5 is a loopback port where nobody listens (bound, noted,
+/// closed), with `retries` connect attempts, and its completion and failure logs.
+#[allow(clippy::type_complexity)]
+fn dialing_nobody(
+    kind: BackendKind,
+    retries: u32,
+) -> (
+    Transport,
+    Rc<RefCell<Vec<ringbtl::Completion>>>,
+    Rc<RefCell<Vec<(PeerId, FailReason)>>>,
+) {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = dead.local_addr().unwrap();
     drop(dead);
     let mut c = common::cfg(0, kind);
-    c.core.connect_retries = 3;
+    c.core.connect_retries = retries;
     let mut a = Transport::new(c).unwrap();
     a.add_peer(PeerId(5), vec![addr]).unwrap();
     let comp = completions(&mut a);
     let fails = failures(&mut a);
+    (a, comp, fails)
+}
+
+fn connect_refused_fails_after_retries(kind: BackendKind) {
+    let (mut a, comp, fails) = dialing_nobody(kind, 3);
     for i in 0..10 {
         a.send(PeerId(5), Tag(1), &[Bytes::from_static(b"x")], i)
             .unwrap();
@@ -799,15 +813,7 @@ fn loopback_connections_use_reno(kind: BackendKind) {
 
 /// The OS error of a failed connect reaches the application as a number it can match on.
 fn connect_refused_keeps_the_errno(kind: BackendKind) {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = dead.local_addr().unwrap();
-    drop(dead);
-    let mut c = common::cfg(0, kind);
-    c.core.connect_retries = 1;
-    let mut a = Transport::new(c).unwrap();
-    a.add_peer(PeerId(5), vec![addr]).unwrap();
-    let comp = completions(&mut a);
-    let fails = failures(&mut a);
+    let (mut a, comp, fails) = dialing_nobody(kind, 1);
     a.send(PeerId(5), Tag(1), &[Bytes::from_static(b"x")], 0)
         .unwrap();
     drive(
