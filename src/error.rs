@@ -50,6 +50,15 @@ pub enum ProtoError {
     /// Bytes arrived after the peer's FIN, which promised that nothing more follows.
     #[error("data after FIN")]
     DataAfterFin,
+    /// An accepted connection sent nothing within the first-bytes deadline
+    /// (`RINGBTL_FIRST_BYTES_MS`).
+    #[error("no byte within the first-bytes deadline")]
+    FirstBytesTimeout,
+    /// An accepted connection still in its handshake was closed to admit a newcomer
+    /// (the oldest of its source or of all; `RINGBTL_MAX_HALF_OPEN`,
+    /// `RINGBTL_MAX_HALF_OPEN_PER_SOURCE`).
+    #[error("closed to admit a newer connection (too many handshakes pending)")]
+    Evicted,
 }
 
 /// Why sending is impossible.
@@ -171,6 +180,9 @@ pub enum Cause {
     /// The peer refused the connection with this reason.
     #[error("refused by peer: {0:?}")]
     Refused(RejectReason),
+    /// A frame in progress saw no byte for this long (`RINGBTL_FRAME_STALL_MS`).
+    #[error("a frame in progress received no byte for {0:?} (RINGBTL_FRAME_STALL_MS)")]
+    FrameStalled(Duration),
 }
 
 impl Cause {

@@ -596,7 +596,7 @@ impl Transport {
         match ev {
             Event::Accepted { conn, peer } => {
                 tracing::debug!("accepted a connection from {peer}");
-                self.core.handle_accepted(now, key(conn));
+                self.core.handle_accepted_from(now, key(conn), peer.ip());
             }
             Event::AcceptError(e) => {
                 self.accept_errors += 1;

@@ -189,6 +189,7 @@ pub fn run(input: &Input) {
         handshake_timeout: Duration::from_secs(5),
         max_half_open: 16,
         multishot: input.multishot,
+        ..CoreConfig::default()
     };
     let mut core = Core::new(cfg);
     core.add_peer(PEER, vec![SocketAddr::from(([10, 0, 0, 2], 7000))])

@@ -31,10 +31,26 @@ pub struct CoreConfig {
     pub retry_delay: Duration,
     /// Time allowed for a connection's handshake (`RINGBTL_HANDSHAKE_TIMEOUT_MS`).
     pub handshake_timeout: Duration,
-    /// Most incoming connections waiting for their HELLO at once; more are closed at
-    /// once, so a connection flood costs no buffer (`RINGBTL_MAX_HALF_OPEN`,
-    /// 1..=1,000,000).
+    /// Most incoming connections still in their handshake ("strangers") at once; a
+    /// newcomer beyond it is admitted and the oldest stranger is closed instead, so a
+    /// flood of idle connections cannot lock a legitimate peer out
+    /// (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000).
     pub max_half_open: usize,
+    /// Most strangers from one source address at once; a newcomer beyond it closes the
+    /// oldest stranger of the same source, so one source cannot evict the others'
+    /// (`RINGBTL_MAX_HALF_OPEN_PER_SOURCE`, 1..=1,000,000).
+    pub max_half_open_per_source: usize,
+    /// Time an accepted connection has to send its first bytes; after that, the rest of
+    /// the handshake has until [`handshake_timeout`](Self::handshake_timeout) from the
+    /// accept (`RINGBTL_FIRST_BYTES_MS`).
+    pub first_bytes_timeout: Duration,
+    /// Time a dialer keeps retrying a connection refused, reset or closed during its
+    /// handshake (with a doubling delay from [`retry_delay`](Self::retry_delay)); no
+    /// attempt starts after it (`RINGBTL_CONNECT_TIMEOUT_MS`).
+    pub connect_timeout: Duration,
+    /// A frame whose bytes stop arriving for this long fails its connection
+    /// (`RINGBTL_FRAME_STALL_MS`).
+    pub frame_stall: Duration,
     /// Receives run as one multishot receive per connection on buffers the driver
     /// provides ([`Action::ArmProvided`](crate::proto::core::Action::ArmProvided)),
     /// instead of one [`Action::Receive`](crate::proto::core::Action::Receive) per read.
@@ -59,6 +75,10 @@ impl CoreConfig {
             retry_delay: Duration::from_millis(20),
             handshake_timeout: Duration::from_secs(5),
             max_half_open: 1024,
+            max_half_open_per_source: 256,
+            first_bytes_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(30),
+            frame_stall: Duration::from_secs(60),
             multishot: false,
         }
     }
@@ -100,7 +120,7 @@ impl Params for CoreConfig {
     }
 }
 
-static CORE_PARAMS: [Param<CoreConfig>; 10] = [
+static CORE_PARAMS: [Param<CoreConfig>; 14] = [
     Param {
         name: "token",
         var: "RINGBTL_JOB_TOKEN",
@@ -236,11 +256,69 @@ static CORE_PARAMS: [Param<CoreConfig>; 10] = [
             hi: 1_000_000,
             unit: Unit::Count,
         },
-        meaning: "incoming connections still in their handshake at once; more are closed \
-                  at once",
+        meaning: "incoming connections still in their handshake at once; a newcomer \
+                  beyond it closes the oldest of them",
         access: Access::Num {
             get: |c| Some(c.max_half_open as u64),
             put: |c, v| c.max_half_open = v.unwrap_or(0) as usize,
+        },
+    },
+    Param {
+        name: "max_half_open_per_source",
+        var: "RINGBTL_MAX_HALF_OPEN_PER_SOURCE",
+        kind: Kind::Int {
+            lo: 1,
+            hi: 1_000_000,
+            unit: Unit::Count,
+        },
+        meaning: "incoming connections in their handshake from one source address; a \
+                  newcomer beyond it closes the oldest of that source",
+        access: Access::Num {
+            get: |c| Some(c.max_half_open_per_source as u64),
+            put: |c, v| c.max_half_open_per_source = v.unwrap_or(0) as usize,
+        },
+    },
+    Param {
+        name: "first_bytes_timeout",
+        var: "RINGBTL_FIRST_BYTES_MS",
+        kind: Kind::Int {
+            lo: 10,
+            hi: 600_000,
+            unit: Unit::Millis,
+        },
+        meaning: "time an accepted connection has to send its first bytes",
+        access: Access::Num {
+            get: |c| millis(c.first_bytes_timeout),
+            put: |c, v| c.first_bytes_timeout = Duration::from_millis(v.unwrap_or(0)),
+        },
+    },
+    Param {
+        name: "connect_timeout",
+        var: "RINGBTL_CONNECT_TIMEOUT_MS",
+        kind: Kind::Int {
+            lo: 10,
+            hi: 3_600_000,
+            unit: Unit::Millis,
+        },
+        meaning: "time a dialer retries a connection refused, reset or closed during its \
+                  handshake",
+        access: Access::Num {
+            get: |c| millis(c.connect_timeout),
+            put: |c, v| c.connect_timeout = Duration::from_millis(v.unwrap_or(0)),
+        },
+    },
+    Param {
+        name: "frame_stall",
+        var: "RINGBTL_FRAME_STALL_MS",
+        kind: Kind::Int {
+            lo: 10,
+            hi: 3_600_000,
+            unit: Unit::Millis,
+        },
+        meaning: "a frame whose bytes stop arriving this long fails its connection",
+        access: Access::Num {
+            get: |c| millis(c.frame_stall),
+            put: |c, v| c.frame_stall = Duration::from_millis(v.unwrap_or(0)),
         },
     },
 ];

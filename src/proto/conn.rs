@@ -1,8 +1,32 @@
 //! The connection table: one [`Conn`] per socket, indexed by the driver's [`ConnKey`],
 //! from accept or dial to close: its handshake stage, deadline, send batch and receive
-//! buffers. No I/O here.
+//! buffers; and admission of incoming connections. No I/O here.
+//!
+//! # Admission
+//!
+//! An accepted connection whose handshake is not complete is a *stranger*, whatever
+//! records the handshake exchanges: it holds a handshake-sized buffer and a slot, and
+//! nothing else, for a short fixed time. Strangers may not crowd out a legitimate peer:
+//!
+//! - a stranger must send its first bytes within
+//!   [`first_bytes_timeout`](crate::proto::config::CoreConfig::first_bytes_timeout), and
+//!   finish its handshake within
+//!   [`handshake_timeout`](crate::proto::config::CoreConfig::handshake_timeout) of its
+//!   accept;
+//! - a newcomer is always admitted: when its source already has
+//!   [`max_half_open_per_source`](crate::proto::config::CoreConfig::max_half_open_per_source)
+//!   strangers, the oldest of them is closed; else, when
+//!   [`max_half_open`](crate::proto::config::CoreConfig::max_half_open) strangers exist,
+//!   the oldest of all is closed (counted in [`Counters::accept_overload`]).
+//!
+//! A flood of idle connections therefore only ever closes flooding connections older
+//! than the newest legitimate one, and a legitimate dialer whose connection was closed
+//! all the same retries within its connect deadline (`endpoint.rs`).
+//!
+//! [`Counters::accept_overload`]: crate::proto::core::Counters::accept_overload
 
 use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::time::Instant;
 
 use crate::buf::{RxBuf, TxBatch};
@@ -51,7 +75,16 @@ pub(super) struct Conn {
     pub(super) deframer: Deframer,
     /// A [`Todo::PauseProvided`] was issued and its confirmation has not come yet.
     pub(super) pausing: bool,
+    /// Handshake deadline; on an open connection, the time by which the frame in
+    /// progress must see its next bytes (`frame_stall`).
     pub(super) deadline: Option<Instant>,
+    /// Accepted and not yet open (a stranger, see the module documentation): when it
+    /// was accepted, and its rank among accepts (smaller is older).
+    pub(super) accepted_at: Option<(Instant, u64)>,
+    /// Where a stranger comes from, when the driver said.
+    pub(super) src: Option<IpAddr>,
+    /// A stranger that has sent no byte yet (its deadline is the first-bytes one).
+    pub(super) awaiting_first_bytes: bool,
 }
 
 impl Conn {
@@ -67,7 +100,15 @@ impl Conn {
             deframer: Deframer::default(),
             pausing: false,
             deadline: None,
+            accepted_at: None,
+            src: None,
+            awaiting_first_bytes: false,
         }
+    }
+
+    /// Accepted, handshake not complete, not closing.
+    pub(super) fn is_stranger(&self) -> bool {
+        self.accepted_at.is_some() && !matches!(self.stage, Stage::Open | Stage::Dead)
     }
 
     pub(super) fn write_record(&mut self, h: &crate::wire::Hello) {
@@ -78,28 +119,76 @@ impl Conn {
 }
 
 impl Core {
-    /// The listener accepted a connection.
+    /// The listener accepted a connection, from a source the driver does not name
+    /// (no per-source limit applies to it).
     pub fn handle_accepted(&mut self, now: Instant, conn: ConnKey) {
-        let half_open = self
-            .conns
-            .iter()
-            .flatten()
-            .filter(|c| c.stage == Stage::ExpectHello)
-            .count();
-        if half_open >= self.cfg.max_half_open {
-            // A connection flood: drop the newcomer before it costs any buffer.
-            self.counters.accept_overload += 1;
-            self.put_conn(conn, Conn::new(Stage::Dead, None, 0));
-            self.todo.push_back(Todo::Close(conn));
-            return;
+        self.admit(now, conn, None);
+    }
+
+    /// The listener accepted a connection from `src`. Admission is fair (see the
+    /// module documentation of `conn.rs`): the newcomer is always admitted, and the
+    /// oldest stranger of its source, or of all, makes room when the limits are reached.
+    pub fn handle_accepted_from(&mut self, now: Instant, conn: ConnKey, src: IpAddr) {
+        self.admit(now, conn, Some(src));
+    }
+
+    fn admit(&mut self, now: Instant, conn: ConnKey, src: Option<IpAddr>) {
+        // One pass over the table: strangers in all and from this source, and the oldest
+        // of each.
+        let (mut all, mut same) = (0usize, 0usize);
+        // (rank among accepts, slot) of the oldest stranger of all and of this source.
+        let (mut oldest, mut oldest_same) = (None::<(u64, u32)>, None::<(u64, u32)>);
+        for (i, c) in self.conns.iter().enumerate() {
+            let Some(c) = c.as_ref().filter(|c| c.is_stranger()) else {
+                continue;
+            };
+            let at = (c.accepted_at.expect("a stranger was accepted").1, i as u32);
+            all += 1;
+            oldest = Some(oldest.map_or(at, |o| o.min(at)));
+            if src.is_some() && c.src == src {
+                same += 1;
+                oldest_same = Some(oldest_same.map_or(at, |o| o.min(at)));
+            }
         }
-        let deadline = now + self.cfg.handshake_timeout;
+        let victim = if same >= self.cfg.max_half_open_per_source {
+            oldest_same
+        } else if all >= self.cfg.max_half_open {
+            oldest
+        } else {
+            None
+        };
+        if let Some((_, i)) = victim {
+            self.counters.accept_overload += 1;
+            self.kill_conn(ConnKey(i));
+            self.events.push_back(CoreEvent::Refused {
+                why: ProtoError::Evicted,
+            });
+        }
+        let deadline = now + self.cfg.first_bytes_timeout.min(self.cfg.handshake_timeout);
         // A handshake-sized buffer: the cache grows when the connection is adopted.
         let mut c = Conn::new(Stage::ExpectHello, None, HELLO_LEN);
         c.deadline = Some(deadline);
+        self.accepts += 1;
+        c.accepted_at = Some((now, self.accepts));
+        c.src = src;
+        c.awaiting_first_bytes = true;
         self.put_conn(conn, c);
         self.arm_timer(deadline);
         self.todo.push_back(Todo::Receive(conn));
+    }
+
+    /// A stranger's first bytes arrived: the rest of its handshake has until the
+    /// handshake deadline, counted from the accept.
+    #[cold]
+    pub(super) fn first_bytes(&mut self, conn: ConnKey) {
+        let handshake = self.cfg.handshake_timeout;
+        let Some(c) = self.conn_mut(conn) else { return };
+        c.awaiting_first_bytes = false;
+        if let (Some((at, _)), Some(_)) = (c.accepted_at, c.deadline) {
+            let d = at + handshake;
+            c.deadline = Some(d);
+            self.arm_timer(d);
+        }
     }
 
     /// The driver closed the socket and no operation of it remains: forget it.

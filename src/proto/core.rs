@@ -172,7 +172,8 @@ pub struct Counters {
     pub simultaneous: u64,
     /// Connect attempts that failed and were retried.
     pub connect_retries: u64,
-    /// Incoming connections closed at once because too many handshakes were pending.
+    /// Incoming connections still in their handshake closed to admit a newcomer (the
+    /// oldest of their source, or of all; see `max_half_open`).
     pub accept_overload: u64,
     /// Gathered sends handed to the driver (one per batch).
     pub batches: u64,
@@ -249,6 +250,8 @@ pub struct Core {
     pub(super) next_timer: Option<Instant>,
     pub(super) shutting_down: bool,
     pub(super) counters: Counters,
+    /// Connections accepted so far (ranks strangers by age).
+    pub(super) accepts: u64,
 }
 
 impl Core {
@@ -264,6 +267,7 @@ impl Core {
             next_timer: None,
             shutting_down: false,
             counters: Counters::default(),
+            accepts: 0,
         }
     }
 
@@ -407,7 +411,18 @@ impl Core {
                 continue;
             }
             let (stage, peer) = (c.stage, c.peer);
+            // The first-bytes deadline, when it is the shorter one, fired.
+            let silent =
+                c.awaiting_first_bytes && self.cfg.first_bytes_timeout < self.cfg.handshake_timeout;
+            let stranger = c.is_stranger();
             let conn = ConnKey(i as u32);
+            if let (Stage::Open, Some(p)) = (stage, peer) {
+                // The frame in progress saw no byte for `frame_stall`.
+                let stalled = self.cfg.frame_stall;
+                let cause = Cause::FrameStalled(stalled);
+                self.fail_endpoint(p, FailReason::ConnectionLost { peer: p, cause });
+                continue;
+            }
             self.kill_conn(conn);
             match (stage, peer) {
                 (Stage::ExpectAccept | Stage::Connecting, Some(p))
@@ -415,8 +430,12 @@ impl Core {
                 {
                     self.retry_or_fail(Some(now), p, Cause::HandshakeTimeout);
                 }
-                (Stage::ExpectHello, _) => self.events.push_back(CoreEvent::Refused {
-                    why: ProtoError::HandshakeTimeout,
+                _ if stranger => self.events.push_back(CoreEvent::Refused {
+                    why: if silent {
+                        ProtoError::FirstBytesTimeout
+                    } else {
+                        ProtoError::HandshakeTimeout
+                    },
                 }),
                 _ => {}
             }

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::mem;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -78,6 +78,9 @@ pub(super) struct Endpoint {
     /// driver hands the batch back (see `Conn::orphans`).
     pub(super) orphaned: usize,
     pub(super) attempts: u32,
+    /// No connect attempt starts after this (`connect_timeout`, counted from the first
+    /// failed attempt of the current connect; `None` before it).
+    pub(super) connect_deadline: Option<Instant>,
     pub(super) dirty: bool,
     pub(super) fin_sent: bool,
     pub(super) fin_rcvd: bool,
@@ -93,6 +96,7 @@ impl Endpoint {
             inflight: VecDeque::new(),
             orphaned: 0,
             attempts: 0,
+            connect_deadline: None,
             dirty: false,
             fin_sent: false,
             fin_rcvd: false,
@@ -149,6 +153,7 @@ impl Core {
             EpState::Closed => {
                 ep.fin_rcvd = false;
                 ep.attempts = 0;
+                ep.connect_deadline = None;
                 self.dial_next(peer);
             }
             EpState::Connected { .. } => self.mark_dirty(peer),
@@ -252,8 +257,20 @@ impl Core {
     }
 
     /// A dial failed: schedule the next attempt, or fail the endpoint after the last.
+    ///
+    /// A connection refused, reset or closed by the acceptor during the handshake (an
+    /// acceptor under a flood closes its oldest strangers, see `conn.rs`) is retried
+    /// until the connect deadline, whatever the number of attempts; any other failure
+    /// (nobody listens, no answer in time) after `connect_retries` attempts. The delay
+    /// doubles from `retry_delay`, up to [`MAX_RETRY_DELAY`], without jitter, and no
+    /// attempt starts after the deadline: then the endpoint fails as after the last
+    /// attempt.
     pub(super) fn retry_or_fail(&mut self, now: Option<Instant>, peer: PeerId, cause: Cause) {
-        let (retries, base) = (self.cfg.connect_retries, self.cfg.retry_delay);
+        let (retries, base, limit) = (
+            self.cfg.connect_retries,
+            self.cfg.retry_delay,
+            self.cfg.connect_timeout,
+        );
         let shutting_down = self.shutting_down;
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
@@ -261,7 +278,14 @@ impl Core {
         if matches!(ep.state, EpState::Failed | EpState::Connected { .. }) {
             return;
         }
-        if ep.attempts >= retries || shutting_down {
+        let deadline = now.map(|n| *ep.connect_deadline.get_or_insert(n + limit));
+        let delay = base
+            .saturating_mul(1u32 << ep.attempts.saturating_sub(1).min(10))
+            .min(MAX_RETRY_DELAY);
+        let at = now.map(|n| n + delay);
+        let out_of_time = matches!((at, deadline), (Some(a), Some(d)) if a > d);
+        let out_of_attempts = ep.attempts >= retries && !retry_in_handshake(&cause);
+        if out_of_attempts || out_of_time || shutting_down {
             let attempts = ep.attempts;
             self.fail_endpoint(
                 peer,
@@ -273,21 +297,16 @@ impl Core {
             );
             return;
         }
-        match now {
-            Some(now) => {
-                let shift = ep.attempts.saturating_sub(1).min(10);
-                self.counters.connect_retries += 1;
-                let at = now + base * (1u32 << shift);
+        self.counters.connect_retries += 1;
+        match at {
+            Some(at) => {
                 ep.state = EpState::Connecting {
                     conn: None,
                     retry_at: Some(at),
                 };
                 self.arm_timer(at);
             }
-            None => {
-                self.counters.connect_retries += 1;
-                self.dial_next(peer);
-            }
+            None => self.dial_next(peer),
         }
     }
 
@@ -569,3 +588,17 @@ impl Core {
         true
     }
 }
+
+/// Whether a failed attempt is retried until the connect deadline rather than counted
+/// against `connect_retries`: the acceptor refused as a duplicate, or closed or reset the
+/// connection before answering (what it does to the oldest strangers under a flood).
+fn retry_in_handshake(cause: &Cause) -> bool {
+    match cause {
+        Cause::ClosedInHandshake | Cause::Refused(RejectReason::Duplicate) => true,
+        Cause::Os(e) => matches!(e.raw(), libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED),
+        _ => false,
+    }
+}
+
+/// Longest delay between two connect attempts.
+pub(super) const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);

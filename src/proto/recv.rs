@@ -159,7 +159,14 @@ impl Core {
         input: &[u8],
         at: &mut usize,
     ) -> InputStep {
-        let (max, cache) = (self.cfg.max_frame, self.cfg.recv_cache);
+        let (max, cache, stall) = (
+            self.cfg.max_frame,
+            self.cfg.recv_cache,
+            self.cfg.frame_stall,
+        );
+        if self.conn_mut(conn).is_some_and(|c| c.awaiting_first_bytes) {
+            self.first_bytes(conn);
+        }
         loop {
             let Some(c) = self.conn_mut(conn) else {
                 return InputStep::Drop;
@@ -198,7 +205,16 @@ impl Core {
                             }
                             FrameKind::Fin => self.on_fin(peer, conn),
                         },
-                        Ok(None) => return InputStep::Done,
+                        Ok(None) => {
+                            // A frame in progress must see its next bytes within
+                            // `frame_stall` (checked by `handle_timeout`).
+                            let partial = rx.wants_all() || rx.pending() > 0;
+                            c.deadline = partial.then(|| now + stall);
+                            if let Some(d) = c.deadline {
+                                self.arm_timer(d);
+                            }
+                            return InputStep::Done;
+                        }
                         Err(e) => {
                             self.fail_protocol(peer, e.into());
                             return InputStep::Drop;

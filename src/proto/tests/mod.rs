@@ -9,7 +9,7 @@
 //! Every random choice comes from one seeded generator, so a failing seed replays.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -24,6 +24,7 @@ use crate::wire::{
     FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, VERSION,
 };
 
+mod admit;
 mod close;
 mod connect;
 mod garbage;
@@ -31,6 +32,8 @@ mod input;
 mod traffic;
 
 pub(super) const TOKEN: u64 = 0x5249_4e47_4254_4c00;
+/// Where raw ends dial from unless a test says otherwise.
+const RAW_SRC: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 200));
 const STEP_LIMIT: usize = 2_000_000;
 
 /// xorshift64*: small, fast, good enough to pick interleavings.
@@ -82,6 +85,11 @@ pub(super) fn cfg(pid: u32) -> CoreConfig {
         retry_delay: Duration::from_millis(20),
         handshake_timeout: Duration::from_secs(5),
         max_half_open: 1024,
+        max_half_open_per_source: 256,
+        // The handshake deadline alone, unless a test says otherwise (`admit.rs`).
+        first_bytes_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(30),
+        frame_stall: Duration::from_secs(60),
         multishot: false,
     }
 }
@@ -126,6 +134,8 @@ struct Sock {
     closed: bool,
     /// The first handshake record this end wrote.
     head: Vec<u8>,
+    /// A raw dialing end's source address (node ends come from their node's address).
+    src: Option<IpAddr>,
 }
 
 impl Sock {
@@ -148,6 +158,7 @@ impl Sock {
             closing: false,
             closed: false,
             head: Vec::new(),
+            src: None,
         }
     }
 
@@ -420,9 +431,16 @@ impl Net {
 
     /// A connection from a raw end to node `to`; returns the raw end.
     fn raw_dial(&mut self, to: usize) -> usize {
+        self.raw_dial_from(to, RAW_SRC)
+    }
+
+    /// A connection from a raw end at address `src` to node `to`; returns the raw end.
+    fn raw_dial_from(&mut self, to: usize, src: IpAddr) -> usize {
         let r = self.socks.len();
         let t = r + 1;
-        self.socks.push(Sock::new(Owner::Raw, None, Some(t), true));
+        let mut raw = Sock::new(Owner::Raw, None, Some(t), true);
+        raw.src = Some(src);
+        self.socks.push(raw);
         let mut acc = Sock::new(Owner::Node(to), None, Some(r), false);
         acc.accept_pending = true;
         self.socks.push(acc);
@@ -687,7 +705,15 @@ impl Net {
                 self.socks[s].accept_pending = false;
                 let key = self.alloc_key(n, s);
                 self.socks[s].key = Some(key);
-                self.nodes[n].core.handle_accepted(now, key);
+                // The source address: a node dials from its own address.
+                let src = self.socks[s].other.map(|o| match self.socks[o].owner {
+                    Owner::Node(m) => addr(m).ip(),
+                    Owner::Raw => self.socks[o].src.unwrap_or(RAW_SRC),
+                });
+                match src {
+                    Some(ip) => self.nodes[n].core.handle_accepted_from(now, key, ip),
+                    None => self.nodes[n].core.handle_accepted(now, key),
+                }
                 self.pump(n);
             }
             Item::Connect(s) => {
