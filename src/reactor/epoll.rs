@@ -28,7 +28,9 @@
 //! - `recv`: `recv` into [`RxBuf::spare_mut`]; a buffer that [`RxBuf::wants_all`] is
 //!   filled completely before it completes, resumed across edges.
 //! - `connect`: `EINPROGRESS`, then `SO_ERROR` on the first `EPOLLOUT`/`EPOLLERR` edge.
-//! - `accept`: `accept4` in bounded batches while the listener is readable.
+//! - `accept`: `accept4` in bounded batches while the listener is readable; paused
+//!   without spinning when descriptors run out ([`AcceptBackoff`]): the wait is bounded
+//!   by the pause, and closing one of our sockets ends it early.
 //! - `close`: cancels pending operations with `ECANCELED`, closes the socket at once (the
 //!   kernel holds no pointer into our buffers between syscalls), and frees the slot when
 //!   [`Event::Closed`] is delivered.
@@ -71,6 +73,7 @@ use std::{io, ptr};
 
 use socket2::SockRef;
 
+use super::listen::AcceptBackoff;
 use super::op::{cancelled, Attempt};
 use super::slots::{untoken, Slot, Slots};
 use super::sys::{self, syscall};
@@ -98,6 +101,8 @@ pub(crate) struct Epoll {
     /// Connects in progress.
     connecting: usize,
     passes: u32,
+    /// Accepting paused after `EMFILE` and the like.
+    accept_pause: AcceptBackoff,
 }
 
 impl Epoll {
@@ -117,6 +122,7 @@ impl Epoll {
             run: Vec::new(),
             chunk,
             send_calls: 0,
+            accept_pause: AcceptBackoff::new(),
             tx_waiting: 0,
             connecting: 0,
             passes: 0,
@@ -226,6 +232,9 @@ impl Epoll {
 
     /// Accepts up to [`ACCEPT_BATCH`] connections from each readable listener.
     fn accept_ready(&mut self, out: &mut Vec<Event>) {
+        if self.listeners.iter().all(|l| !l.readable) || self.accept_pause.paused() {
+            return;
+        }
         for li in 0..self.listeners.len() {
             if !self.listeners[li].readable {
                 continue;
@@ -233,6 +242,7 @@ impl Epoll {
             for _ in 0..ACCEPT_BATCH {
                 match sys::accept(self.listeners[li].fd.as_fd()) {
                     Ok((fd, peer)) => {
+                        self.accept_pause.accepted();
                         let made = sys::apply_opts(&SockRef::from(&fd), &self.opts, &peer)
                             .and_then(|()| self.insert(fd, false));
                         out.push(match made {
@@ -249,7 +259,13 @@ impl Epoll {
                     Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
                         out.push(Event::AcceptError(e));
                     }
-                    // Out of descriptors or memory: report once per pass, retry next pass.
+                    // Out of descriptors or memory: report it, and pause accepting
+                    // (the listener stays readable and is tried again after the pause).
+                    Err(e) if AcceptBackoff::is_exhaustion(&e) => {
+                        out.push(Event::AcceptError(e));
+                        self.accept_pause.pause(Instant::now());
+                        return;
+                    }
                     Err(e) => {
                         out.push(Event::AcceptError(e));
                         break;
@@ -380,6 +396,7 @@ impl Backend for Epoll {
         }
         s.closing = true;
         if let Some(fd) = s.io.fd.take() {
+            self.accept_pause.descriptor_freed();
             // Deregister explicitly: a forked child may still hold the socket open, and
             // epoll follows the open file, not the descriptor.
             // SAFETY: both descriptors are open; a null event is allowed for EPOLL_CTL_DEL.
@@ -464,7 +481,12 @@ impl Backend for Epoll {
         }
         loop {
             let idle = out.len() == before && self.run.is_empty();
-            let timeout_ms = match deadline {
+            // A pause of accepting ends the wait early, so accepting resumes on time.
+            let wake = match (deadline, self.accept_pause.until()) {
+                (Some(d), Some(p)) => Some(d.min(p)),
+                (d, _) => d,
+            };
+            let timeout_ms = match wake {
                 Some(d) if idle => ceil_ms(d.saturating_duration_since(Instant::now())),
                 _ => 0,
             };

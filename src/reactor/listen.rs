@@ -1,9 +1,11 @@
 //! Listening on the wildcard address of several families on one port, and the plain
-//! sockets that reserve such a port. The only sockets here are those throw-away ones;
-//! every listener is the backend's.
+//! sockets that reserve such a port; and the pause of accepting when descriptors run
+//! out ([`AcceptBackoff`], shared by both backends). The only sockets here are those
+//! throw-away ones; every listener is the backend's.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 
@@ -110,4 +112,113 @@ fn reserve_port(fams: &[IpAddr], port: u16) -> io::Result<u16> {
         held.push(s);
     }
     Ok(port)
+}
+
+/// Accepting paused because the process or the system ran out of descriptors (or of
+/// memory for a socket): `accept` would fail at once again, and retrying it on every pass
+/// would spin a core. Both backends stop accepting for a delay that doubles from
+/// [`ACCEPT_PAUSE_MIN`] to [`ACCEPT_PAUSE_MAX`] (reset by a successful accept), and
+/// resume early when one of their own descriptors closes. Connections keep waiting in the
+/// listen backlog meanwhile.
+#[derive(Debug)]
+pub(crate) struct AcceptBackoff {
+    /// Paused until then.
+    until: Option<Instant>,
+    /// The next pause.
+    delay: Duration,
+}
+
+impl AcceptBackoff {
+    pub(crate) fn new() -> Self {
+        Self {
+            until: None,
+            delay: ACCEPT_PAUSE_MIN,
+        }
+    }
+
+    /// Whether `e` means "no descriptor or memory for a new socket now": `EMFILE`,
+    /// `ENFILE`, `ENOBUFS`, `ENOMEM`.
+    pub(crate) fn is_exhaustion(e: &io::Error) -> bool {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+        )
+    }
+
+    /// Accepting failed with an exhaustion error: pause.
+    pub(crate) fn pause(&mut self, now: Instant) {
+        self.until = Some(now + self.delay);
+        self.delay = (self.delay * 2).min(ACCEPT_PAUSE_MAX);
+    }
+
+    /// An accept succeeded: the next pause starts short again.
+    #[inline]
+    pub(crate) fn accepted(&mut self) {
+        self.delay = ACCEPT_PAUSE_MIN;
+    }
+
+    /// One of the backend's descriptors closed: resume at the next pass.
+    #[inline]
+    pub(crate) fn descriptor_freed(&mut self) {
+        if self.until.is_some() {
+            self.until = Some(Instant::now());
+        }
+    }
+
+    /// True while paused; lifts the pause once it is over. Reads the clock only while
+    /// paused.
+    #[inline]
+    pub(crate) fn paused(&mut self) -> bool {
+        let Some(t) = self.until else {
+            return false;
+        };
+        if t > Instant::now() {
+            return true;
+        }
+        self.until = None;
+        false
+    }
+
+    /// When the pause ends (a wait should not outlast it).
+    pub(crate) fn until(&self) -> Option<Instant> {
+        self.until
+    }
+}
+
+/// The first pause of accepting after running out of descriptors.
+pub(crate) const ACCEPT_PAUSE_MIN: Duration = Duration::from_millis(10);
+/// The longest pause.
+pub(crate) const ACCEPT_PAUSE_MAX: Duration = Duration::from_millis(500);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_pause_doubles_resets_and_ends_when_a_descriptor_closes() {
+        let mut b = AcceptBackoff::new();
+        assert!(!b.paused() && b.until().is_none());
+        let e = io::Error::from_raw_os_error(libc::EMFILE);
+        assert!(AcceptBackoff::is_exhaustion(&e));
+        assert!(!AcceptBackoff::is_exhaustion(
+            &io::Error::from_raw_os_error(libc::ECONNABORTED)
+        ));
+        let now = Instant::now();
+        let mut want = ACCEPT_PAUSE_MIN;
+        for _ in 0..10 {
+            b.pause(now);
+            assert_eq!(b.until(), Some(now + want));
+            want = (want * 2).min(ACCEPT_PAUSE_MAX);
+        }
+        assert_eq!(b.until(), Some(now + ACCEPT_PAUSE_MAX));
+        assert!(b.paused());
+        // One of our descriptors closed: the pause ends at once.
+        b.descriptor_freed();
+        assert!(!b.paused());
+        assert!(b.until().is_none());
+        // Accepting worked again: the next pause is short.
+        b.accepted();
+        b.pause(now);
+        assert_eq!(b.until(), Some(now + ACCEPT_PAUSE_MIN));
+    }
 }

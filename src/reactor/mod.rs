@@ -68,7 +68,7 @@ pub(crate) mod config;
 mod conformance;
 #[cfg(feature = "epoll")]
 pub(crate) mod epoll;
-mod listen;
+pub(crate) mod listen;
 pub(crate) mod op;
 pub(crate) mod slots;
 pub(crate) mod sys;
@@ -310,6 +310,7 @@ pub(crate) fn make_backend(
     kind: BackendKind,
     opts: SockOpts,
 ) -> Result<(AnyBackend, Option<String>), String> {
+    sys::raise_nofile_limit();
     match kind {
         BackendKind::Uring => uring(opts).map(|b| (b, None)),
         BackendKind::Epoll => epoll(opts).map(|b| (b, None)),

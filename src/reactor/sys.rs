@@ -166,7 +166,6 @@ pub(crate) fn close_fd(fd: RawFd) {
     }
 }
 
-#[cfg(feature = "epoll")]
 /// Calls a `libc` function and maps its `-1` return to [`io::Error::last_os_error`].
 ///
 /// Expands to an `unsafe` call: the caller writes the `// SAFETY:` comment at the use site
@@ -215,6 +214,41 @@ pub(crate) fn accept(
         .as_socket()
         .ok_or_else(|| io::Error::other("accepted socket has no inet address"))?;
     Ok((owned, peer))
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit, once per process: a transport of
+/// many peers needs a descriptor per connection, and 1,024 is a common soft default.
+/// Said in debug tracing; a failure is only traced (the limit stays as it was).
+pub(crate) fn raise_nofile_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `lim` is a valid, writable rlimit for the duration of the call.
+        if let Err(e) = syscall!(getrlimit(libc::RLIMIT_NOFILE, &mut lim)) {
+            tracing::debug!("RLIMIT_NOFILE: getrlimit failed: {e}");
+            return;
+        }
+        if lim.rlim_cur >= lim.rlim_max {
+            tracing::debug!(
+                "RLIMIT_NOFILE: soft limit {} is the hard limit",
+                lim.rlim_cur
+            );
+            return;
+        }
+        let old = lim.rlim_cur;
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: `lim` is a valid rlimit read by the kernel during the call.
+        match syscall!(setrlimit(libc::RLIMIT_NOFILE, &lim)) {
+            Ok(_) => tracing::debug!(
+                "RLIMIT_NOFILE: soft limit raised from {old} to the hard limit {}",
+                lim.rlim_max
+            ),
+            Err(e) => tracing::debug!("RLIMIT_NOFILE: raising the soft limit {old} failed: {e}"),
+        }
+    });
 }
 
 #[cfg(test)]

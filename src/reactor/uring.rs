@@ -53,10 +53,12 @@ use io_uring::{cqueue, opcode, squeue, types, EnterFlags, IoUring, Probe};
 use socket2::SockAddr;
 
 use super::bufring::BufPool;
+use super::listen::AcceptBackoff;
 use super::op::{cancelled, Attempt, SendFlavor};
 use super::slots::{token, untoken, Slot, Slots};
 use super::{sys, Backend, ConnId, Counters, Event, RxBuf, SockOpts, TxBatch};
 
+mod accept;
 mod provided;
 
 /// The io_uring completion-ring backend.
@@ -95,6 +97,8 @@ pub(crate) struct Uring {
     starved: Vec<usize>,
     /// Number of `ENOBUFS` completions seen.
     starvations: u64,
+    /// Accepts are not re-armed while paused after `EMFILE` and the like.
+    accept_pause: AcceptBackoff,
 }
 
 /// Which set-up flags the kernel accepted.
@@ -162,6 +166,8 @@ struct Listener {
     multishot: bool,
     /// An accept SQE is queued or in flight.
     armed: bool,
+    /// Not re-armed until the backend's accept pause is over.
+    paused: bool,
 }
 
 /// `IORING_NOTIF_USAGE_ZC_COPIED` in a notification's result.
@@ -295,6 +301,7 @@ impl Uring {
             pool: None,
             starved: Vec::new(),
             starvations: 0,
+            accept_pause: AcceptBackoff::new(),
         })
     }
 
@@ -347,29 +354,6 @@ impl Uring {
             }
             self.backlog.pop_front();
         }
-    }
-
-    /// Arms an accept on listener `i`.
-    fn arm_accept(&mut self, i: usize) {
-        // Invariant: callers pass the index of an existing listener (never removed
-        // before `shutdown`).
-        let l = &mut self.listeners[i];
-        l.armed = true;
-        let fd = types::Fd(l.fd);
-        let ud = token(KIND_ACCEPT, i, 0);
-        let entry = if l.multishot {
-            opcode::AcceptMulti::new(fd)
-                .flags(libc::SOCK_CLOEXEC)
-                .build()
-        } else {
-            // No address buffers: the peer address is read with getpeername afterwards.
-            opcode::Accept::new(fd, std::ptr::null_mut(), std::ptr::null_mut())
-                .flags(libc::SOCK_CLOEXEC)
-                .build()
-        };
-        // SAFETY: the accept SQE carries no user memory (null address pointers); the
-        // listener fd stays open until `Drop`, which drains or leaks before closing it.
-        unsafe { self.push(entry.user_data(ud)) };
     }
 
     /// Queues the `SendMsg` (or `Send`, `SendMsgZc`) for the unsent part of the slot's
@@ -512,6 +496,7 @@ impl Uring {
             return;
         }
         sys::close_fd(s.io.fd);
+        self.accept_pause.descriptor_freed();
         self.slots.release(idx, out);
     }
 
@@ -553,6 +538,9 @@ impl Uring {
     fn pass(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
         self.slots.deliver(out);
         self.rearm_starved();
+        if self.accept_pause.until().is_some() {
+            self.rearm_accepts();
+        }
         self.flush_backlog();
         let sq = self.ring.submission();
         // All read in user space, no syscall: SQEs waiting to be submitted; the TASKRUN
@@ -687,46 +675,6 @@ impl Uring {
         self.maybe_finish_close(idx, out);
     }
 
-    fn complete_accept(&mut self, i: usize, res: i32, flags: u32, out: &mut Vec<Event>) {
-        let Some(l) = self.listeners.get_mut(i) else {
-            return;
-        };
-        let more = l.multishot && cqueue::more(flags);
-        if !more {
-            l.armed = false;
-        }
-        if res == -libc::EINVAL && l.multishot {
-            // A kernel without multishot accept (before 5.19) rejects the flag: fall back.
-            l.multishot = false;
-        } else if res == -libc::ECANCELED && self.shutting_down {
-            return;
-        } else if res < 0 {
-            out.push(Event::AcceptError(errno(res)));
-        } else {
-            let fd = res;
-            let setup = sys::peer_addr_fd(fd)
-                .and_then(|peer| sys::apply_opts_fd(fd, &self.opts, &peer).map(|()| peer));
-            match setup {
-                Ok(peer) => {
-                    let zc = self.zerocopy_for(&peer);
-                    let idx = self.slots.insert(Io { zc, ..Io::new(fd) });
-                    out.push(Event::Accepted {
-                        conn: ConnId(idx as u32),
-                        peer,
-                    });
-                }
-                Err(e) => {
-                    sys::close_fd(fd);
-                    out.push(Event::AcceptError(e));
-                }
-            }
-        }
-        // Invariant: `i` was found by `get_mut` above and listeners are never removed.
-        if !self.listeners[i].armed && !self.shutting_down {
-            self.arm_accept(i);
-        }
-    }
-
     /// Cancels every operation, waits (at most [`DROP_DRAIN`]) for their completions,
     /// closes every fd and forgets every slot. Buffers of operations that did not
     /// complete in time are leaked, never freed, since the kernel may still write them.
@@ -856,6 +804,7 @@ impl Backend for Uring {
             fd,
             multishot: true,
             armed: false,
+            paused: false,
         });
         self.arm_accept(self.listeners.len() - 1);
         Ok(local)
@@ -956,7 +905,12 @@ impl Backend for Uring {
             // About to sleep: the parked receives must be watched by the kernel now.
             self.arm_parked();
             self.flush_backlog();
-            self.enter(Some(deadline - now))?;
+            // Not past a pause of accepting, so that accepting resumes on time.
+            let wake = self
+                .accept_pause
+                .until()
+                .map_or(deadline, |p| p.min(deadline));
+            self.enter(Some(wake.saturating_duration_since(now)))?;
             self.pass(out)?;
             if out.len() > start_len {
                 return Ok(());
