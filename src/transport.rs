@@ -96,6 +96,7 @@ pub struct Stats {
 type Handler = Box<dyn FnMut(&mut Transport, &Am<'_>)>;
 type CompletionFn = Box<dyn FnMut(Completion)>;
 type ErrorFn = Box<dyn FnMut(PeerId, &FailReason)>;
+type ResolverFn = Box<dyn FnMut(&mut Transport, PeerId) -> bool>;
 
 /// A TCP transport for one process: it owns every socket, drives the protocol and
 /// dispatches active messages. Single-threaded: the thread that calls
@@ -106,6 +107,11 @@ pub struct Transport {
     handlers: AmTable<Handler>,
     on_complete: Option<CompletionFn>,
     on_error: Option<ErrorFn>,
+    /// Asked about a peer that claims a process id never added (lazy add).
+    resolver: Option<ResolverFn>,
+    /// Bumped by every change of `resolver`, so that a change made by the resolver
+    /// itself is not undone when it is put back after its call.
+    resolver_gen: u32,
     events: Vec<Event>,
     /// Events collected by [`flush`](Transport::flush) that it may not handle (anything but
     /// a finished send, and any event of a connection with an earlier one waiting here):
@@ -208,6 +214,8 @@ impl Transport {
             handlers: AmTable::new(),
             on_complete: None,
             on_error: None,
+            resolver: None,
+            resolver_gen: 0,
             events: Vec::with_capacity(256),
             stash: VecDeque::with_capacity(256),
             flush_events: Vec::with_capacity(256),
@@ -336,6 +344,35 @@ impl Transport {
     /// Sets the callback that hears when a peer becomes unreachable (once per peer).
     pub fn on_error<F: FnMut(PeerId, &FailReason) + 'static>(&mut self, f: F) {
         self.on_error = Some(Box::new(f));
+    }
+
+    /// Sets the resolver of unknown peers (lazy add). When a process connects and
+    /// claims a process id that was never added (with [`add_peer`](Self::add_peer) or
+    /// [`add_peer_uris`](Self::add_peer_uris)), the transport calls `f(self, id)` from
+    /// its progress pass, instead of refusing the connection at once. The resolver may
+    /// add the peer (for example from the job's address exchange) and returns `true` to
+    /// accept the connection, or `false` to refuse it (`REJECT(UnknownPeer)`, as without
+    /// a resolver). Accepting a peer that it did not add refuses too.
+    ///
+    /// The resolver is asked only once the connection's handshake has passed every
+    /// other check (protocol version, job token, and the peer's authentication when the
+    /// transport authenticates); the connection waits for the answer within the handshake
+    /// deadline. Inside the call, `send` and the peer calls work; `progress` and `wait`
+    /// return [`Error::Reentrant`].
+    pub fn on_unknown_peer<F>(&mut self, f: F)
+    where
+        F: FnMut(&mut Transport, PeerId) -> bool + 'static,
+    {
+        self.resolver = Some(Box::new(f));
+        self.resolver_gen = self.resolver_gen.wrapping_add(1);
+        self.core.ask_unknown(true);
+    }
+
+    /// Removes the resolver of unknown peers: a process id never added is refused again.
+    pub fn clear_unknown_peer(&mut self) {
+        self.resolver = None;
+        self.resolver_gen = self.resolver_gen.wrapping_add(1);
+        self.core.ask_unknown(false);
     }
 
     /// Queues an active message of the concatenated `segs` (at most
@@ -736,9 +773,49 @@ impl Transport {
         drop(buf);
     }
 
+    /// Asks the resolver about a connection that claims the unknown `peer`, and hands
+    /// the answer to the engine.
+    fn resolve(&mut self, conn: ConnKey, peer: PeerId) {
+        let accept = match self.resolver.take() {
+            Some(mut f) => {
+                let gen = self.resolver_gen;
+                self.dispatching += 1;
+                let ok = f(self, peer);
+                self.dispatching -= 1;
+                if self.resolver_gen == gen {
+                    self.resolver = Some(f);
+                }
+                ok
+            }
+            None => false,
+        };
+        tracing::debug!(
+            "unknown {peer} connected: {}",
+            if accept { "accepted" } else { "declined" }
+        );
+        self.core.resolve_unknown(conn, accept);
+    }
+
     fn deliver_core_events(&mut self) {
+        loop {
+            let mut resolved = false;
+            self.deliver_core_events_once(&mut resolved);
+            if !resolved {
+                return;
+            }
+            // The answers (ACCEPT or REJECT) leave now.
+            self.core.flush();
+            self.run_actions();
+        }
+    }
+
+    fn deliver_core_events_once(&mut self, resolved: &mut bool) {
         while let Some(e) = self.core.poll_event() {
             match e {
+                CoreEvent::UnknownPeer { conn, peer } => {
+                    self.resolve(conn, peer);
+                    *resolved = true;
+                }
                 CoreEvent::Completed {
                     peer,
                     cookie,

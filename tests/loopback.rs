@@ -10,7 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{completions, drive, failures, pair, pair_with, pattern, Stream};
 use ringbtl::proto::core::EndpointState;
-use ringbtl::{BackendKind, Config, Errno, Error, FailReason, PeerId, SendError, Tag, Transport};
+use ringbtl::wire::RejectReason;
+use ringbtl::{
+    BackendKind, Config, Errno, Error, FailReason, PeerId, ProtoError, SendError, Tag, Transport,
+};
 
 backend_tests!(
     stream_100k_checked_both_directions,
@@ -31,6 +34,7 @@ backend_tests!(
     connect_refused_keeps_the_errno,
     handler_unregisters_its_own_tag,
     flush_puts_queued_sends_on_the_wire,
+    unknown_peer_resolved_lazily,
 );
 
 const WINDOW: usize = 128;
@@ -686,7 +690,7 @@ fn data_after_fin_is_a_protocol_error(kind: BackendKind) {
         matches!(
             &f[0].1,
             FailReason::Protocol {
-                err: ringbtl::ProtoError::DataAfterFin,
+                err: ProtoError::DataAfterFin,
                 ..
             }
         ),
@@ -941,4 +945,97 @@ fn flush_puts_queued_sends_on_the_wire(kind: BackendKind) {
         "flush in a handler",
         || seen.get(),
     );
+}
+
+/// Lazy add: `a` was never told about process 2; when 2 connects, `a`'s resolver adds it
+/// (at the address 2 listens on) and accepts, and messages flow both ways. Then a
+/// resolver that declines gets the refusal of old, and without a resolver as well.
+fn unknown_peer_resolved_lazily(kind: BackendKind) {
+    let mut a = Transport::new(common::cfg(0, kind)).unwrap();
+    let mut c = Transport::new(common::cfg(2, kind)).unwrap();
+    c.add_peer(PeerId(0), vec![a.local_addr()]).unwrap();
+    let c_addr = c.local_addr();
+    let asked = Rc::new(RefCell::new(Vec::new()));
+    let q = asked.clone();
+    a.on_unknown_peer(move |t, peer| {
+        q.borrow_mut().push(peer);
+        // Inside the resolver the transport is usable, but not its progress.
+        assert!(matches!(t.progress(), Err(Error::Reentrant(_))));
+        t.add_peer(peer, vec![c_addr]).unwrap();
+        true
+    });
+    let got_a = Rc::new(RefCell::new(Vec::new()));
+    let g = got_a.clone();
+    a.register(Tag(3), move |t, am| {
+        g.borrow_mut().push(am.payload.to_vec());
+        // A reply to the peer just resolved.
+        t.send(am.src, Tag(4), &[Bytes::copy_from_slice(am.payload)], 0)
+            .unwrap();
+    })
+    .unwrap();
+    let got_c = Rc::new(RefCell::new(Vec::new()));
+    let g = got_c.clone();
+    c.register(Tag(4), move |_, am| {
+        g.borrow_mut().push(am.payload.to_vec())
+    })
+    .unwrap();
+    let fc = failures(&mut c);
+    for i in 0..20u8 {
+        c.send(PeerId(0), Tag(3), &[Bytes::copy_from_slice(&[i; 3])], 0)
+            .unwrap();
+    }
+    drive(
+        &mut [&mut a, &mut c],
+        Duration::from_secs(20),
+        "lazy add",
+        || got_c.borrow().len() == 20,
+    );
+    let want: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 3]).collect();
+    assert_eq!(*got_a.borrow(), want);
+    assert_eq!(*got_c.borrow(), want);
+    assert_eq!(*asked.borrow(), vec![PeerId(2)], "asked once");
+    assert_eq!(a.peer_state(PeerId(2)), Some(EndpointState::Connected));
+    assert_eq!(a.stats().refused, 0);
+    assert!(fc.borrow().is_empty());
+
+    // A resolver that declines: the dialer's endpoint fails, nothing is added.
+    for declining in [true, false] {
+        let mut d = Transport::new(common::cfg(3, kind)).unwrap();
+        d.add_peer(PeerId(0), vec![a.local_addr()]).unwrap();
+        let fd = failures(&mut d);
+        if declining {
+            let q = asked.clone();
+            a.on_unknown_peer(move |_, peer| {
+                q.borrow_mut().push(peer);
+                false
+            });
+        } else {
+            a.clear_unknown_peer();
+        }
+        let refused = a.stats().refused;
+        let asked_before = asked.borrow().len();
+        d.send(PeerId(0), Tag(3), &[Bytes::from_static(b"no")], 0)
+            .unwrap();
+        drive(
+            &mut [&mut a, &mut d],
+            Duration::from_secs(20),
+            "refusal",
+            || !fd.borrow().is_empty(),
+        );
+        assert_eq!(a.stats().refused, refused + 1);
+        assert_eq!(a.peer_state(PeerId(3)), None);
+        let asked_now = asked.borrow().len();
+        assert_eq!(asked_now, asked_before + usize::from(declining));
+        assert!(
+            matches!(
+                &fd.borrow()[0].1,
+                FailReason::Protocol {
+                    err: ProtoError::Rejected(RejectReason::UnknownPeer),
+                    ..
+                }
+            ),
+            "{:?}",
+            fd.borrow()
+        );
+    }
 }

@@ -43,6 +43,9 @@ pub(super) type Orphans = (PeerId, FailReason, VecDeque<Option<u64>>);
 pub(super) enum Stage {
     /// Acceptor: waiting for the dialer's HELLO.
     ExpectHello,
+    /// Acceptor: the HELLO claims a process id the engine does not know; waiting for
+    /// the driver's [`Core::resolve_unknown`] (the peer is in `Conn::peer`).
+    Resolving,
     /// Dialer: connect in progress.
     Connecting,
     /// Dialer: HELLO sent, waiting for ACCEPT/REJECT.

@@ -154,6 +154,16 @@ pub enum CoreEvent {
     PeerFailed(PeerId, FailReason),
     /// The peer closed cleanly (FIN received).
     PeerClosed(PeerId),
+    /// An incoming connection's HELLO claims process id `peer`, which was never added.
+    /// Raised only after [`Core::ask_unknown`]`(true)`; the connection waits (within the
+    /// handshake deadline) until the driver calls [`Core::resolve_unknown`], after adding
+    /// the peer if it is one of the job's processes.
+    UnknownPeer {
+        /// The waiting connection.
+        conn: ConnKey,
+        /// The process id it claims.
+        peer: PeerId,
+    },
     /// An incoming connection was refused or dropped before it was adopted.
     Refused {
         /// Why.
@@ -249,6 +259,8 @@ pub struct Core {
     /// Earliest time any timer may fire (a lower bound: conservative is fine).
     pub(super) next_timer: Option<Instant>,
     pub(super) shutting_down: bool,
+    /// Ask the driver about unknown process ids instead of refusing them at once.
+    pub(super) ask_unknown: bool,
     pub(super) counters: Counters,
     /// Connections accepted so far (ranks strangers by age).
     pub(super) accepts: u64,
@@ -266,6 +278,7 @@ impl Core {
             dirty: Vec::with_capacity(64),
             next_timer: None,
             shutting_down: false,
+            ask_unknown: false,
             counters: Counters::default(),
             accepts: 0,
         }
@@ -304,6 +317,15 @@ impl Core {
             slot @ None => *slot = Some(Endpoint::new(addrs, binds)),
         }
         Ok(())
+    }
+
+    /// With `true`, a HELLO that claims a process id never added is not refused at once:
+    /// the engine raises [`CoreEvent::UnknownPeer`] and waits for
+    /// [`resolve_unknown`](Self::resolve_unknown) (lazy add of peers, as Open MPI adds
+    /// remote processes only when they first talk). With `false` (the default) such a
+    /// HELLO is refused with `REJECT(UnknownPeer)`.
+    pub fn ask_unknown(&mut self, on: bool) {
+        self.ask_unknown = on;
     }
 
     /// State of the endpoint for `peer`.

@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use crate::error::{Cause, Errno, FailReason, ProtoError, SendError};
 use crate::proto::conn::{Conn, Stage};
-use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo, MAX_SEGMENTS};
+use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo, MAX_PEERS, MAX_SEGMENTS};
 use crate::wire::{
     FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, VERSION,
 };
@@ -349,14 +349,65 @@ impl Core {
                 ProtoError::Rejected(RejectReason::ShuttingDown),
             );
         }
-        let me = self.cfg.pid;
-        let Some(ep) = self.ep_mut(peer) else {
+        if self.ep(peer).is_none() {
+            if self.ask_unknown && peer.0 < MAX_PEERS && peer != self.cfg.pid {
+                // Lazy add: the driver decides (`resolve_unknown`) within the deadline.
+                let c = self.conn_mut(conn).expect("conn exists");
+                c.stage = Stage::Resolving;
+                c.peer = Some(peer);
+                self.events.push_back(CoreEvent::UnknownPeer { conn, peer });
+                return;
+            }
             return refuse(
                 self,
                 RejectReason::UnknownPeer,
                 ProtoError::Rejected(RejectReason::UnknownPeer),
             );
+        }
+        self.claim(conn, peer);
+    }
+
+    /// The driver's answer to [`CoreEvent::UnknownPeer`]: with `accept`, and once the
+    /// peer was added, the waiting connection is handled as a HELLO from a known peer
+    /// (adopted, or refused as a duplicate or simultaneous dial); otherwise it is refused
+    /// with `REJECT(UnknownPeer)`. An answer for a connection that is no longer waiting
+    /// (it timed out or closed) is ignored.
+    pub fn resolve_unknown(&mut self, conn: ConnKey, accept: bool) {
+        let Some(c) = self.conn_mut(conn) else { return };
+        if c.stage != Stage::Resolving {
+            return;
+        }
+        let peer = c
+            .peer
+            .take()
+            .expect("a resolving conn holds the claimed id");
+        c.stage = Stage::ExpectHello;
+        if accept && self.ep(peer).is_some() && !self.shutting_down {
+            self.claim(conn, peer);
+            return;
+        }
+        let reason = if self.shutting_down {
+            RejectReason::ShuttingDown
+        } else {
+            RejectReason::UnknownPeer
         };
+        self.counters.refused += 1;
+        self.events.push_back(CoreEvent::Refused {
+            why: ProtoError::Rejected(reason),
+        });
+        self.reject(conn, reason);
+    }
+
+    /// Acceptor side: the HELLO of `peer`, whose endpoint exists, is acceptable on its
+    /// face; decide whether `conn` becomes the endpoint's connection.
+    fn claim(&mut self, conn: ConnKey, peer: PeerId) {
+        let refuse = |core: &mut Self, reason: RejectReason, why: ProtoError| {
+            core.counters.refused += 1;
+            core.events.push_back(CoreEvent::Refused { why });
+            core.reject(conn, reason);
+        };
+        let me = self.cfg.pid;
+        let ep = self.ep_mut(peer).expect("claim is called for a known peer");
         // Decide whether this incoming connection becomes the endpoint's connection.
         let adopt = match ep.state {
             // Nobody dialing: the peer's dial is the connection.

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use crate::buf::RxBuf;
-use crate::error::{Cause, Errno, FailReason, WireError};
+use crate::error::{Cause, Errno, FailReason, ProtoError, WireError};
 use crate::proto::conn::Stage;
 use crate::proto::core::{ConnKey, Core, InputStep, Step, Todo};
 use crate::proto::deframe::Source;
@@ -173,6 +173,17 @@ impl Core {
             };
             match c.stage {
                 Stage::Dead | Stage::Connecting => return InputStep::Drop,
+                Stage::Resolving => {
+                    // The dialer waits for our answer: it has nothing to send meanwhile.
+                    if *at < input.len() || (!rx.wants_all() && rx.pending() > 0) {
+                        self.handshake_garbage(
+                            conn,
+                            ProtoError::UnexpectedHello { state: "Resolving" },
+                        );
+                        return InputStep::Drop;
+                    }
+                    return InputStep::Done;
+                }
                 Stage::ExpectHello | Stage::ExpectAccept => {
                     let stage = c.stage;
                     let parsed = c.deframer.hello(rx, input, at);

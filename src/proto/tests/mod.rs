@@ -29,6 +29,7 @@ mod close;
 mod connect;
 mod garbage;
 mod input;
+mod lazy;
 mod traffic;
 
 pub(super) const TOKEN: u64 = 0x5249_4e47_4254_4c00;
@@ -203,6 +204,9 @@ struct Node {
     sent: BTreeMap<u64, (PeerId, u8, Vec<u8>)>,
     next_cookie: u64,
     dials: Vec<(PeerId, SocketAddr)>,
+    /// Resolve unknown peers that connect (lazy add): add them at their listening address
+    /// and accept, as a driver with a resolver does.
+    lazy: bool,
 }
 
 /// Fault knobs.
@@ -234,13 +238,19 @@ impl Net {
     /// One node per config; config `i` must have pid `i`. Every node knows every other
     /// and listens on `addr(i)`.
     fn new(seed: u64, cfgs: Vec<CoreConfig>) -> Self {
+        Self::with_known(seed, cfgs, |_, _| true)
+    }
+
+    /// As [`new`](Self::new), but node `i` is told about node `j` only when
+    /// `known(i, j)`.
+    fn with_known(seed: u64, cfgs: Vec<CoreConfig>, known: impl Fn(usize, usize) -> bool) -> Self {
         let n = cfgs.len();
         let mut nodes = Vec::new();
         let mut listeners = HashMap::new();
         for (i, c) in cfgs.into_iter().enumerate() {
             assert_eq!(c.pid, PeerId(i as u32), "node index must equal its pid");
             let mut core = Core::new(c);
-            for j in (0..n).filter(|&j| j != i) {
+            for j in (0..n).filter(|&j| j != i && known(i, j)) {
                 core.add_peer(PeerId(j as u32), vec![addr(j)]).unwrap();
             }
             listeners.insert(addr(i), Listener::Node(i));
@@ -255,6 +265,7 @@ impl Net {
                 sent: BTreeMap::new(),
                 next_cookie: 1,
                 dials: Vec::new(),
+                lazy: false,
             });
         }
         Self {
@@ -509,12 +520,27 @@ impl Net {
         if !self.nodes[n].alive {
             return;
         }
-        self.nodes[n].core.flush();
-        while let Some(a) = self.nodes[n].core.poll_action() {
-            self.apply(n, a);
-        }
-        while let Some(e) = self.nodes[n].core.poll_event() {
-            self.nodes[n].events.push(e);
+        loop {
+            self.nodes[n].core.flush();
+            while let Some(a) = self.nodes[n].core.poll_action() {
+                self.apply(n, a);
+            }
+            let mut resolved = false;
+            while let Some(e) = self.nodes[n].core.poll_event() {
+                if let CoreEvent::UnknownPeer { conn, peer } = e {
+                    if self.nodes[n].lazy {
+                        let at = vec![addr(peer.0 as usize)];
+                        let core = &mut self.nodes[n].core;
+                        core.add_peer(peer, at).unwrap();
+                        core.resolve_unknown(conn, true);
+                        resolved = true;
+                    }
+                }
+                self.nodes[n].events.push(e);
+            }
+            if !resolved {
+                break;
+            }
         }
     }
 
