@@ -23,7 +23,8 @@
  * - ringbtl_last_error's text lives in one buffer per thread (up to 2047 bytes), so a
  *   pointer kept past the next failing call shows the newer message;
  * - after RINGBTL_ERR_INTERNAL the transport's state is unknown: destroy it;
- * - ringbtl_flush (added without a version bump: it only adds a symbol).
+ * - ringbtl_flush (added without a version bump: it only adds a symbol);
+ * - ringbtl_on_unknown_peer (likewise).
  *
  * Threads: one thread drives a transport. Every function taking a ringbtl_t must be
  * called on the thread that drives it, and every callback runs on that thread, from
@@ -32,7 +33,8 @@
  *
  * Callbacks may call ringbtl_send, ringbtl_progress (which then returns 0 and does
  * nothing), ringbtl_wait (likewise), ringbtl_register, ringbtl_unregister, ringbtl_add_peer,
- * ringbtl_on_complete, ringbtl_on_error, ringbtl_pending and the accessors. ringbtl_destroy
+ * ringbtl_on_complete, ringbtl_on_error, ringbtl_on_unknown_peer, ringbtl_pending and the
+ * accessors. ringbtl_destroy
  * inside a callback is refused (RINGBTL_ERR_INVALID).
  *
  * Errors: functions return RINGBTL_OK (0) or a negative RINGBTL_ERR_* code, and leave a
@@ -101,6 +103,13 @@ typedef void (*ringbtl_complete_fn)(void *ctx, uint32_t peer, uint64_t cookie, i
 /* Once per failed peer; `msg` valid during the call. */
 typedef void (*ringbtl_error_fn)(void *ctx, uint32_t peer, int status, const char *msg);
 
+/* A process that was never added with ringbtl_add_peer connected and claims id `peer`;
+ * its handshake passed every other check (protocol version, job token, and its
+ * authentication when the transport authenticates). Return nonzero to accept it, after
+ * adding it with ringbtl_add_peer(t, peer, ...) from inside the call; zero refuses it (the
+ * dialer's peer fails with RINGBTL_ERR_PROTOCOL), as does accepting a peer not added. */
+typedef int (*ringbtl_resolve_fn)(void *ctx, uint32_t peer);
+
 /* Configuration: defaults for process id `local_id` (its rank in the job). */
 int  ringbtl_config_new(uint32_t local_id, ringbtl_config_t **out);
 /* Sets one parameter by its environment-variable name ("RINGBTL_MAX_FRAME", ...), with the
@@ -133,6 +142,10 @@ int  ringbtl_register(ringbtl_t *t, uint8_t tag, ringbtl_recv_fn fn, void *ctx);
 int  ringbtl_unregister(ringbtl_t *t, uint8_t tag);     /* allowed inside its own callback */
 void ringbtl_on_complete(ringbtl_t *t, ringbtl_complete_fn fn, void *ctx);
 void ringbtl_on_error(ringbtl_t *t, ringbtl_error_fn fn, void *ctx);
+/* Sets (or with NULL clears) the resolver of unknown peers (lazy add). It runs inside
+ * ringbtl_progress / ringbtl_wait; the connection waits for its answer within the handshake
+ * deadline. Without one, a process that was never added is refused at once. */
+void ringbtl_on_unknown_peer(ringbtl_t *t, ringbtl_resolve_fn fn, void *ctx);
 
 /* Queues one message: the concatenation of iov[0..iovcnt] (iovcnt <= ringbtl_max_segments()).
  * The bytes are NOT copied: they must stay valid and unchanged until the completion

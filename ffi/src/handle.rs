@@ -43,6 +43,10 @@ pub type CompleteFn =
 pub type ErrorFn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, peer: u32, status: c_int, msg: *const c_char)>;
 
+/// A process that was never added connected (`ringbtl_resolve_fn`): nonzero accepts it
+/// (after adding it with `ringbtl_add_peer`), zero refuses it.
+pub type ResolveFn = Option<unsafe extern "C" fn(ctx: *mut c_void, peer: u32) -> c_int>;
+
 /// One element of a gather list (`ringbtl_iov_t`), laid out as C lays out
 /// `struct { const void *base; size_t len; }` (and as `struct iovec`):
 ///
@@ -84,6 +88,7 @@ struct Shared {
     recv: [Cell<Option<(RecvCbFn, *mut c_void)>>; 256],
     complete: Cell<Option<(CompleteCbFn, *mut c_void)>>,
     error: Cell<Option<(ErrorCbFn, *mut c_void)>>,
+    resolve: Cell<Option<(ResolveCbFn, *mut c_void)>>,
     /// Completions and failures waiting for delivery after the pass.
     events: RefCell<VecDeque<Ev>>,
     /// The transport as lent to the receive handler running now (null otherwise).
@@ -95,6 +100,7 @@ struct Shared {
 type RecvCbFn = unsafe extern "C" fn(*mut c_void, u32, u8, *const c_void, usize);
 type CompleteCbFn = unsafe extern "C" fn(*mut c_void, u32, u64, c_int);
 type ErrorCbFn = unsafe extern "C" fn(*mut c_void, u32, c_int, *const c_char);
+type ResolveCbFn = unsafe extern "C" fn(*mut c_void, u32) -> c_int;
 
 enum Ev {
     Done(Completion),
@@ -207,6 +213,21 @@ fn dispatcher(shared: Rc<Shared>) -> impl FnMut(&mut Transport, &ringbtl::Am<'_>
     }
 }
 
+/// The resolver registered with the transport while a C resolver is set: it looks the
+/// C function up at each call and lends the transport to the functions it calls (as the
+/// receive dispatcher does), so that it may add the peer.
+fn resolver(shared: Rc<Shared>) -> impl FnMut(&mut Transport, PeerId) -> bool + 'static {
+    move |t, peer| {
+        let Some((f, ctx)) = shared.resolve.get() else {
+            return false;
+        };
+        let _cb = InCallback::enter(&shared, t as *mut Transport);
+        // SAFETY: a C function pointer the caller registered, called with its context on
+        // the driving thread; the transport it may reach is the one lent for this call.
+        unsafe { f(ctx, peer.0) != 0 }
+    }
+}
+
 /// The largest message `t` sends or accepts.
 pub(crate) fn max_frame(t: &Transport) -> usize {
     t.config().core.max_frame as usize
@@ -250,6 +271,7 @@ pub unsafe extern "C" fn ringbtl_create(cfg: *mut RingbtlConfig, out: *mut *mut 
             recv: std::array::from_fn(|_| Cell::new(None)),
             complete: Cell::new(None),
             error: Cell::new(None),
+            resolve: Cell::new(None),
             events: RefCell::new(VecDeque::with_capacity(256)),
             current: Cell::new(ptr::null_mut()),
             depth: Cell::new(0),
@@ -482,6 +504,28 @@ pub unsafe extern "C" fn ringbtl_on_error(t: *mut Ringbtl, f: ErrorFn, ctx: *mut
         // SAFETY: the caller's contract.
         if let Some(h) = unsafe { handle(t) } {
             h.shared.error.set(f.map(|f| (f, ctx)));
+        }
+    })
+}
+
+/// Sets (or with NULL clears) the resolver of processes that connect without having been
+/// added (lazy add of peers).
+///
+/// # Safety
+/// `t` is NULL or a live handle; `f` is NULL or callable with `ctx` while set.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_on_unknown_peer(t: *mut Ringbtl, f: ResolveFn, ctx: *mut c_void) {
+    guard((), || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return;
+        };
+        let was_set = h.shared.resolve.replace(f.map(|f| (f, ctx))).is_some();
+        match (f.is_some(), was_set) {
+            (true, false) => h.transport().on_unknown_peer(resolver(h.shared.clone())),
+            (false, true) => h.transport().clear_unknown_peer(),
+            // The transport's resolver looks the C function up at each call.
+            _ => {}
         }
     })
 }

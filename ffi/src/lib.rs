@@ -18,6 +18,9 @@
 //!   `ringbtl_create` (consumes the configuration) and `ringbtl_destroy` (FIN, drain,
 //!   close, free).
 //! - `ringbtl_uris` publishes the local addresses; `ringbtl_add_peer` takes a peer's.
+//!   `ringbtl_on_unknown_peer` sets a resolver asked when a process that was never added
+//!   connects (after its handshake passed every other check): it may add the peer and
+//!   accept (lazy add, as Open MPI adds remote processes on first contact).
 //! - `ringbtl_register(tag, fn, ctx)`: a receive callback per tag; its bytes are borrowed
 //!   for the call.
 //! - `ringbtl_send(peer, tag, iov, iovcnt, cookie)`: a gather list of at most
@@ -65,9 +68,9 @@ pub use config::{
 pub use handle::{
     ringbtl_add_peer, ringbtl_backend_name, ringbtl_create, ringbtl_destroy, ringbtl_flush,
     ringbtl_local_id, ringbtl_max_frame, ringbtl_max_segments, ringbtl_on_complete,
-    ringbtl_on_error, ringbtl_pending, ringbtl_progress, ringbtl_register, ringbtl_send,
-    ringbtl_unregister, ringbtl_uris, ringbtl_wait, CompleteFn, ErrorFn, RecvFn, Ringbtl,
-    RingbtlIov,
+    ringbtl_on_error, ringbtl_on_unknown_peer, ringbtl_pending, ringbtl_progress, ringbtl_register,
+    ringbtl_send, ringbtl_unregister, ringbtl_uris, ringbtl_wait, CompleteFn, ErrorFn, RecvFn,
+    ResolveFn, Ringbtl, RingbtlIov,
 };
 pub use status::*;
 

@@ -7,6 +7,8 @@
  * - sends from inside a receive callback and from inside a completion callback, nested
  *   progress and wait returning 0, a callback that unregisters itself, re-registration;
  * - error codes and messages for bad input;
+ * - lazy add: a process A was never told about connects; A's resolver adds it and
+ *   accepts, and its messages arrive; a declining resolver refuses another;
  * - a peer destroyed while sends to it are in flight: every send still completes once;
  * - destroy.
  *
@@ -43,6 +45,8 @@ enum {
     TAG_REPLY = 8,
     TAG_LATE = 9,        /* sent from inside a completion callback */
     TAG_ONCE = 10,       /* its callback unregisters itself */
+    TAG_LAZY = 11,       /* from processes A was never told about */
+    NLAZY = 10,
     MAX_FRAME = 64 * 1024,
     COOKIE_REPLY = 100000,
     COOKIE_LATE = 200000,
@@ -196,6 +200,49 @@ static void a_on_error(void *ctx, uint32_t peer, int status, const char *msg) {
     CHECK(peer == 1 && status < 0 && msg != NULL && msg[0] != '\0', "error callback");
     fprintf(stderr, "peer %u failed: %s (%s)\n", peer, msg, ringbtl_strerror(status));
     a_errors++;
+}
+
+/* ----- lazy add: processes 2 (accepted) and 3 (declined), unknown to A --------------- */
+
+static ringbtl_t *LZ[2];
+static unsigned lazy_asked[2], lazy_got, lazy_done[2], lazy_failed;
+static int lazy_status[2];
+
+static int a_resolve(void *ctx, uint32_t peer) {
+    CHECK(ctx == lazy_asked, "context passed through");
+    CHECK(peer == 2 || peer == 3, "asked about %u", peer);
+    lazy_asked[peer - 2]++;
+    CHECK(ringbtl_progress(A) == 0, "nested progress in a resolver");
+    if (peer == 3) {
+        return 0;
+    }
+    CHECK(ringbtl_add_peer(A, peer, ringbtl_uris(LZ[0])) == RINGBTL_OK, "add in a resolver");
+    return 1;
+}
+
+static void a_on_lazy(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
+    (void)ctx;
+    CHECK(src == 2 && tag == TAG_LAZY && len == 4, "lazy message from %u", src);
+    CHECK(get_index(data) == lazy_got, "lazy message %u in order", lazy_got);
+    lazy_got++;
+}
+
+static void lz_on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status) {
+    unsigned *i = ctx;
+    CHECK(peer == 0 && cookie < NLAZY, "completion of %u", peer);
+    lazy_done[*i]++;
+    lazy_status[*i] = status;
+}
+
+static void lz_on_error(void *ctx, uint32_t peer, int status, const char *msg) {
+    (void)ctx;
+    CHECK(peer == 0 && status == RINGBTL_ERR_PROTOCOL, "refused: %d %s", status, msg);
+    CHECK(strstr(msg, "UnknownPeer") != NULL, "says why: %s", msg);
+    lazy_failed++;
+}
+
+static int lazy_done_all(void) {
+    return lazy_got == NLAZY && lazy_done[0] == NLAZY && lazy_done[1] == 1 && lazy_failed == 1;
 }
 
 /* Progress both until `done()` holds; at most 20 s. */
@@ -393,6 +440,44 @@ int main(void) {
     }
     CHECK(a_completed[COOKIE_ONCE + 4] == 0, "no completion runs inside flush");
     printf("ok: flush without progress on the sender\n");
+
+    /* 2c. lazy add: processes 2 and 3 know A, A knows neither; A's resolver adds 2 and
+     * accepts it, and declines 3 */
+    static unsigned lz_index[2] = {0, 1};
+    static unsigned char lazy_buf[NLAZY][4];
+    CHECK(ringbtl_register(A, TAG_LAZY, a_on_lazy, NULL) == RINGBTL_OK, "register lazy");
+    ringbtl_on_unknown_peer(A, a_resolve, lazy_asked);
+    for (unsigned k = 0; k < 2; k++) {
+        LZ[k] = make(2 + k);
+        CHECK(ringbtl_add_peer(LZ[k], 0, ringbtl_uris(A)) == RINGBTL_OK, "add A");
+        ringbtl_on_complete(LZ[k], lz_on_complete, &lz_index[k]);
+        ringbtl_on_error(LZ[k], lz_on_error, NULL);
+    }
+    for (unsigned i = 0; i < NLAZY; i++) {
+        put_index(lazy_buf[i], i);
+        ringbtl_iov_t v = {lazy_buf[i], 4};
+        CHECK(ringbtl_send(LZ[0], 0, TAG_LAZY, &v, 1, i) == RINGBTL_OK, "lazy send %u", i);
+    }
+    ringbtl_iov_t v3 = {lazy_buf[0], 4};
+    CHECK(ringbtl_send(LZ[1], 0, TAG_LAZY, &v3, 1, 0) == RINGBTL_OK, "declined send");
+    double lazy_deadline = now_s() + 20.0;
+    while (!lazy_done_all()) {
+        CHECK(now_s() < lazy_deadline, "lazy add stalled: got %u, done %u/%u, failed %u",
+              lazy_got, lazy_done[0], lazy_done[1], lazy_failed);
+        CHECK(ringbtl_progress(A) >= 0, "progress A");
+        CHECK(ringbtl_progress(LZ[0]) >= 0, "progress 2");
+        CHECK(ringbtl_progress(LZ[1]) >= 0, "progress 3");
+    }
+    CHECK(lazy_asked[0] == 1 && lazy_asked[1] == 1, "asked once each: %u %u", lazy_asked[0],
+          lazy_asked[1]);
+    CHECK(lazy_status[0] == RINGBTL_OK, "accepted peer's sends: %d", lazy_status[0]);
+    CHECK(lazy_status[1] == RINGBTL_ERR_PROTOCOL, "declined peer's send: %d", lazy_status[1]);
+    ringbtl_on_unknown_peer(A, NULL, NULL);
+    /* process 2's FIN leaves at once; A is not progressing, so the drain is short */
+    CHECK(ringbtl_destroy(LZ[0], 50) == RINGBTL_OK, "destroy 2");
+    CHECK(ringbtl_destroy(LZ[1], 0) == RINGBTL_OK, "destroy 3");
+    printf("ok: lazy add: unknown process added and accepted by the resolver, another "
+           "declined\n");
 
     /* 3. B goes away while A's sends to it are in flight: each completes exactly once */
     for (unsigned i = 0; i < NFAIL; i++) {
