@@ -229,6 +229,63 @@ static int ensure_endpoint_slots(mca_btl_ringbtl_module_t *m, uint32_t vpid)
     return OPAL_SUCCESS;
 }
 
+/* The endpoint of `p` (a process of this job), created and its addresses given to ringbtl
+ * on first use: NULL when it published no address or none is usable (not an error), or
+ * when it failed. OPAL_ERR_OUT_OF_RESOURCE in *rc when memory ran out. */
+static mca_btl_ringbtl_endpoint_t *add_proc(mca_btl_ringbtl_module_t *m, opal_proc_t *p,
+                                            int *rc)
+{
+    int verbose = mca_btl_ringbtl_component.verbose;
+    uint32_t vpid = (uint32_t) p->proc_name.vpid;
+
+    *rc = OPAL_SUCCESS;
+    if (OPAL_SUCCESS != ensure_endpoint_slots(m, vpid)) {
+        *rc = OPAL_ERR_OUT_OF_RESOURCE;
+        return NULL;
+    }
+    mca_btl_ringbtl_endpoint_t *ep = m->endpoints[vpid];
+    if (NULL == ep) {
+        char *uris = NULL;
+        size_t len = 0;
+        int mrc;
+        OPAL_MODEX_RECV(mrc, &mca_btl_ringbtl_component.super.btl_version, &p->proc_name,
+                        (void **) &uris, &len);
+        if (OPAL_SUCCESS != mrc || NULL == uris || 0 == len || '\0' != uris[len - 1]) {
+            if (verbose > 0) {
+                opal_output(0, "btl ringbtl: %s published no ringbtl address: unreachable",
+                            OPAL_NAME_PRINT(p->proc_name));
+            }
+            free(uris);
+            return NULL;
+        }
+        int frc = ringbtl_add_peer(m->rt, vpid, uris);
+        if (RINGBTL_OK != frc) {
+            /* A malformed address is reported always; a peer on no interface this
+             * process may use (if_include / if_exclude) only when verbose. */
+            if (RINGBTL_ERR_UNREACHABLE != frc || verbose > 0) {
+                opal_output(0, "btl ringbtl: %s unreachable: address \"%s\": %s (%s)",
+                            OPAL_NAME_PRINT(p->proc_name), uris, ringbtl_strerror(frc),
+                            ringbtl_last_error());
+            }
+            free(uris);
+            return NULL;
+        }
+        if (verbose > 1) {
+            opal_output(0, "btl ringbtl: peer %s at %s", OPAL_NAME_PRINT(p->proc_name), uris);
+        }
+        free(uris);
+        ep = calloc(1, sizeof(*ep));
+        if (NULL == ep) {
+            *rc = OPAL_ERR_OUT_OF_RESOURCE;
+            return NULL;
+        }
+        ep->proc = p;
+        ep->peer = vpid;
+        m->endpoints[vpid] = ep;
+    }
+    return ep->failed ? NULL : ep;
+}
+
 static int btl_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                              struct opal_proc_t **procs,
                              struct mca_btl_base_endpoint_t **peers, opal_bitmap_t *reachable)
@@ -236,6 +293,7 @@ static int btl_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
     mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
     const opal_proc_t *self = opal_proc_local_get();
     int verbose = mca_btl_ringbtl_component.verbose;
+    int rc = OPAL_SUCCESS;
 
     RINGBTL_LOCK(m);
     for (size_t i = 0; i < nprocs; i++) {
@@ -252,60 +310,52 @@ static int btl_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             }
             continue;
         }
-        uint32_t vpid = (uint32_t) p->proc_name.vpid;
-        if (OPAL_SUCCESS != ensure_endpoint_slots(m, vpid)) {
-            RINGBTL_UNLOCK(m);
-            return OPAL_ERR_OUT_OF_RESOURCE;
+        mca_btl_ringbtl_endpoint_t *ep = add_proc(m, p, &rc);
+        if (OPAL_SUCCESS != rc) {
+            break;
         }
-        mca_btl_ringbtl_endpoint_t *ep = m->endpoints[vpid];
         if (NULL == ep) {
-            char *uris = NULL;
-            size_t len = 0;
-            int rc;
-            OPAL_MODEX_RECV(rc, &mca_btl_ringbtl_component.super.btl_version, &p->proc_name,
-                            (void **) &uris, &len);
-            if (OPAL_SUCCESS != rc || NULL == uris || 0 == len || '\0' != uris[len - 1]) {
-                if (verbose > 0) {
-                    opal_output(0, "btl ringbtl: %s published no ringbtl address: unreachable",
-                                OPAL_NAME_PRINT(p->proc_name));
-                }
-                free(uris);
-                continue;
-            }
-            rc = ringbtl_add_peer(m->rt, vpid, uris);
-            if (RINGBTL_OK != rc) {
-                /* A malformed address is reported always; a peer on no interface this
-                 * process may use (if_include / if_exclude) only when verbose. */
-                if (RINGBTL_ERR_UNREACHABLE != rc || verbose > 0) {
-                    opal_output(0, "btl ringbtl: %s unreachable: address \"%s\": %s (%s)",
-                                OPAL_NAME_PRINT(p->proc_name), uris, ringbtl_strerror(rc),
-                                ringbtl_last_error());
-                }
-                free(uris);
-                continue;
-            }
-            if (verbose > 1) {
-                opal_output(0, "btl ringbtl: peer %s at %s", OPAL_NAME_PRINT(p->proc_name),
-                            uris);
-            }
-            free(uris);
-            ep = calloc(1, sizeof(*ep));
-            if (NULL == ep) {
-                RINGBTL_UNLOCK(m);
-                return OPAL_ERR_OUT_OF_RESOURCE;
-            }
-            ep->proc = p;
-            ep->peer = vpid;
-            m->endpoints[vpid] = ep;
-        }
-        if (ep->failed) {
             continue;
         }
         peers[i] = ep;
-        opal_bitmap_set_bit(reachable, (int) i);
+        if (NULL != reachable) {
+            opal_bitmap_set_bit(reachable, (int) i);
+        }
     }
     RINGBTL_UNLOCK(m);
-    return OPAL_SUCCESS;
+    return rc;
+}
+
+/* A process of this job connected that add_procs never saw: ob1 adds remote processes
+ * lazily (mpi_add_procs_cutoff), on their first message, so the peer may talk first. As
+ * btl tcp does on an unknown incoming connection, find the process (opal_proc_for_name,
+ * which creates it from the modex if needed), add it through the add_procs path and
+ * accept. ringbtl asks only once the connection passed its handshake checks. */
+static int on_unknown_peer(void *ctx, uint32_t peer)
+{
+    mca_btl_ringbtl_module_t *m = ctx;
+    opal_process_name_t name = OPAL_PROC_MY_NAME;
+    int rc;
+
+    if (m->closing || (opal_vpid_t) peer == name.vpid) {
+        return 0;
+    }
+    name.vpid = (opal_vpid_t) peer;
+    opal_proc_t *p = opal_proc_for_name(name);
+    if (NULL == p) {
+        if (mca_btl_ringbtl_component.verbose > 0) {
+            opal_output(0, "btl ringbtl: rank %u connected but is no process of this job: "
+                           "refused",
+                        (unsigned) peer);
+        }
+        return 0;
+    }
+    mca_btl_ringbtl_endpoint_t *ep = add_proc(m, p, &rc);
+    if (mca_btl_ringbtl_component.verbose > 1) {
+        opal_output(0, "btl ringbtl: %s connected before add_procs: %s",
+                    OPAL_NAME_PRINT(name), NULL != ep ? "added" : "unreachable, refused");
+    }
+    return NULL != ep;
 }
 
 /* Endpoints stay allocated until finalize: ringbtl keeps its peer table (and a peer may
@@ -650,5 +700,6 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     }
     ringbtl_on_complete(rt, on_complete, m);
     ringbtl_on_error(rt, on_error, m);
+    ringbtl_on_unknown_peer(rt, on_unknown_peer, m);
     return OPAL_SUCCESS;
 }

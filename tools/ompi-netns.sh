@@ -3,7 +3,8 @@
 # prefix of this script's own), mpirun inside the first, an rsh agent that enters the others
 # with `ip netns exec`. Runs ompi/tests/ringbtl_check (checks every byte) at 4 ranks over
 # `--mca btl self,ringbtl`, once with btl_ringbtl_if_include and once with
-# btl_ringbtl_if_exclude, and checks with the interfaces' byte counters that the interface
+# btl_ringbtl_if_exclude (peers added lazily, ob1's default), once more with every peer
+# added at MPI_Init, and checks with the interfaces' byte counters that the interface
 # left out carried nothing and the chosen one carried the job's traffic. Then tears down.
 #
 # Usage: tools/ompi-netns.sh             (root; under a minute)
@@ -86,12 +87,12 @@ chmod +x "$agent"
 hostfile="$work/hosts"
 for i in 0 1 2 3; do echo "10.231.3.1$i slots=1"; done >"$hostfile"
 
-# mpi_add_procs_cutoff: ob1 adds remote peers lazily by default (at their first message),
-# and the component refuses a connection from a peer it has not added (the dialing rank's
-# handshake is rejected as UnknownPeer): every peer is added at MPI_Init instead.
+# ob1 adds processes on other nodes lazily by default (at their first message): a rank may
+# connect to one that has not added it yet, whose component then adds it on the spot (the
+# transport's resolver of unknown peers). The last run adds every peer at MPI_Init instead
+# (mpi_add_procs_cutoff 1024).
 LAUNCH=(ip netns exec "$prefix-h0")
-HOSTS=(--hostfile "$hostfile" --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include rc
-  --mca mpi_add_procs_cutoff 1024)
+HOSTS=(--hostfile "$hostfile" --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include rc)
 
 # bytes NS IFACE: tx + rx bytes of the interface (sysfs as seen inside the namespace).
 bytes() {
@@ -104,20 +105,25 @@ total() { local s=0 i; for i in 0 1 2 3; do s=$((s + $(bytes "$prefix-h$i" "$1")
 run() {
   local what="$1" used="$2" unused="$3"; shift 3
   echo "-- ringbtl_check, 4 ranks on 4 hosts, $what"
-  local u0 x0 u1 x1 out start=$SECONDS
+  local u0 x0 u1 x1 out start=$SECONDS i
+  # The previous run's neighbour entries would be probed (ARP) on the interface left out.
+  for i in 0 1 2 3; do ip -n "$prefix-h$i" neigh flush all; done
   u0=$(total "$used"); x0=$(total "$unused")
   out=$(timeout -k 5 120 "${LAUNCH[@]}" "${MPIRUN[@]}" "${HOSTS[@]}" --mca btl self,ringbtl "$@" \
-    -np 4 "$OMPI_OUT/ringbtl_check" 2>&1) || {
+    --mca btl_ringbtl_verbose 2 -np 4 "$OMPI_OUT/ringbtl_check" 2>&1) || {
     echo "$out" >&2; cat "$work"/agent-*.err >&2 2>/dev/null || true; echo "FAILED: $what" >&2; exit 1; }
   grep -q "ringbtl_check: OK (4 ranks)" <<<"$out" || { echo "$out" >&2; echo "no OK line: $what" >&2; exit 1; }
   u1=$(total "$used"); x1=$(total "$unused")
-  echo "   OK in $((SECONDS - start)) s; bytes (tx+rx, 4 hosts): $used $((u1 - u0)), $unused $((x1 - x0))"
+  echo "   OK in $((SECONDS - start)) s; bytes (tx+rx, 4 hosts): $used $((u1 - u0)), $unused $((x1 - x0));" \
+    "peers added when they connected first: $(grep -c 'connected before add_procs: added' <<<"$out" || true)"
   [ $((x1 - x0)) -eq 0 ] || { echo "FAILED: $unused carried $((x1 - x0)) bytes ($what)" >&2; exit 1; }
   [ $((u1 - u0)) -ge $((4 << 20)) ] || { echo "FAILED: $used carried only $((u1 - u0)) bytes ($what)" >&2; exit 1; }
 }
 run "btl_ringbtl_if_include rb" rb ra --mca btl_ringbtl_if_include rb
 run "btl_ringbtl_if_exclude 10.231.2.0/24,rc (subnet b and the launch network)" ra rb \
   --mca btl_ringbtl_if_exclude 10.231.2.0/24,rc
+run "btl_ringbtl_if_include ra, every peer added at MPI_Init (mpi_add_procs_cutoff 1024)" \
+  ra rb --mca btl_ringbtl_if_include ra --mca mpi_add_procs_cutoff 1024
 
 if [ $mpi4py = 1 ]; then
   echo "-- mpi4py subset across the hosts, btl ringbtl (on ra) and btl tcp (on ra)"
