@@ -431,7 +431,10 @@ impl Driver {
                 *n += 1;
                 assert!(*n == 1, "PeerFailed({p}) raised twice, now for {why:?}");
             }
-            CoreEvent::Connected(_) | CoreEvent::PeerClosed(_) | CoreEvent::Refused { .. } => {}
+            CoreEvent::Connected(_)
+            | CoreEvent::PeerClosed(_)
+            | CoreEvent::Refused { .. }
+            | CoreEvent::UnknownPeer { .. } => {}
         }
     }
 
