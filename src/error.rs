@@ -24,9 +24,10 @@ pub enum ProtoError {
         /// Ours.
         ours: u16,
     },
-    /// The job token differs from ours.
-    #[error("job token mismatch")]
-    BadToken,
+    /// The peer could not prove that it holds the job key (or its job token differs
+    /// from ours): its MAC did not verify.
+    #[error("authentication failed: the peer does not hold this job's key (or token)")]
+    AuthFailed,
     /// The answering process is not the one we dialed.
     #[error("dialed {expected} but {got} answered")]
     WrongPeer {
@@ -183,6 +184,9 @@ pub enum Cause {
     /// A frame in progress saw no byte for this long (`RINGBTL_FRAME_STALL_MS`).
     #[error("a frame in progress received no byte for {0:?} (RINGBTL_FRAME_STALL_MS)")]
     FrameStalled(Duration),
+    /// The operating system gave no random numbers for a handshake nonce.
+    #[error("no random numbers for a handshake nonce")]
+    NoNonce,
 }
 
 impl Cause {

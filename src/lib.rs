@@ -90,6 +90,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod buf;
 pub mod config;
 pub mod error;

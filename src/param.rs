@@ -85,6 +85,9 @@ pub enum Kind {
     Bool,
     /// Anything else: the syntax, in words.
     Text(&'static str),
+    /// A secret, in this syntax: its value is shown as `<set>` and never echoed in an
+    /// error.
+    Secret(&'static str),
 }
 
 impl fmt::Display for Kind {
@@ -113,7 +116,7 @@ impl fmt::Display for Kind {
             ),
             Kind::Pow2 { lo, hi } => write!(f, "power of two, {lo}..={hi}"),
             Kind::Bool => f.write_str("0 or 1"),
-            Kind::Text(t) => f.write_str(t),
+            Kind::Text(t) | Kind::Secret(t) => f.write_str(t),
         }
     }
 }
@@ -169,7 +172,10 @@ impl<C: Clone> Param<C> {
     /// Parses `text` and stores it in `c`, after checking it; on error `c` is unchanged
     /// and the message names the variable, the text and what is accepted.
     pub fn set(&self, c: &mut C, text: &str) -> Result<(), String> {
-        let named = |why: String| format!("{}={text:?}: {why}", self.var);
+        let named = |why: String| match self.kind {
+            Kind::Secret(_) => format!("{}=<secret>: {why}", self.var),
+            _ => format!("{}={text:?}: {why}", self.var),
+        };
         match &self.access {
             Access::Num { put, .. } => {
                 let v = self.parse_num(text).map_err(named)?;

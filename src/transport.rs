@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::auth::JobKey;
 use crate::buf::RxBuf;
 use crate::config::{Config, Congestion};
 use crate::error::{Errno, Error, FailReason, SendError};
@@ -63,6 +64,8 @@ pub struct Stats {
     pub bad_magic: u64,
     /// Incoming connections refused (token, process id, version, duplicate).
     pub refused: u64,
+    /// Handshakes whose peer could not prove the job key (its MAC did not verify).
+    pub auth_failed: u64,
     /// Simultaneous connects resolved.
     pub simultaneous: u64,
     /// Failed connect attempts that were retried.
@@ -130,6 +133,8 @@ pub struct Transport {
     backend_note: Option<String>,
     last_now: Instant,
     idle_passes: u32,
+    /// `RINGBTL_AUTH` was applied to the key in force (at the first peer added).
+    auth_checked: bool,
 }
 
 /// Idle progress passes between two clock reads for the engine's timers.
@@ -147,8 +152,13 @@ impl fmt::Debug for Transport {
 
 impl Transport {
     /// Creates the backend (probing io_uring when `cfg.backend` is `Auto`) and listens.
-    pub fn new(cfg: Config) -> Result<Self, Error> {
+    pub fn new(mut cfg: Config) -> Result<Self, Error> {
         cfg.validate()?;
+        if cfg.core.job_key.is_none() {
+            if let Some(path) = &cfg.core.job_key_file {
+                cfg.core.job_key = Some(JobKey::from_file(path)?);
+            }
+        }
         if let Congestion::Use(name) = &cfg.socket.tcp_congestion {
             crate::reactor::sys::check_congestion(name).map_err(|e| {
                 let list = |k: &str| {
@@ -228,7 +238,35 @@ impl Transport {
             backend_note,
             last_now: Instant::now(),
             idle_passes: 0,
+            auth_checked: false,
         })
+    }
+
+    /// Sets the job key every later handshake proves (the one the launcher provides,
+    /// [`Modex::job_key`](crate::wireup::Modex::job_key), known after the address
+    /// exchange); it replaces a configured one. Call it before adding peers and before
+    /// the first [`progress`](Self::progress) after the exchange, so that no handshake
+    /// runs with another key.
+    pub fn set_job_key(&mut self, key: JobKey) {
+        self.core.set_job_key(key.clone());
+        self.cfg.core.job_key = Some(key);
+    }
+
+    /// True when connections are authenticated: a job key is in force (else the handshake
+    /// runs with the public key).
+    pub fn authenticated(&self) -> bool {
+        self.core.authenticated()
+    }
+
+    /// Applies `RINGBTL_AUTH` once, when the first peer is added (by then the launcher's
+    /// key, if any, was set): `required` without a key is an error, `auto` says once on
+    /// stderr that connections are unauthenticated.
+    fn check_auth(&mut self) -> Result<(), Error> {
+        if !self.auth_checked {
+            self.cfg.core.auth.check(self.cfg.core.job_key.as_ref())?;
+            self.auth_checked = true;
+        }
+        Ok(())
     }
 
     /// The address this transport listens on (with `listen: None`, the first published
@@ -256,6 +294,7 @@ impl Transport {
     /// [`order_peer_addrs`](crate::wireup::order_peer_addrs)). On a failed connect the next
     /// address is tried.
     pub fn add_peer_uris(&mut self, id: PeerId, uris: &str) -> Result<(), Error> {
+        self.check_auth()?;
         let addrs = uri::parse_uri_list(uris)?;
         let Some(local) = &self.ifaces else {
             return self.add_peer(id, addrs);
@@ -310,6 +349,7 @@ impl Transport {
     /// connection is opened on the first send (lazy connect), or accepted when the peer
     /// dials first.
     pub fn add_peer(&mut self, id: PeerId, addrs: Vec<SocketAddr>) -> Result<(), Error> {
+        self.check_auth()?;
         self.core.add_peer(id, addrs).map_err(Error::Send)
     }
 
@@ -564,6 +604,7 @@ impl Transport {
             unknown_tag: self.handlers.unknown(),
             bad_magic: c.bad_magic,
             refused: c.refused,
+            auth_failed: c.auth_failed,
             simultaneous: c.simultaneous,
             connect_retries: c.connect_retries,
             accept_errors: self.accept_errors,

@@ -2,21 +2,54 @@
 //!
 //! All integers are big-endian (network order).
 //!
-//! # Handshake record (24 bytes), the first bytes each side sends on a new connection
+//! # Handshake record (84 bytes), the first bytes each side sends on a new connection
 //!
 //! ```text
-//!  0        8        10    11      12          16                  24
-//!  +--------+--------+-----+-------+-----------+-------------------+
-//!  | magic  |version |kind |reason | process id|     job token     |
-//!  | 8 B    | u16    | u8  | u8    | u32       |     u64           |
-//!  +--------+--------+-----+-------+-----------+-------------------+
+//!  0        8        10    11      12          16          20         52         84
+//!  +--------+--------+-----+-------+-----------+-----------+----------+----------+
+//!  | magic  |version |kind |reason | process id| addressee |  nonce   |   MAC    |
+//!  | 8 B    | u16    | u8  | u8    | u32       | u32       |  32 B    |   32 B   |
+//!  +--------+--------+-----+-------+-----------+-----------+----------+----------+
 //! ```
 //!
-//! The dialer sends `HELLO` (kind 1); the acceptor answers `ACCEPT` (2: the connection is
-//! then open) or `REJECT` (3) with a [`RejectReason`] and closes. A prober sends `PROBE`
-//! (4) and gets `PROBE_ACK` (5) carrying the listener's process id, then the acceptor
-//! closes; no endpoint is created. A wrong magic means "not one of ours":
-//! the acceptor closes that socket without answering.
+//! Magic and version come first and stay at these offsets in every version (the 24-byte
+//! record of version 1 had them there too), so that two versions tell each other apart
+//! after 10 bytes: a record whose version is not ours is refused with `REJECT(Version)`
+//! (or fails the dial) with an error naming both versions, without waiting for the rest.
+//!
+//! # The handshake: mutual challenge-response over the job key
+//!
+//! ```text
+//!  dialer d                                               acceptor a
+//!  HELLO     (pid_d, addressee pid_a, nonce Nd)      ──▶
+//!                                                    ◀──  CHALLENGE (pid_a, addressee pid_d,
+//!                                                                    nonce Na, MAC_a)
+//!  verifies MAC_a, then
+//!  AUTH      (pid_d, addressee pid_a, MAC_d)         ──▶
+//!                                                         verifies MAC_d, then decides:
+//!                                                    ◀──  ACCEPT, or REJECT(reason)
+//! ```
+//!
+//! `MAC_x = HMAC-SHA-256(K, label_x | version | token | Nd | Na | pid_d | pid_a)` (see
+//! [`auth::handshake_mac`](crate::auth::handshake_mac)), with `K` the job key,
+//! `label_a = "ringbtl acceptor"`, `label_d = "ringbtl dialer\0\0"` and `token` the job
+//! token. The labels differ, so a MAC reflected back to its author proves nothing; both
+//! nonces are fresh per connection, so a recorded handshake replays nowhere; the key never
+//! crosses the wire. The dialer sends nothing after HELLO until the acceptor proved the
+//! key, and the acceptor takes no decision (an endpoint's state, a rank slot) before the
+//! dialer proved it: only an authenticated peer claims a process id. A verification that
+//! fails ends the handshake with `REJECT(AuthFailed)`.
+//!
+//! The job token (`RINGBTL_JOB_TOKEN`) stays a job-separation id: it is part of the MAC,
+//! never sent. Without a job key both sides use [`auth::PUBLIC_KEY`](crate::auth::PUBLIC_KEY)
+//! (the same exchange, one code path); it separates jobs by token and version only and
+//! authenticates nothing, which the transport says once on stderr.
+//!
+//! `REJECT` carries its reason only, `ACCEPT` nothing; nonce and MAC are zero in both. A
+//! prober sends `PROBE` (kind 4) and gets `PROBE_ACK` (5), which says only "alive" and the
+//! listener's process id (nothing secret), then the acceptor closes; no endpoint is
+//! created. A wrong magic means "not one of ours": the acceptor closes that socket without
+//! answering.
 //!
 //! # Frame header (8 bytes), before every message once the handshake is done
 //!
@@ -41,6 +74,14 @@ pub enum WireError {
     /// The handshake does not start with ringbtl's magic: not one of ours.
     #[error("bad magic: not a ringbtl peer")]
     BadMagic,
+    /// A handshake record of another protocol version (read from its first 10 bytes).
+    #[error("protocol version {got:#06x}, we speak {ours:#06x}")]
+    BadVersion {
+        /// The sender's version.
+        got: u16,
+        /// Ours.
+        ours: u16,
+    },
     /// Unknown handshake record kind.
     #[error("unknown handshake kind {0}")]
     BadHelloKind(u8),
@@ -68,10 +109,17 @@ pub enum WireError {
 
 /// The magic that opens every ringbtl handshake record.
 pub const MAGIC: [u8; 8] = *b"RINGBTL\0";
-/// Protocol version this build speaks.
-pub const VERSION: u16 = 0x0001;
+/// Protocol version this build speaks (2: the authenticated handshake; 1 had a 24-byte
+/// record that carried the job token).
+pub const VERSION: u16 = 0x0002;
 /// Length of the handshake record.
-pub const HELLO_LEN: usize = 24;
+pub const HELLO_LEN: usize = 84;
+/// Bytes of a handshake record that identify its protocol: magic and version.
+pub const PREFIX_LEN: usize = 10;
+/// Length of a handshake nonce.
+pub const NONCE_LEN: usize = 32;
+/// Length of a handshake MAC.
+pub const MAC_LEN: usize = 32;
 /// Job token of a process not told otherwise (`RINGBTL_JOB_TOKEN`): the magic's bytes
 /// read as a big-endian integer.
 pub const DEFAULT_TOKEN: u64 = 0x5249_4e47_4254_4c00;
@@ -86,6 +134,12 @@ pub struct Tag(pub u8);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerId(pub u32);
 
+impl PeerId {
+    /// "Whoever listens there": the addressee of a record whose sender does not know it
+    /// (a probe), and the process id of a prober.
+    pub const ANY: PeerId = PeerId(u32::MAX);
+}
+
 impl std::fmt::Display for PeerId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "peer {}", self.0)
@@ -95,8 +149,12 @@ impl std::fmt::Display for PeerId {
 /// What a handshake record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HelloKind {
-    /// Dialer to acceptor: "I am `pid` of job `token`".
+    /// Dialer to acceptor: "I am `pid`, I want `to`; here is my nonce".
     Hello,
+    /// Acceptor to dialer: its nonce and its proof of the key (MAC_a).
+    Challenge,
+    /// Dialer to acceptor: its proof of the key (MAC_d).
+    Auth,
     /// Acceptor to dialer: the connection is adopted.
     Accept,
     /// Acceptor to dialer: the connection is refused; it will be closed.
@@ -117,8 +175,8 @@ pub enum RejectReason {
     Duplicate,
     /// The process id is not a peer this process knows.
     UnknownPeer,
-    /// The job token does not match.
-    BadToken,
+    /// The peer could not prove that it holds the job key (or its job token differs).
+    AuthFailed,
     /// The acceptor is shutting down.
     ShuttingDown,
     /// The protocol versions differ.
@@ -133,7 +191,7 @@ impl RejectReason {
             Self::Simultaneous => 1,
             Self::Duplicate => 2,
             Self::UnknownPeer => 3,
-            Self::BadToken => 4,
+            Self::AuthFailed => 4,
             Self::ShuttingDown => 5,
             Self::Version => 6,
             Self::Unreachable => 7,
@@ -145,7 +203,7 @@ impl RejectReason {
             1 => Self::Simultaneous,
             2 => Self::Duplicate,
             3 => Self::UnknownPeer,
-            4 => Self::BadToken,
+            4 => Self::AuthFailed,
             5 => Self::ShuttingDown,
             6 => Self::Version,
             7 => Self::Unreachable,
@@ -154,43 +212,83 @@ impl RejectReason {
     }
 }
 
-/// A parsed handshake record. Once it exists, its magic and kind were valid.
+/// A parsed handshake record. Once it exists, its magic, version and kind were valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
     /// Record kind.
     pub kind: HelloKind,
-    /// Protocol version of the sender.
+    /// Protocol version of the sender (always [`VERSION`] once parsed).
     pub version: u16,
     /// Sender's process id.
     pub pid: PeerId,
-    /// Sender's job token.
-    pub token: u64,
+    /// The process the sender addresses ([`PeerId::ANY`] when unknown or irrelevant).
+    pub to: PeerId,
+    /// The sender's fresh nonce (HELLO, CHALLENGE), else zero.
+    pub nonce: [u8; NONCE_LEN],
+    /// The sender's proof of the key (CHALLENGE, AUTH), else zero.
+    pub mac: [u8; MAC_LEN],
 }
 
 impl Hello {
-    /// Parses the first [`HELLO_LEN`] bytes of `buf`.
+    /// A record of `kind` from `pid` of our version, addressed to nobody in particular,
+    /// with zero nonce and MAC.
+    pub fn new(kind: HelloKind, pid: PeerId) -> Self {
+        Self {
+            kind,
+            version: VERSION,
+            pid,
+            to: PeerId::ANY,
+            nonce: [0; NONCE_LEN],
+            mac: [0; MAC_LEN],
+        }
+    }
+
+    /// Checks magic and version, the first [`PREFIX_LEN`] bytes of a record (what a peer
+    /// of any version can read of another's); `Ok(false)` when fewer bytes are there.
+    pub fn check_prefix(buf: &[u8]) -> Result<bool, WireError> {
+        let n = buf.len().min(MAGIC.len());
+        if buf[..n] != MAGIC[..n] {
+            return Err(WireError::BadMagic);
+        }
+        if buf.len() < PREFIX_LEN {
+            return Ok(false);
+        }
+        let version = u16::from_be_bytes([buf[8], buf[9]]);
+        if version != VERSION {
+            return Err(WireError::BadVersion {
+                got: version,
+                ours: VERSION,
+            });
+        }
+        Ok(true)
+    }
+
+    /// Parses the first [`HELLO_LEN`] bytes of `buf`. Magic and version are checked
+    /// first, on as many bytes as there are ([`check_prefix`](Self::check_prefix)).
     pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
+        Self::check_prefix(&buf[..buf.len().min(PREFIX_LEN)])?;
         let b: &[u8; HELLO_LEN] = buf
             .get(..HELLO_LEN)
             .and_then(|s| s.try_into().ok())
             .ok_or(WireError::Truncated)?;
-        if b[0..8] != MAGIC {
-            return Err(WireError::BadMagic);
-        }
-        let version = u16::from_be_bytes([b[8], b[9]]);
         let kind = match b[10] {
             1 => HelloKind::Hello,
             2 => HelloKind::Accept,
             3 => HelloKind::Reject(RejectReason::from_code(b[11])?),
             4 => HelloKind::Probe,
             5 => HelloKind::ProbeAck,
+            6 => HelloKind::Challenge,
+            7 => HelloKind::Auth,
             k => return Err(WireError::BadHelloKind(k)),
         };
+        let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         Ok(Self {
             kind,
-            version,
-            pid: PeerId(u32::from_be_bytes([b[12], b[13], b[14], b[15]])),
-            token: u64::from_be_bytes(b[16..24].try_into().expect("8-byte slice")),
+            version: VERSION,
+            pid: PeerId(word(12)),
+            to: PeerId(word(16)),
+            nonce: b[20..52].try_into().expect("32-byte slice"),
+            mac: b[52..84].try_into().expect("32-byte slice"),
         })
     }
 
@@ -204,11 +302,15 @@ impl Hello {
             HelloKind::Reject(r) => (3, r.code()),
             HelloKind::Probe => (4, 0),
             HelloKind::ProbeAck => (5, 0),
+            HelloKind::Challenge => (6, 0),
+            HelloKind::Auth => (7, 0),
         };
         out[10] = k;
         out[11] = r;
         out[12..16].copy_from_slice(&self.pid.0.to_be_bytes());
-        out[16..24].copy_from_slice(&self.token.to_be_bytes());
+        out[16..20].copy_from_slice(&self.to.0.to_be_bytes());
+        out[20..52].copy_from_slice(&self.nonce);
+        out[52..84].copy_from_slice(&self.mac);
     }
 
     /// The record as an array.
@@ -298,11 +400,13 @@ mod tests {
     fn hello_round_trip_every_kind() {
         let kinds = [
             HelloKind::Hello,
+            HelloKind::Challenge,
+            HelloKind::Auth,
             HelloKind::Accept,
             HelloKind::Reject(RejectReason::Simultaneous),
             HelloKind::Reject(RejectReason::Duplicate),
             HelloKind::Reject(RejectReason::UnknownPeer),
-            HelloKind::Reject(RejectReason::BadToken),
+            HelloKind::Reject(RejectReason::AuthFailed),
             HelloKind::Reject(RejectReason::ShuttingDown),
             HelloKind::Reject(RejectReason::Version),
             HelloKind::Reject(RejectReason::Unreachable),
@@ -314,7 +418,9 @@ mod tests {
                 kind,
                 version: VERSION,
                 pid: PeerId(0xdead_beef),
-                token: 0x0123_4567_89ab_cdef,
+                to: PeerId(7),
+                nonce: [0x5a; NONCE_LEN],
+                mac: [0xa5; MAC_LEN],
             };
             assert_eq!(Hello::parse(&h.to_bytes()), Ok(h));
         }
@@ -322,17 +428,14 @@ mod tests {
 
     #[test]
     fn hello_malformed() {
-        let good = Hello {
-            kind: HelloKind::Hello,
-            version: VERSION,
-            pid: PeerId(1),
-            token: 7,
-        }
-        .to_bytes();
-        assert_eq!(Hello::parse(&good[..23]), Err(WireError::Truncated));
+        let good = Hello::new(HelloKind::Hello, PeerId(1)).to_bytes();
+        assert_eq!(Hello::parse(&good[..83]), Err(WireError::Truncated));
+        assert_eq!(Hello::parse(&good[..3]), Err(WireError::Truncated));
         let mut b = good;
         b[0] = b'X';
         assert_eq!(Hello::parse(&b), Err(WireError::BadMagic));
+        // A wrong magic is seen as soon as its first byte is.
+        assert_eq!(Hello::parse(&b[..1]), Err(WireError::BadMagic));
         let mut b = good;
         b[10] = 9;
         assert_eq!(Hello::parse(&b), Err(WireError::BadHelloKind(9)));
@@ -345,6 +448,35 @@ mod tests {
             Hello::parse(b"GET / HTTP/1.1\r\nHost: x\r\n"),
             Err(WireError::BadMagic)
         );
+    }
+
+    /// Version 1's 24-byte record (magic, version, kind, reason, pid, token): its version
+    /// is read from the first 10 bytes, before the rest of a version-2 record would be
+    /// complete; and the first 24 bytes of our records read as a version-1 record whose
+    /// version is 2, so that a version-1 peer reports the mismatch too.
+    #[test]
+    fn versions_tell_each_other_apart() {
+        let mut v1 = [0u8; 24];
+        v1[..8].copy_from_slice(&MAGIC);
+        v1[8..10].copy_from_slice(&1u16.to_be_bytes());
+        v1[10] = 1;
+        let want = WireError::BadVersion {
+            got: 1,
+            ours: VERSION,
+        };
+        assert_eq!(Hello::check_prefix(&v1[..PREFIX_LEN]), Err(want));
+        assert_eq!(Hello::check_prefix(&v1), Err(want));
+        assert_eq!(Hello::parse(&v1), Err(want));
+        assert_eq!(Hello::check_prefix(&v1[..9]), Ok(false));
+        let ours = Hello::new(HelloKind::Reject(RejectReason::Version), PeerId(3)).to_bytes();
+        assert_eq!(&ours[..8], &MAGIC);
+        assert_eq!(u16::from_be_bytes([ours[8], ours[9]]), VERSION);
+        assert_eq!(
+            (ours[10], ours[11]),
+            (3, 6),
+            "REJECT(Version) at v1's offsets"
+        );
+        assert_eq!(&ours[12..16], &3u32.to_be_bytes());
     }
 
     #[test]
@@ -392,9 +524,10 @@ mod tests {
         }
 
         #[test]
-        fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..40)) {
+        fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..100)) {
             let _ = Header::parse(&b, 1 << 20);
             let _ = Hello::parse(&b);
+            let _ = Hello::check_prefix(&b);
         }
     }
 }

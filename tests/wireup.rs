@@ -168,7 +168,7 @@ fn fake_server(answer: Option<Vec<u8>>) -> (SocketAddr, thread::JoinHandle<()>) 
     let addr = l.local_addr().unwrap();
     let h = thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
-        let mut rec = [0u8; 24];
+        let mut rec = [0u8; ringbtl::wire::HELLO_LEN];
         s.read_exact(&mut rec).unwrap();
         assert_eq!(&rec[..8], b"RINGBTL\0", "the probe starts with the magic");
         match answer {

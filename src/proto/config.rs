@@ -1,8 +1,10 @@
 //! The protocol core's settings: what the engine needs to know, with their table (see
 //! [`param`](crate::param)), validated by the core. No I/O here.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::auth::{AuthMode, JobKey};
 use crate::param::{Access, Kind, Param, Params, Unit};
 use crate::wire::{PeerId, DEFAULT_TOKEN};
 
@@ -11,8 +13,20 @@ use crate::wire::{PeerId, DEFAULT_TOKEN};
 pub struct CoreConfig {
     /// Our process id (job-unique: the rank).
     pub pid: PeerId,
-    /// Job token: both sides of a connection must agree (`RINGBTL_JOB_TOKEN`).
+    /// Job token: both sides of a connection must agree (`RINGBTL_JOB_TOKEN`). A
+    /// job-separation id: it is covered by the handshake's MACs, never sent.
     pub token: u64,
+    /// The job key both sides of a connection prove they hold (`RINGBTL_JOB_KEY`, 64 hex
+    /// digits; never displayed). `None`: the transport takes it from
+    /// [`job_key_file`](Self::job_key_file), or later from the launcher
+    /// ([`Transport::set_job_key`](crate::Transport::set_job_key)); without any, the
+    /// handshake runs with the public key and authenticates nothing.
+    pub job_key: Option<JobKey>,
+    /// A file holding the job key (`RINGBTL_JOB_KEY_FILE`): a regular file of the user's,
+    /// mode 0600 or stricter, read when the transport starts.
+    pub job_key_file: Option<PathBuf>,
+    /// What to do without a job key (`RINGBTL_AUTH=auto|off|required`).
+    pub auth: AuthMode,
     /// Receive cache per connection in bytes (`RINGBTL_RECV_CACHE`, 4 KiB..=64 MiB).
     pub recv_cache: usize,
     /// Largest payload accepted in one frame (`RINGBTL_MAX_FRAME`, 1 KiB..=4 GiB-1).
@@ -66,6 +80,9 @@ impl CoreConfig {
         Self {
             pid,
             token: DEFAULT_TOKEN,
+            job_key: None,
+            job_key_file: None,
+            auth: AuthMode::Auto,
             recv_cache: 64 * 1024,
             max_frame: 64 * 1024 * 1024,
             inline_limit: 1024,
@@ -120,7 +137,7 @@ impl Params for CoreConfig {
     }
 }
 
-static CORE_PARAMS: [Param<CoreConfig>; 14] = [
+static CORE_PARAMS: [Param<CoreConfig>; 17] = [
     Param {
         name: "token",
         var: "RINGBTL_JOB_TOKEN",
@@ -133,6 +150,61 @@ static CORE_PARAMS: [Param<CoreConfig>; 14] = [
         access: Access::Num {
             get: |c| Some(c.token),
             put: |c, v| c.token = v.unwrap_or(0),
+        },
+    },
+    Param {
+        name: "job_key",
+        var: "RINGBTL_JOB_KEY",
+        kind: Kind::Secret("64 hex digits (32 bytes)"),
+        meaning: "job key that authenticates every connection (shown as `<set>`); under \
+                  PMIx and PMI the launcher provides one",
+        access: Access::Text {
+            get: |c| c.job_key.as_ref().map_or(String::new(), |_| "<set>".into()),
+            parse: |c, v| {
+                c.job_key = match v.trim() {
+                    "" => None,
+                    t => Some(JobKey::from_hex(t)?),
+                };
+                Ok(())
+            },
+            check: |_| Ok(()),
+        },
+    },
+    Param {
+        name: "job_key_file",
+        var: "RINGBTL_JOB_KEY_FILE",
+        kind: Kind::Text("path of a file of mode 0600 holding the key"),
+        meaning: "file holding the job key (when `RINGBTL_JOB_KEY` is unset)",
+        access: Access::Text {
+            get: |c| {
+                c.job_key_file
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            },
+            parse: |c, v| {
+                c.job_key_file = match v.trim() {
+                    "" => None,
+                    t => Some(PathBuf::from(t)),
+                };
+                Ok(())
+            },
+            check: |_| Ok(()),
+        },
+    },
+    Param {
+        name: "auth",
+        var: "RINGBTL_AUTH",
+        kind: Kind::Text("auto, off, required"),
+        meaning: "without a job key: `auto` says once on stderr that connections are \
+                  unauthenticated, `off` keeps quiet, `required` refuses to start",
+        access: Access::Text {
+            get: |c| c.auth.to_string(),
+            parse: |c, v| {
+                c.auth = AuthMode::parse(v)
+                    .ok_or_else(|| format!("accepted values are {}", AuthMode::ACCEPTED))?;
+                Ok(())
+            },
+            check: |_| Ok(()),
         },
     },
     Param {

@@ -33,6 +33,7 @@ use crate::buf::{RxBuf, TxBatch};
 use crate::error::{FailReason, ProtoError, WireError};
 use crate::proto::core::{ConnKey, Core, CoreEvent, Todo};
 use crate::proto::deframe::{self, Deframer};
+use crate::proto::handshake::Handshake;
 use crate::wire::{HelloKind, PeerId, RejectReason, HELLO_LEN};
 
 /// The sends of a batch rented to the driver when their endpoint failed: the peer, the
@@ -46,9 +47,14 @@ pub(super) enum Stage {
     /// Acceptor: the HELLO claims a process id the engine does not know; waiting for
     /// the driver's [`Core::resolve_unknown`] (the peer is in `Conn::peer`).
     Resolving,
+    /// Acceptor: CHALLENGE sent, waiting for the dialer's AUTH (the claimed process id
+    /// is not trusted yet).
+    ExpectAuth,
     /// Dialer: connect in progress.
     Connecting,
-    /// Dialer: HELLO sent, waiting for ACCEPT/REJECT.
+    /// Dialer: HELLO sent, waiting for the acceptor's CHALLENGE.
+    ExpectChallenge,
+    /// Dialer: AUTH sent, waiting for ACCEPT/REJECT.
     ExpectAccept,
     /// Adopted by an endpoint; frames flow.
     Open,
@@ -88,6 +94,12 @@ pub(super) struct Conn {
     pub(super) src: Option<IpAddr>,
     /// A stranger that has sent no byte yet (its deadline is the first-bytes one).
     pub(super) awaiting_first_bytes: bool,
+    /// Nonces and claimed process id while the handshake runs.
+    pub(super) hs: Option<Box<Handshake>>,
+    /// A handshake record written while the batch was with the driver (the peer's answer
+    /// can be read before our previous record's send completes): it joins the batch when
+    /// the batch comes back.
+    pub(super) held: Vec<u8>,
 }
 
 impl Conn {
@@ -106,6 +118,8 @@ impl Conn {
             accepted_at: None,
             src: None,
             awaiting_first_bytes: false,
+            hs: None,
+            held: Vec::new(),
         }
     }
 
@@ -115,8 +129,9 @@ impl Conn {
     }
 
     pub(super) fn write_record(&mut self, h: &crate::wire::Hello) {
-        if let Some(b) = self.tx.as_mut() {
-            b.push_copy(&h.to_bytes());
+        match self.tx.as_mut() {
+            Some(b) => b.push_copy(&h.to_bytes()),
+            None => self.held.extend_from_slice(&h.to_bytes()),
         }
     }
 }
@@ -237,6 +252,7 @@ impl Core {
         let Some(c) = self.conn_mut(conn) else { return };
         c.stage = Stage::Dead;
         c.deadline = None;
+        c.hs = None;
         c.write_record(&rec);
         c.close_after_tx = true;
         c.tx_ready = true;
@@ -253,7 +269,9 @@ impl Core {
         }
         self.kill_conn(conn);
         match (stage, peer) {
-            (Stage::ExpectAccept, Some(p)) if self.ep_dialing_on(p, conn) => {
+            (Stage::ExpectChallenge | Stage::ExpectAccept, Some(p))
+                if self.ep_dialing_on(p, conn) =>
+            {
                 self.fail_endpoint(p, FailReason::Protocol { peer: p, err: why });
             }
             _ => self.events.push_back(CoreEvent::Refused { why }),

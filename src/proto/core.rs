@@ -62,12 +62,14 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Instant;
 
+use crate::auth::{JobKey, PUBLIC_KEY};
 use crate::buf::{RxBuf, TxBatch};
 use crate::error::{Cause, FailReason, ProtoError, SendError};
 pub use crate::proto::config::CoreConfig;
 use crate::proto::conn::{Conn, Stage};
 pub use crate::proto::deframe::Source;
 use crate::proto::endpoint::{Endpoint, EpState, Frag};
+pub use crate::proto::handshake::NonceSource;
 use crate::wire::{PeerId, Tag};
 
 /// Most payload segments (iovecs) one message may have.
@@ -176,8 +178,12 @@ pub enum CoreEvent {
 pub struct Counters {
     /// Incoming connections that did not start with our magic.
     pub bad_magic: u64,
-    /// Incoming connections refused (token, unknown process id, version, duplicate).
+    /// Incoming connections refused (authentication, unknown process id, version,
+    /// duplicate).
     pub refused: u64,
+    /// Handshakes whose peer could not prove the job key (its MAC did not verify), on
+    /// either side.
+    pub auth_failed: u64,
     /// Simultaneous connects resolved.
     pub simultaneous: u64,
     /// Connect attempts that failed and were retried.
@@ -264,12 +270,24 @@ pub struct Core {
     pub(super) counters: Counters,
     /// Connections accepted so far (ranks strangers by age).
     pub(super) accepts: u64,
+    /// The job key of the handshake's MACs ([`PUBLIC_KEY`] without one).
+    pub(super) key: JobKey,
+    pub(super) nonces: NonceSource,
 }
 
 impl Core {
-    /// A new engine.
+    /// A new engine, with nonces from the operating system.
     pub fn new(cfg: CoreConfig) -> Self {
+        Self::with_nonces(cfg, NonceSource::os())
+    }
+
+    /// A new engine whose handshake nonces come from `nonces` (tests make them
+    /// deterministic).
+    pub fn with_nonces(cfg: CoreConfig, nonces: NonceSource) -> Self {
+        let key = cfg.job_key.clone().unwrap_or(PUBLIC_KEY);
         Self {
+            key,
+            nonces,
             cfg,
             endpoints: Vec::new(),
             conns: Vec::new(),
@@ -282,6 +300,18 @@ impl Core {
             counters: Counters::default(),
             accepts: 0,
         }
+    }
+
+    /// Sets the job key of later handshakes (one from the launcher, known only after the
+    /// address exchange). Set it before the first connection.
+    pub fn set_job_key(&mut self, key: JobKey) {
+        self.key = key.clone();
+        self.cfg.job_key = Some(key);
+    }
+
+    /// True when a job key other than the public one is in use.
+    pub fn authenticated(&self) -> bool {
+        !self.key.is_public()
     }
 
     /// Counters.
@@ -447,7 +477,7 @@ impl Core {
             }
             self.kill_conn(conn);
             match (stage, peer) {
-                (Stage::ExpectAccept | Stage::Connecting, Some(p))
+                (Stage::ExpectChallenge | Stage::ExpectAccept | Stage::Connecting, Some(p))
                     if self.ep_dialing_on(p, conn) =>
                 {
                     self.retry_or_fail(Some(now), p, Cause::HandshakeTimeout);

@@ -12,9 +12,7 @@ use bytes::Bytes;
 use crate::error::{Cause, Errno, FailReason, ProtoError, SendError};
 use crate::proto::conn::{Conn, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo, MAX_PEERS, MAX_SEGMENTS};
-use crate::wire::{
-    FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, VERSION,
-};
+use crate::wire::{FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN};
 
 /// One queued message.
 #[derive(Debug)]
@@ -190,10 +188,12 @@ impl Core {
         let Some(peer) = c.peer else { return };
         match result {
             Ok(()) => {
-                let hello = self.record(HelloKind::Hello);
+                let Some(hello) = self.hello_for(conn, peer) else {
+                    return self.no_nonce(now, conn, peer);
+                };
                 let deadline = now + self.cfg.handshake_timeout;
                 let c = self.conn_mut(conn).expect("checked above");
-                c.stage = Stage::ExpectAccept;
+                c.stage = Stage::ExpectChallenge;
                 c.deadline = Some(deadline);
                 c.write_record(&hello);
                 self.arm_timer(deadline);
@@ -217,14 +217,10 @@ impl Core {
         }
     }
 
-    /// A handshake record of ours.
+    /// A handshake record of ours, addressed to nobody in particular, with zero nonce
+    /// and MAC (REJECT, ACCEPT, PROBE_ACK carry nothing more).
     pub(super) fn record(&self, kind: HelloKind) -> Hello {
-        Hello {
-            kind,
-            version: VERSION,
-            pid: self.cfg.pid,
-            token: self.cfg.token,
-        }
+        Hello::new(kind, self.cfg.pid)
     }
 
     pub(super) fn ep_dialing_on(&self, peer: PeerId, conn: ConnKey) -> bool {
@@ -310,38 +306,12 @@ impl Core {
         }
     }
 
-    /// Acceptor side: the dialer's HELLO arrived.
-    pub(super) fn on_hello(&mut self, conn: ConnKey, h: Hello) {
+    /// Acceptor side: the dialer proved that it holds the job key and is `peer` (its
+    /// AUTH verified): adopt the connection, or refuse it.
+    pub(super) fn adopt_or_refuse(&mut self, conn: ConnKey, peer: PeerId) {
         let refuse = |core: &mut Self, reason: RejectReason, why: ProtoError| {
-            core.counters.refused += 1;
-            core.events.push_back(CoreEvent::Refused { why });
-            core.reject(conn, reason);
+            core.refuse_incoming(conn, reason, why);
         };
-        if h.kind == HelloKind::Probe {
-            // "Is a ringbtl process listening here?": answer with our id, then close.
-            self.answer_and_close(conn, HelloKind::ProbeAck);
-            return;
-        }
-        if h.kind != HelloKind::Hello {
-            self.handshake_garbage(
-                conn,
-                ProtoError::UnexpectedHello {
-                    state: "ExpectHello",
-                },
-            );
-            return;
-        }
-        if h.version != VERSION {
-            let why = ProtoError::UnsupportedVersion {
-                got: h.version,
-                ours: VERSION,
-            };
-            return refuse(self, RejectReason::Version, why);
-        }
-        if h.token != self.cfg.token {
-            return refuse(self, RejectReason::BadToken, ProtoError::BadToken);
-        }
-        let peer = h.pid;
         if self.shutting_down {
             return refuse(
                 self,
@@ -466,16 +436,13 @@ impl Core {
         let c = self.conn_mut(conn).expect("conn exists");
         let peer = c.peer.expect("dialer knows its peer");
         let err = match h.kind {
-            _ if h.version != VERSION => Some(ProtoError::UnsupportedVersion {
-                got: h.version,
-                ours: VERSION,
+            HelloKind::Hello
+            | HelloKind::Probe
+            | HelloKind::ProbeAck
+            | HelloKind::Challenge
+            | HelloKind::Auth => Some(ProtoError::UnexpectedHello {
+                state: "ExpectAccept",
             }),
-            HelloKind::Hello | HelloKind::Probe | HelloKind::ProbeAck => {
-                Some(ProtoError::UnexpectedHello {
-                    state: "ExpectAccept",
-                })
-            }
-            _ if h.token != self.cfg.token => Some(ProtoError::BadToken),
             _ if h.pid != peer => Some(ProtoError::WrongPeer {
                 expected: peer,
                 got: h.pid,
@@ -537,7 +504,11 @@ impl Core {
                     ),
                 }
             }
-            HelloKind::Hello | HelloKind::Probe | HelloKind::ProbeAck => {
+            HelloKind::Hello
+            | HelloKind::Probe
+            | HelloKind::ProbeAck
+            | HelloKind::Challenge
+            | HelloKind::Auth => {
                 unreachable!("handled above")
             }
         }

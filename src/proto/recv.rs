@@ -135,7 +135,7 @@ impl Core {
                     self.fail_endpoint(peer, FailReason::ConnectionLost { peer, cause });
                 }
             }
-            (Stage::ExpectAccept, Some(peer)) => {
+            (Stage::ExpectChallenge | Stage::ExpectAccept, Some(peer)) => {
                 // The acceptor dropped our dial before answering.
                 self.kill_conn(conn);
                 if self.ep_dialing_on(peer, conn) {
@@ -184,7 +184,10 @@ impl Core {
                     }
                     return InputStep::Done;
                 }
-                Stage::ExpectHello | Stage::ExpectAccept => {
+                Stage::ExpectHello
+                | Stage::ExpectAuth
+                | Stage::ExpectChallenge
+                | Stage::ExpectAccept => {
                     let stage = c.stage;
                     let parsed = c.deframer.hello(rx, input, at);
                     match self.handshake_record(now, conn, stage, parsed) {
@@ -249,12 +252,18 @@ impl Core {
         match parsed {
             Ok(None) => Some(false),
             Ok(Some(h)) => {
-                if stage == Stage::ExpectHello {
-                    self.on_hello(conn, h);
-                } else {
-                    self.on_accept_record(now, conn, h);
+                match stage {
+                    Stage::ExpectHello => self.on_hello(conn, h),
+                    Stage::ExpectAuth => self.on_auth(conn, h),
+                    Stage::ExpectChallenge => self.on_challenge(now, conn, h),
+                    _ => self.on_accept_record(now, conn, h),
                 }
                 Some(true)
+            }
+            Err(WireError::BadVersion { got, ours }) => {
+                // Another version of ringbtl: a clear error on both sides.
+                self.version_mismatch(conn, stage, ProtoError::UnsupportedVersion { got, ours });
+                None
             }
             Err(e) => {
                 self.handshake_garbage(conn, e.into());

@@ -57,9 +57,22 @@ impl Core {
         let peer = c.peer;
         let close_after = c.close_after_tx;
         let stage = c.stage;
+        if !c.held.is_empty() && result.is_ok() && (stage != Stage::Dead || close_after) {
+            // A handshake record written meanwhile leaves now (a REJECT before the close).
+            let held = mem::take(&mut c.held);
+            if let Some(b) = c.tx.as_mut() {
+                b.push_copy(&held);
+            }
+            c.tx_ready = false;
+            self.submit_tx(conn);
+            if stage == Stage::Dead {
+                return;
+            }
+        }
         if stage == Stage::Dead {
             // A REJECT is out (or failed): now the socket may go.
             if close_after {
+                let Some(c) = self.conn_mut(conn) else { return };
                 c.close_after_tx = false;
                 self.todo.push_back(Todo::Close(conn));
             }

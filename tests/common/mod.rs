@@ -302,3 +302,74 @@ pub fn register_checker(
     }
     (got, large)
 }
+
+/// Reads one whole handshake record from `s` (non-blocking) while driving `ts`; `None`
+/// if the connection closed first.
+pub fn read_record(
+    s: &mut std::net::TcpStream,
+    ts: &mut [&mut Transport],
+    what: &str,
+) -> Option<ringbtl::wire::Hello> {
+    use ringbtl::wire::{Hello, HELLO_LEN};
+    use std::io::Read;
+    s.set_nonblocking(true).unwrap();
+    let mut rec = Vec::new();
+    let mut closed = false;
+    drive(ts, Duration::from_secs(10), what, || {
+        let mut buf = [0u8; HELLO_LEN];
+        match s.read(&mut buf[..HELLO_LEN - rec.len()]) {
+            Ok(0) => closed = true,
+            Ok(n) => rec.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => closed = true,
+        }
+        closed || rec.len() == HELLO_LEN
+    });
+    s.set_nonblocking(false).unwrap();
+    (rec.len() == HELLO_LEN).then(|| Hello::parse(&rec).expect("a handshake record"))
+}
+
+/// A hand-made dialer on `s`: HELLO as `me` to `to` (the listener), then, after the
+/// CHALLENGE (whose MAC is checked against `key`), an AUTH made with `key`; returns the
+/// acceptor's answer (`None`: closed without one). Drives `ts` meanwhile.
+pub fn raw_handshake(
+    s: &mut std::net::TcpStream,
+    ts: &mut [&mut Transport],
+    me: PeerId,
+    to: PeerId,
+    key: &ringbtl::auth::JobKey,
+) -> Option<ringbtl::wire::Hello> {
+    use ringbtl::auth::{handshake_mac, verify_handshake, Side, Transcript};
+    use ringbtl::wire::{Hello, HelloKind};
+    use std::io::Write;
+    let token = Config::new(PeerId(0)).core.token;
+    let nonce_d = [0x6e; 32];
+    let mut hello = Hello::new(HelloKind::Hello, me);
+    hello.to = to;
+    hello.nonce = nonce_d;
+    s.write_all(&hello.to_bytes()).unwrap();
+    let ch = read_record(s, ts, "CHALLENGE")?;
+    assert_eq!(ch.kind, HelloKind::Challenge, "{ch:?}");
+    let t = Transcript {
+        token,
+        nonce_d: &nonce_d,
+        nonce_a: &ch.nonce,
+        pid_d: me,
+        pid_a: to,
+    };
+    let genuine = verify_handshake(key, Side::Acceptor, &t, &ch.mac);
+    let mut auth = Hello::new(HelloKind::Auth, me);
+    auth.to = to;
+    auth.mac = handshake_mac(key, Side::Dialer, &t);
+    if s.write_all(&auth.to_bytes()).is_err() {
+        return None;
+    }
+    let ans = read_record(s, ts, "answer to AUTH");
+    if ans.is_some_and(|a| a.kind == HelloKind::Accept) {
+        assert!(
+            genuine,
+            "accepted although the CHALLENGE did not verify with our key"
+        );
+    }
+    ans
+}

@@ -283,23 +283,21 @@ fn wrong_token_is_refused() {
         }
         net.drive();
         let ctx = format!("seed {seed}");
-        assert_eq!(net.core(0).counters().refused, 1, "{ctx}");
+        // The token is part of the MACs: the dialer finds the acceptor's CHALLENGE wrong
+        // and leaves before sending anything more.
+        assert_eq!(net.core(1).counters().auth_failed, 1, "{ctx}");
         assert_eq!(
-            net.count_events(0, |e| *e
-                == CoreEvent::Refused {
-                    why: ProtoError::BadToken
-                }),
-            1
+            net.count_events(0, |e| *e == CoreEvent::Connected(PeerId(1))),
+            0
         );
         let failed = net.failed_events(1);
         assert_eq!(failed.len(), 1, "{ctx}");
-        // The REJECT carries the acceptor's token, which the dialer does not share either.
         assert!(
             matches!(
                 &failed[0].1,
                 FailReason::Protocol {
                     peer: PeerId(0),
-                    err: ProtoError::Rejected(RejectReason::BadToken) | ProtoError::BadToken
+                    err: ProtoError::AuthFailed
                 }
             ),
             "{ctx}: {failed:?}"
@@ -347,28 +345,22 @@ fn bad_magic_drops_only_that_connection() {
 #[test]
 fn unknown_process_is_refused() {
     let mut net = Net::pair(1);
+    let key = JobKey::from_bytes(KEY);
     let r = net.raw_dial(0);
-    net.raw_hello(r, 99, TOKEN);
-    net.drive();
-    let ans = Hello::parse(&net.raw_read(r)).unwrap();
+    net.raw_hello(r, 99);
+    let ans = net.raw_auth(r, 99, &key, TOKEN).unwrap();
     assert_eq!(ans.kind, HelloKind::Reject(RejectReason::UnknownPeer));
     assert!(net.raw_eof(r));
     assert_eq!(net.core(0).counters().refused, 1);
     assert!(net.nodes[0].keys.is_empty());
     // Our own pid, a wrong version: refused too.
     let r = net.raw_dial(0);
-    net.raw_hello(r, 0, TOKEN);
-    net.drive();
-    let ans = Hello::parse(&net.raw_read(r)).unwrap();
+    net.raw_hello(r, 0);
+    let ans = net.raw_auth(r, 0, &key, TOKEN).unwrap();
     assert_eq!(ans.kind, HelloKind::Reject(RejectReason::UnknownPeer));
     let r = net.raw_dial(0);
-    let mut h = Hello {
-        kind: HelloKind::Hello,
-        version: VERSION + 1,
-        pid: PeerId(1),
-        token: TOKEN,
-    }
-    .to_bytes();
+    let mut h = Hello::new(HelloKind::Hello, PeerId(1)).to_bytes();
+    h[8..10].copy_from_slice(&(VERSION + 1).to_be_bytes());
     net.raw_write(r, &h);
     net.drive();
     let ans = Hello::parse(&net.raw_read(r)).unwrap();
@@ -392,9 +384,8 @@ fn second_connection_from_a_connected_peer_is_a_duplicate() {
         let mut net = Net::pair(seed);
         connect_pair(&mut net);
         let r = net.raw_dial(0);
-        net.raw_hello(r, 1, TOKEN);
-        net.drive();
-        let ans = Hello::parse(&net.raw_read(r)).unwrap();
+        net.raw_hello(r, 1);
+        let ans = net.raw_auth(r, 1, &JobKey::from_bytes(KEY), TOKEN).unwrap();
         assert_eq!(ans.kind, HelloKind::Reject(RejectReason::Duplicate));
         // The real connection is untouched.
         net.send(0, 1, 5, b"still here".to_vec()).unwrap();
@@ -411,13 +402,7 @@ fn silent_accepted_connection_times_out() {
     for partial in [0usize, 10, 23] {
         let mut net = Net::pair(partial as u64);
         let r = net.raw_dial(0);
-        let h = Hello {
-            kind: HelloKind::Hello,
-            version: VERSION,
-            pid: PeerId(1),
-            token: TOKEN,
-        }
-        .to_bytes();
+        let h = Hello::new(HelloKind::Hello, PeerId(1)).to_bytes();
         net.raw_write(r, &h[..partial]);
         net.run(false);
         assert!(!net.raw_eof(r), "closed before the deadline");
@@ -468,12 +453,7 @@ fn simultaneous_loser_redials_when_the_winner_never_comes() {
     let r = net.raw_accepted[0];
     let hello = Hello::parse(&net.raw_read(r)).unwrap();
     assert_eq!((hello.kind, hello.pid), (HelloKind::Hello, PeerId(1)));
-    let rej = Hello {
-        kind: HelloKind::Reject(RejectReason::Simultaneous),
-        version: VERSION,
-        pid: PeerId(0),
-        token: TOKEN,
-    };
+    let rej = Hello::new(HelloKind::Reject(RejectReason::Simultaneous), PeerId(0));
     net.raw_write(r, &rej.to_bytes());
     net.run(false);
     // The loser closed its dial and waits for the winner's.

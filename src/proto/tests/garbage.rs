@@ -24,14 +24,7 @@ fn bad_frame_after_connect_fails_the_endpoint() {
         }),
         (
             "hello after handshake",
-            Hello {
-                kind: HelloKind::Hello,
-                version: VERSION,
-                pid: PeerId(1),
-                token: TOKEN,
-            }
-            .to_bytes()
-            .to_vec(),
+            Hello::new(HelloKind::Hello, PeerId(1)).to_bytes().to_vec(),
         ),
     ];
     for (what, bytes) in bad {

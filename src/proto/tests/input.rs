@@ -5,16 +5,26 @@ use std::time::Instant;
 
 use proptest::prelude::*;
 
-use super::TOKEN;
-use crate::proto::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, Source};
-use crate::wire::{FrameKind, Header, Hello, HelloKind, PeerId, Tag, HEADER_LEN, VERSION};
+use super::{KEY, RAW_NONCE, TOKEN};
+use crate::auth::{handshake_mac, JobKey, Side, Transcript};
+use crate::proto::core::{
+    Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, NonceSource, Source,
+};
+use crate::wire::{FrameKind, Header, Hello, HelloKind, PeerId, Tag, HEADER_LEN, NONCE_LEN};
+
+/// The acceptor's nonce in these tests: known in advance, so that the peer's stream can
+/// hold its AUTH right behind its HELLO.
+const NONCE_A: [u8; NONCE_LEN] = [0x11; NONCE_LEN];
 
 fn core(cache: usize) -> Core {
-    let mut c = Core::new(CoreConfig {
-        recv_cache: cache,
-        multishot: true,
-        ..super::cfg(0)
-    });
+    let mut c = Core::with_nonces(
+        CoreConfig {
+            recv_cache: cache,
+            multishot: true,
+            ..super::cfg(0)
+        },
+        NonceSource::new(|| Some(NONCE_A)),
+    );
     c.add_peer(PeerId(1), vec!["10.0.0.2:7000".parse().unwrap()])
         .unwrap();
     c
@@ -23,16 +33,24 @@ fn core(cache: usize) -> Core {
 /// One frame of a test stream: tag, payload, and the payload's offset in the stream.
 type Sent = (u8, Vec<u8>, usize);
 
-/// A peer's byte stream: its HELLO, then the frames. Returns the stream and its frames.
+/// A peer's byte stream: its HELLO and AUTH, then the frames. Returns the stream and its
+/// frames.
 fn stream(sizes: &[usize]) -> (Vec<u8>, Vec<Sent>) {
-    let mut s = Hello {
-        kind: HelloKind::Hello,
-        version: VERSION,
-        pid: PeerId(1),
+    let mut hello = Hello::new(HelloKind::Hello, PeerId(1));
+    hello.to = PeerId(0);
+    hello.nonce = RAW_NONCE;
+    let mut auth = Hello::new(HelloKind::Auth, PeerId(1));
+    auth.to = PeerId(0);
+    let t = Transcript {
         token: TOKEN,
-    }
-    .to_bytes()
-    .to_vec();
+        nonce_d: &RAW_NONCE,
+        nonce_a: &NONCE_A,
+        pid_d: PeerId(1),
+        pid_a: PeerId(0),
+    };
+    auth.mac = handshake_mac(&JobKey::from_bytes(KEY), Side::Dialer, &t);
+    let mut s = hello.to_bytes().to_vec();
+    s.extend_from_slice(&auth.to_bytes());
     let mut frames = Vec::new();
     for (i, &n) in sizes.iter().enumerate() {
         let p: Vec<u8> = (0..n).map(|j| (i * 131 + j * 7) as u8).collect();

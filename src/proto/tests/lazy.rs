@@ -1,6 +1,6 @@
-//! Lazy add of peers: a HELLO that claims a process id the engine was never told about
-//! waits for the driver's answer (`resolve_unknown`) when the engine asks about unknown
-//! peers, and is refused at once otherwise.
+//! Lazy add of peers: a dialer that proved the job key and claims a process id the
+//! engine was never told about waits for the driver's answer (`resolve_unknown`) when the
+//! engine asks about unknown peers, and is refused at once otherwise.
 
 use super::*;
 use crate::proto::core::MAX_PEERS;
@@ -31,7 +31,7 @@ fn unknown_peer_waits_for_the_answer_then_is_adopted() {
         let mut net = Net::pair(seed);
         net.core(0).ask_unknown(true);
         let r = net.raw_dial(0);
-        net.raw_hello(r, 7, TOKEN);
+        net.raw_join(r, 7);
         net.run(false);
         let conn = unknown_event(&net, 0, 7);
         // No answer yet, nothing refused, the connection stays open.
@@ -70,7 +70,7 @@ fn declined_or_not_added_unknown_peer_is_refused() {
         let mut net = Net::pair(3);
         net.core(0).ask_unknown(true);
         let r = net.raw_dial(0);
-        net.raw_hello(r, 9, TOKEN);
+        net.raw_join(r, 9);
         net.run(false);
         let conn = unknown_event(&net, 0, 9);
         if add {
@@ -106,7 +106,7 @@ fn unanswered_unknown_peer_times_out_and_a_late_answer_is_ignored() {
     let mut net = Net::pair(5);
     net.core(0).ask_unknown(true);
     let r = net.raw_dial(0);
-    net.raw_hello(r, 9, TOKEN);
+    net.raw_join(r, 9);
     net.run(false);
     let conn = unknown_event(&net, 0, 9);
     assert!(!net.raw_eof(r));
@@ -132,7 +132,7 @@ fn bytes_before_the_answer_are_garbage() {
     let mut net = Net::pair(6);
     net.core(0).ask_unknown(true);
     let r = net.raw_dial(0);
-    net.raw_hello(r, 9, TOKEN);
+    net.raw_join(r, 9);
     net.run(false);
     let conn = unknown_event(&net, 0, 9);
     net.raw_write(r, &frame(FrameKind::Send, 1, b"too early"));
@@ -156,7 +156,7 @@ fn without_asking_an_unknown_peer_is_refused_at_once() {
     net.core(0).ask_unknown(true);
     net.core(0).ask_unknown(false);
     let r = net.raw_dial(0);
-    net.raw_hello(r, 9, TOKEN);
+    net.raw_join(r, 9);
     net.drive();
     let h = Hello::parse(&net.raw_read(r)).expect("an answer record");
     assert_eq!(h.kind, HelloKind::Reject(RejectReason::UnknownPeer));
@@ -172,7 +172,7 @@ fn own_id_and_ids_out_of_range_are_never_asked_about() {
         let mut net = Net::pair(4);
         net.core(0).ask_unknown(true);
         let r = net.raw_dial(0);
-        net.raw_hello(r, pid, TOKEN);
+        net.raw_join(r, pid);
         net.drive();
         let h = Hello::parse(&net.raw_read(r)).expect("an answer record");
         assert_eq!(

@@ -16,15 +16,18 @@ use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::core::{
-    Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, Source, Step,
+    Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, NonceSource, Source,
+    Step,
 };
+use crate::auth::{self, AuthMode, JobKey, Side, Transcript};
 use crate::buf::{RxBuf, TxBatch};
 use crate::error::{Errno, FailReason, ProtoError, SendError, WireError};
 use crate::wire::{
-    FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, VERSION,
+    FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, NONCE_LEN, VERSION,
 };
 
 mod admit;
+mod auth_handshake;
 mod close;
 mod connect;
 mod garbage;
@@ -35,6 +38,10 @@ mod traffic;
 pub(super) const TOKEN: u64 = 0x5249_4e47_4254_4c00;
 /// Where raw ends dial from unless a test says otherwise.
 const RAW_SRC: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 200));
+/// The job key of the nodes these tests run.
+pub(super) const KEY: [u8; 32] = [0x4b; 32];
+/// The nonce of the dialer's HELLO that the raw ends send.
+pub(super) const RAW_NONCE: [u8; NONCE_LEN] = [0x3c; NONCE_LEN];
 const STEP_LIMIT: usize = 2_000_000;
 
 /// xorshift64*: small, fast, good enough to pick interleavings.
@@ -77,6 +84,9 @@ pub(super) fn cfg(pid: u32) -> CoreConfig {
     CoreConfig {
         pid: PeerId(pid),
         token: TOKEN,
+        job_key: Some(JobKey::from_bytes(KEY)),
+        job_key_file: None,
+        auth: AuthMode::Auto,
         recv_cache: 64 * 1024,
         max_frame: 1 << 20,
         inline_limit: 1024,
@@ -163,8 +173,13 @@ impl Sock {
         }
     }
 
+    /// The first handshake record this end wrote other than a CHALLENGE: an acceptor's
+    /// decision (ACCEPT, REJECT), or a dialer's HELLO.
     fn first_record(&self) -> Option<Hello> {
-        (self.head.len() >= HELLO_LEN).then(|| Hello::parse(&self.head).expect("valid record"))
+        self.head
+            .chunks_exact(HELLO_LEN)
+            .map(|r| Hello::parse(r).expect("valid record"))
+            .find(|h| h.kind != HelloKind::Challenge)
     }
 }
 
@@ -249,7 +264,17 @@ impl Net {
         let mut listeners = HashMap::new();
         for (i, c) in cfgs.into_iter().enumerate() {
             assert_eq!(c.pid, PeerId(i as u32), "node index must equal its pid");
-            let mut core = Core::new(c);
+            // Deterministic nonces: seed, node and a counter.
+            let mut count = 0u64;
+            let nonces = NonceSource::new(move || {
+                count += 1;
+                let mut b = [0u8; NONCE_LEN];
+                b[..8].copy_from_slice(&seed.to_be_bytes());
+                b[8..16].copy_from_slice(&(i as u64).to_be_bytes());
+                b[16..24].copy_from_slice(&count.to_be_bytes());
+                Some(b)
+            });
+            let mut core = Core::with_nonces(c, nonces);
             for j in (0..n).filter(|&j| j != i && known(i, j)) {
                 core.add_peer(PeerId(j as u32), vec![addr(j)]).unwrap();
             }
@@ -483,15 +508,54 @@ impl Net {
         }
     }
 
-    /// Raw handshake as process `pid`.
-    fn raw_hello(&mut self, r: usize, pid: u32, token: u64) {
-        let h = Hello {
-            kind: HelloKind::Hello,
-            version: VERSION,
-            pid: PeerId(pid),
-            token,
-        };
+    /// Raw HELLO as process `pid` (nonce [`RAW_NONCE`]), addressed to node 0.
+    fn raw_hello(&mut self, r: usize, pid: u32) {
+        let mut h = Hello::new(HelloKind::Hello, PeerId(pid));
+        h.to = PeerId(0);
+        h.nonce = RAW_NONCE;
         self.raw_write(r, &h.to_bytes());
+    }
+
+    /// After [`raw_hello`](Self::raw_hello) as `pid` to node 0: reads node 0's CHALLENGE,
+    /// checks its MAC with `key`, and writes an AUTH made with `key` and `token`.
+    fn raw_send_auth(&mut self, r: usize, pid: u32, key: &JobKey, token: u64) {
+        self.run(false);
+        let ch = Hello::parse(&self.raw_read(r)).expect("a CHALLENGE");
+        assert_eq!(
+            (ch.kind, ch.pid, ch.to),
+            (HelloKind::Challenge, PeerId(0), PeerId(pid))
+        );
+        let t = Transcript {
+            token,
+            nonce_d: &RAW_NONCE,
+            nonce_a: &ch.nonce,
+            pid_d: PeerId(pid),
+            pid_a: PeerId(0),
+        };
+        assert_eq!(
+            auth::verify_handshake(key, Side::Acceptor, &t, &ch.mac),
+            *key == JobKey::from_bytes(KEY) && token == TOKEN,
+            "the CHALLENGE proves node 0's key"
+        );
+        let mut a = Hello::new(HelloKind::Auth, PeerId(pid));
+        a.to = PeerId(0);
+        a.mac = auth::handshake_mac(key, Side::Dialer, &t);
+        self.raw_write(r, &a.to_bytes());
+    }
+
+    /// HELLO and AUTH as `pid` with the nodes' key (the answer is left unread).
+    fn raw_join(&mut self, r: usize, pid: u32) {
+        self.raw_hello(r, pid);
+        self.raw_send_auth(r, pid, &JobKey::from_bytes(KEY), TOKEN);
+    }
+
+    /// [`raw_send_auth`](Self::raw_send_auth), then node 0's answer (`None`: the
+    /// connection closed without one).
+    fn raw_auth(&mut self, r: usize, pid: u32, key: &JobKey, token: u64) -> Option<Hello> {
+        self.raw_send_auth(r, pid, key, token);
+        self.run(false);
+        let ans = self.raw_read(r);
+        (!ans.is_empty()).then(|| Hello::parse(&ans).expect("an answer record"))
     }
 
     // ----- the reactor ------------------------------------------------------------------
@@ -589,8 +653,8 @@ impl Net {
                 } else {
                     match self.socks[s].other {
                         Some(o) if !self.socks[o].closed => {
-                            if self.socks[s].head.len() < HELLO_LEN {
-                                let need = HELLO_LEN - self.socks[s].head.len();
+                            if self.socks[s].head.len() < 2 * HELLO_LEN {
+                                let need = 2 * HELLO_LEN - self.socks[s].head.len();
                                 let take = need.min(bytes.len());
                                 self.socks[s].head.extend_from_slice(&bytes[..take]);
                             }
@@ -1061,10 +1125,10 @@ fn connect_pair(net: &mut Net) {
 /// A raw end that completed the handshake with node 0 as process `pid`.
 fn raw_peer(net: &mut Net, pid: u32) -> usize {
     let r = net.raw_dial(0);
-    net.raw_hello(r, pid, TOKEN);
-    net.drive();
-    let ans = net.raw_read(r);
-    let h = Hello::parse(&ans).expect("an answer record");
+    net.raw_hello(r, pid);
+    let h = net
+        .raw_auth(r, pid, &JobKey::from_bytes(KEY), TOKEN)
+        .expect("an answer record");
     assert_eq!(h.kind, HelloKind::Accept);
     assert_eq!(h.pid, PeerId(0));
     assert!(connected(net, 0, pid));

@@ -1,0 +1,222 @@
+//! The handshake's challenge-response (the exchange is drawn in [`wire`](crate::wire)):
+//! HELLO, CHALLENGE, AUTH, then the acceptor's decision. Each side proves that it holds
+//! the job key with a MAC over both fresh nonces and both process ids
+//! ([`auth::handshake_mac`]). Nothing about an endpoint changes before the peer's MAC
+//! verified: the acceptor keeps the claimed process id on the connection only, and takes
+//! its decision ([`Core::adopt_or_refuse`]) after AUTH. No I/O here: the nonces come from
+//! the [`NonceSource`] the engine was built with.
+
+use std::fmt;
+use std::time::Instant;
+
+use crate::auth::{self, Side, Transcript};
+use crate::error::{Cause, FailReason, ProtoError};
+use crate::proto::conn::Stage;
+use crate::proto::core::{ConnKey, Core, CoreEvent};
+use crate::wire::{Hello, HelloKind, PeerId, RejectReason, NONCE_LEN};
+
+/// Where the handshake's nonces come from. The transport uses the operating system's
+/// random numbers ([`NonceSource::os`]); tests inject their own to stay deterministic.
+pub struct NonceSource(Box<dyn FnMut() -> Option<[u8; NONCE_LEN]> + Send>);
+
+impl NonceSource {
+    /// The operating system's random numbers (`getrandom`).
+    pub fn os() -> Self {
+        Self(Box::new(auth::os_nonce))
+    }
+
+    /// Nonces from `f` (`None`: none available, the handshake fails).
+    pub fn new(f: impl FnMut() -> Option<[u8; NONCE_LEN]> + Send + 'static) -> Self {
+        Self(Box::new(f))
+    }
+
+    pub(super) fn next(&mut self) -> Option<[u8; NONCE_LEN]> {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for NonceSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NonceSource")
+    }
+}
+
+/// A connection's handshake state: the nonces so far and, on the acceptor, the process
+/// id the dialer claims (not trusted before its AUTH verifies).
+#[derive(Debug)]
+pub(super) struct Handshake {
+    pub(super) nonce_d: [u8; NONCE_LEN],
+    pub(super) nonce_a: [u8; NONCE_LEN],
+    pub(super) claimed: PeerId,
+}
+
+impl Core {
+    /// Dialer: the connect finished; the HELLO record (our nonce) to send, or `None`
+    /// without a nonce.
+    pub(super) fn hello_for(&mut self, conn: ConnKey, peer: PeerId) -> Option<Hello> {
+        let nonce = self.nonces.next()?;
+        let c = self.conn_mut(conn)?;
+        c.hs = Some(Box::new(Handshake {
+            nonce_d: nonce,
+            nonce_a: [0; NONCE_LEN],
+            claimed: peer,
+        }));
+        let mut h = self.record(HelloKind::Hello);
+        h.to = peer;
+        h.nonce = nonce;
+        Some(h)
+    }
+
+    /// Refuses an incoming connection: count, tell, answer, close.
+    pub(super) fn refuse_incoming(&mut self, conn: ConnKey, reason: RejectReason, why: ProtoError) {
+        self.counters.refused += 1;
+        self.events.push_back(CoreEvent::Refused { why });
+        self.reject(conn, reason);
+    }
+
+    /// Acceptor: the first record of an incoming connection. A probe is answered
+    /// "alive" (with our id, nothing else); a HELLO gets our CHALLENGE.
+    pub(super) fn on_hello(&mut self, conn: ConnKey, h: Hello) {
+        match h.kind {
+            HelloKind::Probe => {
+                // "Is a ringbtl process listening here?": our id, then close.
+                self.answer_and_close(conn, HelloKind::ProbeAck);
+                return;
+            }
+            HelloKind::Hello => {}
+            _ => {
+                return self.handshake_garbage(
+                    conn,
+                    ProtoError::UnexpectedHello {
+                        state: "ExpectHello",
+                    },
+                )
+            }
+        }
+        let Some(nonce_a) = self.nonces.next() else {
+            // No nonce, no challenge: the dialer retries.
+            self.kill_conn(conn);
+            return;
+        };
+        let me = self.cfg.pid;
+        let t = Transcript {
+            token: self.cfg.token,
+            nonce_d: &h.nonce,
+            nonce_a: &nonce_a,
+            pid_d: h.pid,
+            pid_a: me,
+        };
+        let mut rec = self.record(HelloKind::Challenge);
+        rec.to = h.pid;
+        rec.nonce = nonce_a;
+        rec.mac = auth::handshake_mac(&self.key, Side::Acceptor, &t);
+        let Some(c) = self.conn_mut(conn) else { return };
+        c.stage = Stage::ExpectAuth;
+        c.hs = Some(Box::new(Handshake {
+            nonce_d: h.nonce,
+            nonce_a,
+            claimed: h.pid,
+        }));
+        c.write_record(&rec);
+        self.submit_tx(conn);
+    }
+
+    /// Acceptor: the dialer's AUTH. Only once its MAC verifies does the claimed process id
+    /// count, and the connection is adopted or refused.
+    pub(super) fn on_auth(&mut self, conn: ConnKey, h: Hello) {
+        let Some(c) = self.conn_mut(conn) else { return };
+        let Some(hs) = c.hs.take() else {
+            return self.handshake_garbage(
+                conn,
+                ProtoError::UnexpectedHello {
+                    state: "ExpectAuth",
+                },
+            );
+        };
+        match h.kind {
+            HelloKind::Auth => {}
+            _ => {
+                return self.handshake_garbage(
+                    conn,
+                    ProtoError::UnexpectedHello {
+                        state: "ExpectAuth",
+                    },
+                )
+            }
+        }
+        let t = Transcript {
+            token: self.cfg.token,
+            nonce_d: &hs.nonce_d,
+            nonce_a: &hs.nonce_a,
+            pid_d: hs.claimed,
+            pid_a: self.cfg.pid,
+        };
+        if h.pid != hs.claimed || !auth::verify_handshake(&self.key, Side::Dialer, &t, &h.mac) {
+            self.counters.auth_failed += 1;
+            return self.refuse_incoming(conn, RejectReason::AuthFailed, ProtoError::AuthFailed);
+        }
+        self.adopt_or_refuse(conn, hs.claimed);
+    }
+
+    /// Dialer: the acceptor's CHALLENGE (or an early REJECT). Nothing is sent before its
+    /// MAC verifies; then our AUTH.
+    pub(super) fn on_challenge(&mut self, now: Instant, conn: ConnKey, h: Hello) {
+        let Some(c) = self.conn_mut(conn) else { return };
+        let peer = c.peer.expect("dialer knows its peer");
+        let hs = c.hs.take();
+        let err = match (h.kind, hs) {
+            (HelloKind::Reject(_), _) => return self.on_accept_record(now, conn, h),
+            (HelloKind::Challenge, _) if h.pid != peer => ProtoError::WrongPeer {
+                expected: peer,
+                got: h.pid,
+            },
+            (HelloKind::Challenge, Some(hs)) => {
+                let t = Transcript {
+                    token: self.cfg.token,
+                    nonce_d: &hs.nonce_d,
+                    nonce_a: &h.nonce,
+                    pid_d: self.cfg.pid,
+                    pid_a: peer,
+                };
+                if auth::verify_handshake(&self.key, Side::Acceptor, &t, &h.mac) {
+                    let mut rec = self.record(HelloKind::Auth);
+                    rec.to = peer;
+                    rec.mac = auth::handshake_mac(&self.key, Side::Dialer, &t);
+                    let c = self.conn_mut(conn).expect("conn exists");
+                    c.stage = Stage::ExpectAccept;
+                    c.write_record(&rec);
+                    self.submit_tx(conn);
+                    return;
+                }
+                self.counters.auth_failed += 1;
+                ProtoError::AuthFailed
+            }
+            _ => ProtoError::UnexpectedHello {
+                state: "ExpectChallenge",
+            },
+        };
+        self.kill_conn(conn);
+        if self.ep_dialing_on(peer, conn) {
+            self.fail_endpoint(peer, FailReason::Protocol { peer, err });
+        }
+    }
+
+    /// A record of another protocol version arrived: the acceptor answers
+    /// `REJECT(Version)` (its magic and version sit where every version reads them), the
+    /// dialer fails the endpoint; both say which versions met.
+    pub(super) fn version_mismatch(&mut self, conn: ConnKey, stage: Stage, why: ProtoError) {
+        if stage == Stage::ExpectHello {
+            self.refuse_incoming(conn, RejectReason::Version, why);
+        } else {
+            self.handshake_garbage(conn, why);
+        }
+    }
+
+    /// The connect finished but no nonce could be drawn: this attempt fails.
+    pub(super) fn no_nonce(&mut self, now: Instant, conn: ConnKey, peer: PeerId) {
+        self.kill_conn(conn);
+        if self.ep_dialing_on(peer, conn) {
+            self.retry_or_fail(Some(now), peer, Cause::NoNonce);
+        }
+    }
+}
