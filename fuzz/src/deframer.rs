@@ -121,13 +121,7 @@ pub fn run(input: &Input) {
 }
 
 fn valid_hello() -> [u8; HELLO_LEN] {
-    Hello {
-        kind: ringbtl::wire::HelloKind::Hello,
-        version: ringbtl::wire::VERSION,
-        pid: ringbtl::PeerId(1),
-        token: 7,
-    }
-    .to_bytes()
+    Hello::new(ringbtl::wire::HelloKind::Hello, ringbtl::PeerId(1)).to_bytes()
 }
 
 /// The frames described by `specs`, each payload a pattern of its index.

@@ -26,11 +26,21 @@ use std::time::{Duration, Instant};
 use arbitrary::Arbitrary;
 use bytes::Bytes;
 use ringbtl::buf::{RxBuf, TxBatch};
-use ringbtl::proto::core::{Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, Source, Step};
-use ringbtl::wire::{FrameKind, Header, Hello, HelloKind, PeerId, Tag, VERSION};
+use ringbtl::auth::{handshake_mac, JobKey, Side, Transcript};
+use ringbtl::proto::core::{
+    Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, NonceSource, Source, Step,
+};
+use ringbtl::wire::{FrameKind, Header, Hello, HelloKind, PeerId, Tag, NONCE_LEN};
 use ringbtl::Errno;
 
 const TOKEN: u64 = 0x5249_4e47_4254_4c00;
+/// The job key of the engine (and of a peer that knows it).
+const KEY: [u8; 32] = [0x4b; 32];
+/// The peer's nonce in its HELLO.
+const NONCE_D: [u8; NONCE_LEN] = [0x3c; NONCE_LEN];
+/// Every nonce the engine draws: known in advance, so that the peer's AUTH can follow
+/// its HELLO in the one stream.
+const NONCE_A: [u8; NONCE_LEN] = [0x11; NONCE_LEN];
 /// The only peer the engine knows.
 const PEER: PeerId = PeerId(1);
 /// The accepted connection.
@@ -68,15 +78,19 @@ pub struct Input {
 /// The handshake record the peer opens with.
 #[derive(Debug, Clone, Copy, Arbitrary)]
 pub enum HelloSpec {
-    /// A valid HELLO from peer 1.
+    /// A valid HELLO and AUTH from peer 1.
     Good,
+    /// A HELLO and an AUTH whose MAC has this byte flipped.
+    BadMac(u8),
+    /// A HELLO only (no AUTH follows).
+    HelloOnly,
     /// A probe.
     Probe,
     /// A record of another kind (ACCEPT, PROBE_ACK) where a HELLO belongs.
     Accept,
     /// A HELLO with this version.
     Version(u16),
-    /// A HELLO with this job token.
+    /// A HELLO and AUTH made with this job token.
     Token(u64),
     /// A HELLO from this process id.
     Pid(u32),
@@ -189,9 +203,10 @@ pub fn run(input: &Input) {
         handshake_timeout: Duration::from_secs(5),
         max_half_open: 16,
         multishot: input.multishot,
+        job_key: Some(JobKey::from_bytes(KEY)),
         ..CoreConfig::default()
     };
-    let mut core = Core::new(cfg);
+    let mut core = Core::with_nonces(cfg, NonceSource::new(|| Some(NONCE_A)));
     core.add_peer(PEER, vec![SocketAddr::from(([10, 0, 0, 2], 7000))])
         .expect("peer 1 is valid");
     let mut d = Driver {
@@ -225,21 +240,37 @@ pub fn run(input: &Input) {
 fn peer_bytes(input: &Input) -> Vec<u8> {
     let mut out = Vec::new();
     if let Some(spec) = input.hello {
-        let mut h = Hello {
-            kind: HelloKind::Hello,
-            version: VERSION,
-            pid: PEER,
-            token: TOKEN,
-        };
+        let mut h = Hello::new(HelloKind::Hello, PEER);
+        h.nonce = NONCE_D;
+        let (mut token, mut flip, mut auth) = (TOKEN, None, true);
         match spec {
             HelloSpec::Good => {}
+            HelloSpec::BadMac(i) => flip = Some(usize::from(i) % 32),
+            HelloSpec::HelloOnly => auth = false,
             HelloSpec::Probe => h.kind = HelloKind::Probe,
             HelloSpec::Accept => h.kind = HelloKind::Accept,
             HelloSpec::Version(v) => h.version = v,
-            HelloSpec::Token(t) => h.token = t,
+            HelloSpec::Token(t) => token = t,
             HelloSpec::Pid(p) => h.pid = PeerId(p),
         }
         out.extend_from_slice(&h.to_bytes());
+        if auth {
+            let me = PeerId(if input.high_pid { 2 } else { 0 });
+            let t = Transcript {
+                token,
+                nonce_d: &NONCE_D,
+                nonce_a: &NONCE_A,
+                pid_d: h.pid,
+                pid_a: me,
+            };
+            let mut a = Hello::new(HelloKind::Auth, h.pid);
+            a.to = me;
+            a.mac = handshake_mac(&JobKey::from_bytes(KEY), Side::Dialer, &t);
+            if let Some(i) = flip {
+                a.mac[i] ^= 1;
+            }
+            out.extend_from_slice(&a.to_bytes());
+        }
     }
     for (i, piece) in input.stream.iter().enumerate() {
         match piece {
