@@ -1,8 +1,17 @@
 //! Loopback ping-pong through the public API, once per compiled backend, two transports
 //! driven by one thread (so it measures the software path: submission, completion,
 //! parsing, dispatch; the cross-core wake-up is what `ringbtl-bench latency` measures).
+//!
+//! `plain` is the same loop over two connected non-blocking sockets (`send` and `recv`
+//! spun until the whole message has moved, as the busy-poll floor of `ringbtl-bench
+//! latency --baseline`): the difference per round trip is what ringbtl adds. For counts
+//! that do not depend on the machine's load, run it under callgrind and divide by the
+//! round trips (see "Where the time goes" in the README):
+//! `valgrind --tool=callgrind target/release/deps/pingpong-* --bench --profile-time 5 'pingpong/plain/8'`.
 
 use std::cell::Cell;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +31,51 @@ fn pair(kind: BackendKind) -> Option<(Transport, Transport)> {
     Some((a, b))
 }
 
+/// Two connected non-blocking loopback sockets with TCP_NODELAY.
+fn plain_pair() -> std::io::Result<(TcpStream, TcpStream)> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let a = TcpStream::connect(l.local_addr()?)?;
+    let (b, _) = l.accept()?;
+    for s in [&a, &b] {
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+    }
+    Ok((a, b))
+}
+
+/// Writes all of `buf` to a non-blocking socket, spinning on `WouldBlock`.
+fn spin_write(mut s: &TcpStream, buf: &[u8]) {
+    let mut at = 0;
+    while at < buf.len() {
+        match s.write(&buf[at..]) {
+            Ok(n) => at += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => panic!("plain send: {e}"),
+        }
+    }
+}
+
+/// Reads exactly `buf.len()` bytes from a non-blocking socket, spinning on `WouldBlock`.
+fn spin_read(mut s: &TcpStream, buf: &mut [u8]) {
+    let mut at = 0;
+    while at < buf.len() {
+        match s.read(&mut buf[at..]) {
+            Ok(0) => panic!("plain recv: end of stream"),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => panic!("plain recv: {e}"),
+        }
+    }
+}
+
+/// Prints how many round trips a benchmark made (warm-up included), so that a run under
+/// callgrind can be divided into instructions per round trip.
+fn report_rounds(name: &str, size: usize, n: u64) {
+    if n > 100 {
+        eprintln!("pingpong/{name}/{size}: {n} round trips");
+    }
+}
+
 fn pingpong(c: &mut Criterion) {
     let mut kinds = Vec::new();
     if cfg!(feature = "uring") {
@@ -32,6 +86,29 @@ fn pingpong(c: &mut Criterion) {
     }
     let mut g = c.benchmark_group("pingpong");
     g.measurement_time(Duration::from_secs(3));
+    for size in [8usize, 4096, 65536] {
+        let (a, b) = plain_pair().expect("loopback socket pair");
+        let out = vec![1u8; size];
+        let (mut at_b, mut at_a) = (vec![0u8; size], vec![0u8; size]);
+        let rounds = Cell::new(0u64);
+        let mut round = || {
+            rounds.set(rounds.get() + 1);
+            spin_write(&a, &out);
+            spin_read(&b, &mut at_b);
+            spin_write(&b, &at_b);
+            spin_read(&a, &mut at_a);
+        };
+        g.bench_with_input(BenchmarkId::new("plain", size), &size, |x, _| {
+            // Warm-up here, so that a filtered-out size costs nothing (callgrind counts).
+            if rounds.get() == 0 {
+                for _ in 0..100 {
+                    round();
+                }
+            }
+            x.iter(&mut round)
+        });
+        report_rounds("plain", size, rounds.get());
+    }
     for (name, kind) in kinds {
         for size in [8usize, 4096, 65536] {
             let Some((mut a, mut b)) = pair(kind) else {
@@ -48,8 +125,10 @@ fn pingpong(c: &mut Criterion) {
             let g2 = got.clone();
             a.register(Tag(2), move |_, _| g2.set(g2.get() + 1))
                 .expect("fresh tag");
+            let rounds = Cell::new(0u64);
             let mut round = |n: u64| {
                 for _ in 0..n {
+                    rounds.set(rounds.get() + 1);
                     let want = got.get() + 1;
                     a.send(PeerId(1), Tag(1), std::slice::from_ref(&payload), 0)
                         .expect("send");
@@ -61,10 +140,13 @@ fn pingpong(c: &mut Criterion) {
                     }
                 }
             };
-            round(100); // connect and warm up
             g.bench_with_input(BenchmarkId::new(name, size), &size, |x, _| {
+                if rounds.get() == 0 {
+                    round(100); // connect and warm up
+                }
                 x.iter(|| round(1))
             });
+            report_rounds(name, size, rounds.get());
         }
     }
     g.finish();

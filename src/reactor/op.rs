@@ -179,7 +179,9 @@ impl SendOp {
     /// Writes as much of the batch as the socket takes now (`sendmsg`, gathered, at most
     /// `chunk` bytes per call, `MSG_NOSIGNAL | MSG_DONTWAIT`), counting calls in `calls`.
     /// `Blocked` once the socket is full (a short write or `EAGAIN`).
-    #[cfg(feature = "epoll")]
+    ///
+    /// The epoll backend's send, and the io_uring backend's first attempt (see
+    /// `Uring::send`).
     pub(crate) fn try_now(&mut self, fd: RawFd, chunk: usize, calls: &mut u64) -> Attempt<()> {
         loop {
             if self.batch.as_ref().is_none_or(|b| b.remaining() == 0) {
