@@ -3,7 +3,8 @@
  * against plain MPI so that any MPI library (Open MPI's TCP BTL in tools/compare.sh) is
  * measured the same way, between ranks 0 and 1.
  *
- *   latency  ping-pong, one-way latency = round trip / 2 (osu_latency);
+ *   latency  ping-pong, one-way latency = round trip / 2 (osu_latency), the average
+ *            and (JSON) the median round trip / 2;
  *            10000 iterations after 100 warm-up up to 8 KiB, 1000 after 10 above
  *   bw       windows of 64 MPI_Isend, MPI_Waitall, then a 4-byte acknowledgement
  *            (osu_bw); MB/s = size x window x loops / 10^6 / seconds;
@@ -46,22 +47,43 @@ static long parse_size(const char *s)
     return v;
 }
 
-static double latency(char *sbuf, char *rbuf, int size, int iters, int skip)
+static int cmp_double(const void *a, const void *b)
 {
-    double t0 = 0.0;
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One-way latency in us (round trip / 2), the average over `iters` after `skip`; the
+ * median of the round trips (halved) in *p50, on rank 0. */
+static double latency(char *sbuf, char *rbuf, int size, int iters, int skip, double *p50)
+{
+    double t0 = 0.0, t = 0.0;
+    double *rt = malloc(sizeof(double) * (size_t)iters);
+    if (!rt)
+        MPI_Abort(MPI_COMM_WORLD, 1);
     MPI_Barrier(MPI_COMM_WORLD);
     for (int i = 0; i < iters + skip; i++) {
         if (i == skip)
             t0 = MPI_Wtime();
         if (rank == 0) {
+            double a = MPI_Wtime();
             MPI_Send(sbuf, size, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
             MPI_Recv(rbuf, size, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            if (i >= skip)
+                rt[i - skip] = MPI_Wtime() - a;
         } else {
             MPI_Recv(rbuf, size, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             MPI_Send(sbuf, size, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
         }
     }
-    return (MPI_Wtime() - t0) * 1e6 / (2.0 * iters);
+    t = (MPI_Wtime() - t0) * 1e6 / (2.0 * iters);
+    *p50 = 0.0;
+    if (rank == 0 && iters > 0) {
+        qsort(rt, (size_t)iters, sizeof(double), cmp_double);
+        *p50 = rt[iters / 2] * 1e6 / 2.0;
+    }
+    free(rt);
+    return t;
 }
 
 /* Seconds rank 0 spent on `loops` windows after `skip` (0 on rank 1). */
@@ -163,10 +185,12 @@ int main(int argc, char **argv)
         if (is_lat) {
             int iters = (size <= LARGE ? 10000 : 1000) / div;
             int skip = (size <= LARGE ? 100 : 10) / div;
-            double us = latency(sbuf, rbuf, size, iters, skip);
+            double p50;
+            double us = latency(sbuf, rbuf, size, iters, skip, &p50);
             if (rank == 0 && json)
-                printf("{\"bench\":\"latency\",\"size\":%d,\"iters\":%d,\"avg_us\":%.3f}\n",
-                       size, iters, us);
+                printf("{\"bench\":\"latency\",\"size\":%d,\"iters\":%d,\"avg_us\":%.3f,"
+                       "\"p50_us\":%.3f}\n",
+                       size, iters, us, p50);
             else if (rank == 0)
                 printf("%-10d%20.2f\n", size, us);
         } else {

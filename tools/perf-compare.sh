@@ -1,0 +1,347 @@
+#!/usr/bin/env bash
+# The whole performance comparison in one go (issue 12), for the README: ringbtl against
+# the busy-poll floor (a plain non-blocking socket spun on send/recv, tools/floor.c), Open
+# MPI (pml ob1 + btl tcp, through tools/osu_mini.c) and UCX (ucx_perftest, UCX_TLS=tcp),
+#   - under reno and under bbr (the congestion control of the whole network namespace:
+#     net.ipv4.tcp_congestion_control, which the references use; ringbtl runs with
+#     RINGBTL_TCP_CONGESTION=system so that it gets the same),
+#   - on loopback (inside a namespace of its own) and between two namespace hosts joined
+#     by a veth pair,
+#   - alternating runs (every system once per run, the order rotated run by run), medians
+#     over the runs, ratios ringbtl / reference.
+# Rank 0 (client) on CPU 0, rank 1 (server) on CPU 1.
+#
+# Usage: tools/perf-compare.sh [--quick] [--runs N] [--out DIR] [--cc reno,bbr]
+#                              [--where lo,hosts] [--backends uring,epoll]
+#                              [--skip ompi,ucx]
+#   --quick   iteration counts / 10 and 1 run by default: shows the script works; the
+#             numbers are noisy. The README's numbers come from a run without it
+#             (default 5 runs) on a quiet machine.
+#   --out     directory for results.jsonl (one record per system, setting, run, metric,
+#             size) and summary.md (the markdown tables); default a new /tmp directory.
+#
+# Measures: latency p50 at 8 B, 64 KiB, 1 MiB (one-way = round trip / 2; between hosts
+# ringbtl-bench reports the average only, so there every system's average is compared);
+# bandwidth (osu_bw windows of 64) at 1 MiB and 4 MiB; message rate at 8 B.
+#
+# Needs root (network namespaces: created here only, named rbtlp-*, removed on exit),
+# iproute2, cc, python3; Open MPI (mpicc, mpirun) and ucx_perftest are skipped, and named,
+# when missing (apt-get install openmpi-bin libopenmpi-dev ucx-utils).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$HERE")"
+RUNS="" QUICK=0 OUT="" CCS="reno,bbr" WHERE="lo,hosts" BACKENDS="uring,epoll" SKIP=""
+die() { echo "perf-compare.sh: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) QUICK=1 ;;
+        --runs) RUNS="${2:?}"; shift ;;
+        --out) OUT="${2:?}"; shift ;;
+        --cc) CCS="${2:?}"; shift ;;
+        --where) WHERE="${2:?}"; shift ;;
+        --backends) BACKENDS="${2:?}"; shift ;;
+        --skip) SKIP="${2:?}"; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument $1 (see --help)" ;;
+    esac
+    shift
+done
+[ -n "$RUNS" ] || { if [ "$QUICK" = 1 ]; then RUNS=1; else RUNS=5; fi; }
+[[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "--runs wants a positive integer"
+[ "$(id -u)" = 0 ] || die "needs root (network namespaces, their congestion control)"
+for c in ip cc python3 taskset; do command -v $c >/dev/null || die "missing $c"; done
+for c in ${CCS//,/ }; do
+    grep -qw "$c" /proc/sys/net/ipv4/tcp_available_congestion_control \
+        || modprobe "tcp_$c" 2>/dev/null || die "congestion control $c unavailable"
+done
+
+OUT="${OUT:-$(mktemp -d /tmp/ringbtl-perf.XXXXXX)}"
+mkdir -p "$OUT"
+RESULTS="$OUT/results.jsonl"
+: >"$RESULTS"
+TMP="$(mktemp -d /tmp/rbtlp-tmp.XXXXXX)"
+NS_LO=rbtlp-lo NS_H0=rbtlp-h0 NS_H1=rbtlp-h1
+H0=10.233.7.1 H1=10.233.7.2
+cleanup() {
+    local p
+    for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
+    for ns in "$NS_LO" "$NS_H0" "$NS_H1"; do
+        [ -e "/run/netns/$ns" ] && ip netns delete "$ns"
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# ----- network: rbtlp-lo (loopback only), rbtlp-h0 <-veth rbp-> rbtlp-h1 ---------------
+for ns in "$NS_LO" "$NS_H0" "$NS_H1"; do
+    [ -e "/run/netns/$ns" ] && ip netns delete "$ns"
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+done
+ip -n "$NS_H0" link add rbp type veth peer name rbp netns "$NS_H1"
+ip -n "$NS_H0" addr add "$H0/24" dev rbp
+ip -n "$NS_H1" addr add "$H1/24" dev rbp
+ip -n "$NS_H0" link set rbp up
+ip -n "$NS_H1" link set rbp up
+set_cc() { # cc: every namespace's default congestion control
+    local ns
+    for ns in "$NS_LO" "$NS_H0" "$NS_H1"; do
+        ip netns exec "$ns" sysctl -qw "net.ipv4.tcp_congestion_control=$1"
+    done
+}
+
+# ----- programs -------------------------------------------------------------------------
+(cd "$ROOT" && cargo build --release --quiet -p ringbtl-bench --bin ringbtl-bench)
+BENCH="${CARGO_TARGET_DIR:-$ROOT/target}/release/ringbtl-bench"
+[ -x "$BENCH" ] || die "no ringbtl-bench at $BENCH"
+FLOOR="$TMP/floor"
+cc -O2 -o "$FLOOR" "$HERE/floor.c"
+SYSTEMS=(floor)
+for b in ${BACKENDS//,/ }; do SYSTEMS+=("ringbtl-$b"); done
+MISSING=()
+OSU=""
+if [[ ",$SKIP," != *,ompi,* ]]; then
+    if command -v mpicc >/dev/null && command -v mpirun >/dev/null \
+        && mpicc -O2 -o "$TMP/osu_mini" "$HERE/osu_mini.c" 2>"$TMP/mpicc.log"; then
+        OSU="$TMP/osu_mini"; SYSTEMS+=(ompi)
+    else MISSING+=("Open MPI (mpicc/mpirun missing or failed)"); fi
+fi
+if [[ ",$SKIP," != *,ucx,* ]]; then
+    if command -v ucx_perftest >/dev/null; then SYSTEMS+=(ucx); else
+        MISSING+=("UCX (ucx_perftest missing: package ucx-utils)"); fi
+fi
+# The rsh agent Open MPI starts its second rank with: it enters rbtlp-h1 on CPU 1.
+AGENT="$TMP/agent.sh"
+cat >"$AGENT" <<EOF
+#!/bin/sh
+host=\$1; shift
+[ "\$host" = "$H1" ] || { echo "agent: unknown host \$host" >&2; exit 1; }
+TMPDIR="$TMP/h1"; export TMPDIR; mkdir -p "\$TMPDIR"
+exec ip netns exec "$NS_H1" taskset -c 1 /bin/sh -c "\$*" 2>>"$TMP/agent.err"
+EOF
+chmod +x "$AGENT"
+
+DIV=1 Q="" OSUQ=""
+if [ "$QUICK" = 1 ]; then DIV=10; Q="--quick"; OSUQ="-q"; fi
+LAT_SIZES=8,65536,1048576 BW_SIZES=1048576,4194304 RATE_SIZES=8
+STEP=300
+PORT=$((21000 + RANDOM % 8000))
+next_port() { PORT=$((PORT + 1)); }
+
+# record SYSTEM CC WHERE METRIC RUN < lines "size value"
+record() {
+    while read -r size value; do
+        [ -n "$size" ] && [ -n "$value" ] || continue
+        printf '{"system":"%s","cc":"%s","where":"%s","metric":"%s","size":%s,"run":%s,"value":%s}\n' \
+            "$1" "$2" "$3" "$4" "$size" "$5" "$value" >>"$RESULTS"
+    done
+}
+jsonpick() { # KEY [BENCH]: "size value" of JSON lines on stdin
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    line = line.strip()
+    if line.startswith("{"):
+        o = json.loads(line)
+        if len(sys.argv) < 3 or o.get("bench") == sys.argv[2]:
+            print(o["size"], o[sys.argv[1]])' "$@"
+}
+# in_ns NS CPU CMD...: runs CMD in namespace NS pinned to CPU, bounded in time.
+in_ns() { local ns=$1 cpu=$2; shift 2; timeout "$STEP" ip netns exec "$ns" taskset -c "$cpu" "$@"; }
+# Waits (10 s at most) until something listens on PORT in namespace NS.
+wait_listen() {
+    local i
+    for i in $(seq 100); do
+        [ -n "$(ip netns exec "$1" ss -Hltn "sport = :$PORT" 2>/dev/null)" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+# The namespaces of the client (rank 0) and server (rank 1), the server's address and
+# the interface, for a setting WHERE.
+place() {
+    case "$1" in
+        lo) CNS=$NS_LO SNS=$NS_LO SADDR=127.0.0.1 IFACE=lo ;;
+        hosts) CNS=$NS_H0 SNS=$NS_H1 SADDR=$H1 IFACE=rbp ;;
+    esac
+}
+
+run_floor() { # cc where run
+    place "$2"; next_port
+    in_ns "$SNS" 1 "$FLOOR" server "$PORT" >/dev/null 2>"$TMP/floor.err" &
+    local spid=$!
+    wait_listen "$SNS" || { kill $spid 2>/dev/null; return 1; }
+    local iters=""; [ "$QUICK" = 1 ] && iters=1000
+    in_ns "$CNS" 0 "$FLOOR" client "$SADDR" "$PORT" "$LAT_SIZES" $iters >"$TMP/floor.out" || true
+    wait $spid 2>/dev/null || true
+    local key=p50_us; [ "$2" = hosts ] && key=avg_us
+    jsonpick $key <"$TMP/floor.out" | record floor "$1" "$2" lat "$3"
+}
+
+run_ringbtl() { # backend cc where run
+    local be=$1 cc=$2 where=$3 run=$4
+    export RINGBTL_TCP_CONGESTION=system RINGBTL_BACKEND=$be
+    if [ "$where" = lo ]; then
+        in_ns "$NS_LO" 0 "$BENCH" latency --pin --json $Q --backend "$be" --sizes "$LAT_SIZES" \
+            | jsonpick p50_us latency | record "ringbtl-$be" "$cc" "$where" lat "$run" || true
+        in_ns "$NS_LO" 0 "$BENCH" bw --pin --json $Q --backend "$be" --sizes "$BW_SIZES" \
+            | jsonpick mb_s bw | record "ringbtl-$be" "$cc" "$where" bw "$run" || true
+        in_ns "$NS_LO" 0 "$BENCH" rate --pin --json $Q --backend "$be" --sizes "$RATE_SIZES" \
+            --prewarm 0 | jsonpick msg_s rate | record "ringbtl-$be" "$cc" "$where" rate "$run" || true
+    else
+        local sub
+        for sub in latency bw rate; do
+            next_port
+            local env=(env RINGBTL_SIZE=2 RINGBTL_ROOT="$H0:$PORT" RINGBTL_WIREUP=env
+                RINGBTL_IF_INCLUDE=rbp)
+            local args=("$sub" $Q)
+            case $sub in
+                latency) args+=(--sizes "$LAT_SIZES") ;;
+                bw) args+=(--json --sizes "$BW_SIZES") ;;
+                rate) args+=(--json --sizes "$RATE_SIZES" --prewarm 0) ;;
+            esac
+            in_ns "$NS_H1" 1 "${env[@]}" RINGBTL_RANK=1 "$BENCH" "${args[@]}" \
+                >/dev/null 2>"$TMP/r1.err" &
+            local pid1=$!
+            in_ns "$NS_H0" 0 "${env[@]}" RINGBTL_RANK=0 "$BENCH" "${args[@]}" \
+                >"$TMP/r0.out" 2>"$TMP/r0.err" || echo "  ringbtl-$be $sub ($cc, $where) failed" >&2
+            wait $pid1 2>/dev/null || true
+            case $sub in
+                # Under a launcher the latency table has the average only: "size avg min max".
+                latency) awk '$1 ~ /^[0-9]+$/ && NF >= 2 { print $1, $2 }' "$TMP/r0.out" \
+                    | record "ringbtl-$be" "$cc" "$where" lat "$run" ;;
+                bw) jsonpick mb_s bw <"$TMP/r0.out" | record "ringbtl-$be" "$cc" "$where" bw "$run" ;;
+                rate) jsonpick msg_s rate <"$TMP/r0.out" | record "ringbtl-$be" "$cc" "$where" rate "$run" ;;
+            esac
+        done
+    fi
+    unset RINGBTL_TCP_CONGESTION RINGBTL_BACKEND
+}
+
+run_ompi() { # cc where run
+    local cc=$1 where=$2 run=$3 sub key metric
+    local mca=(--mca pml ob1 --mca btl self,tcp --allow-run-as-root)
+    for sub in latency bw rate; do
+        case $sub in
+            latency) key=p50_us; metric=lat; [ "$where" = hosts ] && key=avg_us ;;
+            bw) key=mb_s; metric=bw ;;
+            rate) key=msg_s; metric=rate ;;
+        esac
+        local sizes; case $sub in latency) sizes=$LAT_SIZES ;; bw) sizes=$BW_SIZES ;; rate) sizes=$RATE_SIZES ;; esac
+        if [ "$where" = lo ]; then
+            timeout "$STEP" ip netns exec "$NS_LO" mpirun -np 2 "${mca[@]}" \
+                --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo --bind-to core \
+                "$OSU" "$sub" -s "$sizes" -j $OSUQ 2>"$TMP/mpirun.err" >"$TMP/ompi.out" || true
+        else
+            TMPDIR="$TMP/h0" timeout "$STEP" ip netns exec "$NS_H0" taskset -c 0 mpirun -np 2 \
+                --host "$H0,$H1" --mca plm_rsh_agent "$AGENT" "${mca[@]}" \
+                --mca btl_tcp_if_include rbp --mca oob_tcp_if_include rbp --bind-to none \
+                "$OSU" "$sub" -s "$sizes" -j $OSUQ 2>"$TMP/mpirun.err" >"$TMP/ompi.out" || true
+        fi
+        jsonpick "$key" "$sub" <"$TMP/ompi.out" | record ompi "$cc" "$where" "$metric" "$run"
+        [ -s "$TMP/ompi.out" ] || echo "  ompi $sub ($cc, $where): no result ($(head -c 300 "$TMP/mpirun.err"))" >&2
+    done
+}
+
+# ucx_perftest -f: iterations, p50 latency, avg latency, overall latency, avg bandwidth,
+# overall bandwidth (MiB/s), avg rate, overall rate.
+run_ucx() { # cc where run
+    local cc=$1 where=$2 run=$3 size test n line
+    place "$where"
+    export UCX_TLS=tcp UCX_NET_DEVICES=$IFACE
+    for item in ${LAT_SIZES//,/ } bw:${BW_SIZES//,/ bw:} rate:${RATE_SIZES//,/ rate:}; do
+        kind=${item%%:*} size=${item#*:}
+        case $item in
+            bw:*) test=tag_bw; n=$((1280 / DIV)) ;;
+            rate:*) test=tag_bw; n=$((640000 / DIV)) ;;
+            *) kind=lat test=tag_lat; n=$(( (size <= 8192 ? 10000 : 1000) / DIV )) ;;
+        esac
+        next_port
+        in_ns "$SNS" 1 ucx_perftest -p "$PORT" >/dev/null 2>&1 &
+        local spid=$!
+        wait_listen "$SNS" || { kill $spid 2>/dev/null; continue; }
+        line=$(in_ns "$CNS" 0 ucx_perftest "$SADDR" -p "$PORT" -t "$test" -s "$size" -n "$n" -f \
+            2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 8 { l = $0 } END { print l }') || true
+        kill $spid 2>/dev/null || true
+        wait $spid 2>/dev/null || true
+        [ -n "$line" ] || { echo "  ucx $test $size ($cc, $where): no result" >&2; continue; }
+        case $kind in
+            lat) if [ "$where" = hosts ]; then echo "$size $(echo "$line" | awk '{print $3}')";
+                 else echo "$size $(echo "$line" | awk '{print $2}')"; fi ;;
+            rate) echo "$size $(echo "$line" | awk '{print $8}')" ;;
+            bw) echo "$size $(echo "$line" | awk '{printf "%.3f", $6 * 1.048576}')" ;;
+        esac | record ucx "$cc" "$where" "$kind" "$run"
+    done
+    unset UCX_TLS UCX_NET_DEVICES
+}
+
+echo "# perf-compare: runs $RUNS, quick $QUICK, cc $CCS, where $WHERE, systems ${SYSTEMS[*]}, output $OUT" >&2
+for m in "${MISSING[@]}"; do echo "# skipped: $m" >&2; done
+for cc in ${CCS//,/ }; do
+    set_cc "$cc"
+    for where in ${WHERE//,/ }; do
+        for run in $(seq 1 "$RUNS"); do
+            # Rotate the order run by run: no system always runs first (or after another).
+            n=${#SYSTEMS[@]}
+            for k in $(seq 0 $((n - 1))); do
+                sys=${SYSTEMS[$(( (k + run - 1) % n ))]}
+                echo "# $cc $where run $run/$RUNS: $sys" >&2
+                case $sys in
+                    floor) run_floor "$cc" "$where" "$run" || echo "  floor failed" >&2 ;;
+                    ringbtl-*) run_ringbtl "${sys#ringbtl-}" "$cc" "$where" "$run" ;;
+                    ompi) run_ompi "$cc" "$where" "$run" ;;
+                    ucx) run_ucx "$cc" "$where" "$run" ;;
+                esac
+            done
+        done
+    done
+done
+
+python3 - "$RESULTS" "$BACKENDS" "$RUNS" "$QUICK" "${MISSING[@]}" <<'EOF' | tee "$OUT/summary.md"
+import json, statistics, sys
+from collections import defaultdict
+path, backends, runs, quick, missing = sys.argv[1], sys.argv[2].split(","), sys.argv[3], sys.argv[4], sys.argv[5:]
+vals = defaultdict(list)
+for line in open(path):
+    o = json.loads(line)
+    vals[(o["system"], o["cc"], o["where"], o["metric"], o["size"])].append(o["value"])
+med = {k: statistics.median(v) for k, v in vals.items()}
+def size_name(s):
+    return f"{s >> 20} MiB" if s >= 1 << 20 and s % (1 << 20) == 0 else (
+        f"{s >> 10} KiB" if s >= 1024 and s % 1024 == 0 else f"{s} B")
+rows = [("lat", 8, "floor"), ("lat", 65536, "floor"), ("lat", 8, "ompi"),
+        ("lat", 1048576, "ompi"), ("lat", 1048576, "floor"), ("lat", 8, "ucx"),
+        ("lat", 1048576, "ucx"), ("bw", 1048576, "ompi"), ("bw", 4194304, "ompi"),
+        ("bw", 1048576, "ucx"), ("bw", 4194304, "ucx"), ("rate", 8, "ompi"), ("rate", 8, "ucx")]
+ccs = sorted({k[1] for k in med}, key=lambda c: (c != "reno", c))
+wheres = [w for w in ("lo", "hosts") if any(k[2] == w for k in med)]
+print(f"<!-- tools/perf-compare.sh: medians of {runs} alternating runs"
+      f"{' (--quick: smoke run, noisy)' if quick == '1' else ''} -->")
+for m in missing:
+    print(f"<!-- skipped: {m} -->")
+for where in wheres:
+    lat = "p50" if where == "lo" else "average"
+    print(f"\n#### {'loopback' if where == 'lo' else 'two namespace hosts (veth)'}: ringbtl / reference "
+          f"(latency: {lat}, lower is better; bandwidth and rate: higher is better)\n")
+    cols = [(cc, b) for cc in ccs for b in backends]
+    print("| measure | " + " | ".join(f"{cc}, {b}" for cc, b in cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for metric, size, ref in rows:
+        name = {"lat": f"latency {size_name(size)} / {ref}", "bw": f"bandwidth {size_name(size)} / {ref}",
+                "rate": f"rate {size_name(size)} / {ref}"}[metric]
+        cells = []
+        for cc, b in cols:
+            mine, theirs = med.get((f"ringbtl-{b}", cc, where, metric, size)), med.get((ref, cc, where, metric, size))
+            if mine is None or not theirs:
+                cells.append("-")
+            elif metric == "lat":
+                cells.append(f"{mine / theirs:.2f} ({mine:.2f} / {theirs:.2f} us)")
+            elif metric == "bw":
+                cells.append(f"{mine / theirs:.2f} ({mine:.0f} / {theirs:.0f} MB/s)")
+            else:
+                cells.append(f"{mine / theirs:.1f} ({mine / 1e6:.2f} / {theirs / 1e6:.3f} M/s)")
+        if any(c != "-" for c in cells):
+            print(f"| {name} | " + " | ".join(cells) + " |")
+print(f"\n<!-- records: {path} -->")
+EOF
