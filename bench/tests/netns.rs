@@ -39,6 +39,11 @@ const JOB_LIMIT: Duration = Duration::from_secs(60);
 /// of 3 peers).
 const ALLTOALL_BYTES_PER_RANK: u64 = 3 * (8 + (64 << 10) + (1 << 20));
 
+/// Every namespace these tests make is named `rbtlf<pid>t...`: apart from those of
+/// `tools/ompi-netns.sh` (`rbtlompi`) and of a manual `tools/netns.sh up` (`rbtl`), so
+/// that the clean-up of stale test networks never touches them.
+const NS_PREFIX: &str = "rbtlf";
+
 /// One test at a time: the link-down timing and the counters are then not disturbed by
 /// another test's ranks competing for the CPUs.
 static ONE: Mutex<()> = Mutex::new(());
@@ -66,7 +71,7 @@ fn unsupported() -> Option<String> {
         Ok(o) if o.status.success() => {}
         _ => return Some("`ip` (iproute2) is not installed".into()),
     }
-    let ns = format!("rbtl{}tprobe", std::process::id());
+    let ns = format!("{NS_PREFIX}{}tprobe", std::process::id());
     let add = ip(&["netns", "add", &ns]);
     if !add.status.success() {
         return Some(format!(
@@ -119,7 +124,7 @@ fn prepare() -> Option<std::sync::MutexGuard<'static, ()>> {
 }
 
 /// Removes the namespaces of test processes that ended without cleaning up (killed by
-/// a time limit, say): every `rbtl<pid>t...` whose process is gone.
+/// a time limit, say): every `rbtlf<pid>t...` whose process is gone.
 fn remove_stale() {
     let Ok(dir) = std::fs::read_dir("/run/netns") else {
         return;
@@ -129,7 +134,7 @@ fn remove_stale() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
     {
         let pid = name
-            .strip_prefix("rbtl")
+            .strip_prefix(NS_PREFIX)
             .and_then(|r| r.split_once('t'))
             .and_then(|(p, _)| p.parse::<u32>().ok());
         if let Some(pid) = pid {
@@ -150,7 +155,7 @@ impl Net {
     fn up() -> Self {
         static N: AtomicU32 = AtomicU32::new(0);
         let prefix = format!(
-            "rbtl{}t{}",
+            "{NS_PREFIX}{}t{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
