@@ -101,7 +101,7 @@ pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts, peer: &SocketAddr) -> io
     apply_opts(&socket2::SockRef::from(&bfd), opts, peer)
 }
 
-/// `ETIMEDOUT` with the kernel's retry counts when the connection on `fd` was aborted by
+/// `ETIMEDOUT` (the OS code) when the connection on `fd` was aborted by
 /// its retransmission or keepalive timer (`TCP_USER_TIMEOUT`, `tcp_retries2`, keepalive
 /// count), else `None` (open, closed by a FIN, or reset).
 ///
@@ -134,13 +134,9 @@ pub(crate) fn timeout_abort(fd: RawFd) -> Option<io::Error> {
     if retrans == 0 && probes == 0 {
         return None;
     }
-    Some(io::Error::new(
-        io::ErrorKind::TimedOut,
-        format!(
-            "{} (the kernel gave up on the connection: no answer from the peer)",
-            io::Error::from_raw_os_error(libc::ETIMEDOUT)
-        ),
-    ))
+    // The OS code itself: the transport keeps only the code of a connection's error
+    // (an error without one would read as EIO).
+    Some(io::Error::from_raw_os_error(libc::ETIMEDOUT))
 }
 
 #[cfg(feature = "uring")]
