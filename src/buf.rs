@@ -18,20 +18,27 @@ use bytes::Bytes;
 /// consumes received bytes from the front.
 ///
 /// Two shapes: a *cache* (a read may bring any number of records; the unconsumed tail is
-/// moved to the front by [`compact`](Self::compact)), and a *whole* buffer, sized to
-/// exactly the bytes one record still misses, that a read may fill completely
-/// ([`wants_all`](Self::wants_all), `MSG_WAITALL`).
+/// moved to the front by [`compact`](Self::compact)), and a *whole* buffer for one record
+/// of `target` bytes, that a read may fill completely ([`wants_all`](Self::wants_all),
+/// `MSG_WAITALL`). A whole buffer's memory grows as the record's bytes arrive, not on the
+/// word of its header: its read window (`limit`) starts at most [`WHOLE_FIRST`] bytes
+/// (or what a reused buffer already holds) and doubles, up to `target`, each time it is
+/// filled ([`grow_whole`](Self::grow_whole)), so a record costs at most about twice the
+/// bytes that actually arrived.
 ///
-/// Invariants: `pos <= filled <= limit <= data.len()`; bytes `pos..filled` are received
-/// but not yet consumed. Nothing here allocates except [`cache`](Self::cache),
-/// [`grow`](Self::grow) and [`split_whole`](Self::split_whole) growing a reused buffer
-/// to a larger record than it held before.
+/// Invariants: `pos <= filled <= limit <= data.len()`; for a whole buffer
+/// `limit <= target`; bytes `pos..filled` are received but not yet consumed. Nothing here
+/// allocates except [`cache`](Self::cache), [`grow`](Self::grow),
+/// [`split_whole`](Self::split_whole) and [`grow_whole`](Self::grow_whole) growing a
+/// reused buffer to a larger record than it held before.
 #[derive(Debug)]
 pub struct RxBuf {
     data: Vec<u8>,
     pos: usize,
     filled: usize,
     limit: usize,
+    /// For a whole buffer: the record's length.
+    target: usize,
     /// For a whole buffer: the owner's note on what it holds (opaque here).
     whole: Option<u64>,
 }
@@ -44,6 +51,7 @@ impl RxBuf {
             pos: 0,
             filled: 0,
             limit: capacity,
+            target: 0,
             whole: None,
         }
     }
@@ -55,6 +63,7 @@ impl RxBuf {
             pos: 0,
             filled: 0,
             limit: 0,
+            target: 0,
             whole: None,
         }
     }
@@ -81,7 +90,7 @@ impl RxBuf {
     /// For a whole buffer: bytes still to arrive (0 for a cache).
     pub fn missing(&self) -> usize {
         if self.whole.is_some() {
-            self.limit - self.filled
+            self.target - self.filled
         } else {
             0
         }
@@ -162,30 +171,48 @@ impl RxBuf {
     }
 
     /// Starts a record of `len` bytes that continues in a whole buffer of its own:
-    /// consumes up to `len` unread bytes of this cache into `large` (a reused buffer,
-    /// grown to exactly `len` if smaller) and returns `large`, marked with `note` and
-    /// ready to be rented to the reactor.
+    /// consumes up to `len` unread bytes of this cache into `large` (a reused buffer) and
+    /// returns `large`, marked with `note` and ready to be rented to the reactor. Its
+    /// first read window is what `large` already holds, or [`WHOLE_FIRST`] bytes (at most
+    /// `len`); [`grow_whole`](Self::grow_whole) widens it as bytes arrive.
     pub fn split_whole(&mut self, len: usize, note: u64, mut large: Self) -> Self {
         let have = self.pending().min(len);
-        if large.data.len() < len {
-            // Grows once per new maximum size, to exactly that size (a doubling `resize`
-            // could hold twice the largest record); reused afterwards.
-            large.data = vec![0; len];
+        let window = len.min(have.max(WHOLE_FIRST).max(large.data.len()));
+        if large.data.len() < window {
+            large.data = vec![0; window];
         }
         large.data[..have].copy_from_slice(&self.data[self.pos..self.pos + have]);
         self.pos += have;
         large.pos = 0;
         large.filled = have;
-        large.limit = len;
+        large.limit = window;
+        large.target = len;
         large.whole = Some(note);
         large
+    }
+
+    /// For a whole buffer whose read window is full before its record is: doubles the
+    /// window (at most to the record's length), growing the memory to exactly that, and
+    /// returns true. Otherwise changes nothing and returns false.
+    pub fn grow_whole(&mut self) -> bool {
+        if self.whole.is_none() || self.filled < self.limit || self.limit >= self.target {
+            return false;
+        }
+        let window = self.target.min((self.limit * 2).max(WHOLE_FIRST));
+        if self.data.len() < window {
+            // Exactly the window: a doubling reserve could hold twice the record.
+            self.data.reserve_exact(window - self.data.len());
+            self.data.resize(window, 0);
+        }
+        self.limit = window;
+        true
     }
 
     /// For a whole buffer: its note and its bytes once every byte has arrived.
     #[inline]
     pub fn whole_complete(&self) -> Option<(u64, &[u8])> {
         match self.whole {
-            Some(note) if self.filled == self.limit => Some((note, &self.data[..self.limit])),
+            Some(note) if self.filled == self.target => Some((note, &self.data[..self.target])),
             _ => None,
         }
     }
@@ -196,6 +223,7 @@ impl RxBuf {
         self.pos = 0;
         self.filled = 0;
         self.limit = 0;
+        self.target = 0;
     }
 
     /// Grows a cache to `capacity` bytes, keeping the unconsumed bytes (moved to the
@@ -226,6 +254,10 @@ impl RxBuf {
         }
     }
 }
+
+/// The first read window of a whole buffer that has none this large already (a record's
+/// memory grows from here as its bytes arrive).
+pub const WHOLE_FIRST: usize = 256 << 10;
 
 // ----- send ------------------------------------------------------------------------------
 

@@ -91,6 +91,11 @@ pub enum SendError {
     /// The transport is shutting down.
     #[error("transport is shutting down")]
     ShuttingDown,
+    /// More than `RINGBTL_MAX_QUEUED_BYTES` would wait for this peer (it reads slower
+    /// than we send, or not at all). The send was **not** accepted and no completion will
+    /// come for it: make progress, then send it again.
+    #[error("send queue of {0} is full (RINGBTL_MAX_QUEUED_BYTES): progress, then retry")]
+    WouldBlock(PeerId),
 }
 
 /// An OS error code (`errno`), kept as a number from the socket call that failed to the

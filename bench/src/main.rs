@@ -18,6 +18,7 @@
 mod bw;
 mod cli;
 mod control;
+mod flow;
 mod plain;
 mod ranks;
 mod rate;

@@ -29,6 +29,7 @@ use ringbtl::wireup::{Modex, Rendezvous, Wireup};
 use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
 
 use crate::cli::{AlltoallArgs, BackendArg, LatencyArgs, RunArgs};
+use crate::flow::{self, Deferred};
 use crate::report::Recorder;
 
 /// Connection set-up messages.
@@ -193,6 +194,8 @@ struct Shared {
     streamed: u64,
     stream_window: u64,
     window_acks: u64,
+    /// Replies that met a full send queue, sent by `progress_until`.
+    deferred: Deferred,
 }
 
 impl Shared {
@@ -380,6 +383,10 @@ impl Job {
     ) -> Result<(), String> {
         let mut spins = 0u32;
         loop {
+            if !self.st.borrow().deferred.is_empty() {
+                let sent = self.st.borrow_mut().deferred.flush(&mut self.tr);
+                sent.map_err(|e| format!("rank {}: deferred reply: {e}", self.rank))?;
+            }
             {
                 if let Some(f) = self.failure() {
                     return Err(f);
@@ -401,14 +408,20 @@ impl Job {
                     // The configured policy (spin, then wait in the kernel) until the
                     // condition or a failure, then the checks above again.
                     let st = &self.st;
+                    // While replies wait for room, wake up every tick to send them.
+                    let waiting = !st.borrow().deferred.is_empty();
+                    let until = match waiting {
+                        true => deadline.min(Instant::now() + Duration::from_millis(1)),
+                        false => deadline,
+                    };
                     let reached = self
                         .tr
-                        .wait_until(deadline, |_| {
+                        .wait_until(until, |_| {
                             let s = st.borrow();
-                            s.failure.is_some() || done(&s)
+                            s.failure.is_some() || (!waiting && done(&s))
                         })
                         .map_err(|e| format!("wait: {e}"))?;
-                    if !reached {
+                    if !reached && Instant::now() >= deadline {
                         return Err(self.late(what));
                     }
                 }
@@ -499,12 +512,15 @@ impl Job {
                 for &p in &peers {
                     let msg = Bytes::from(pattern(self.rank, p, seq, size));
                     // A refused send follows a failure: report its cause.
-                    self.tr
-                        .send(PeerId(p), TAG_DATA, &[msg], u64::from(seq))
-                        .map_err(|e| {
-                            self.failure()
-                                .unwrap_or_else(|| format!("send to rank {p}: {e}"))
-                        })?;
+                    flow::send(
+                        &mut self.tr,
+                        PeerId(p),
+                        TAG_DATA,
+                        &[msg],
+                        u64::from(seq),
+                        deadline,
+                    )
+                    .map_err(|e| self.failure().unwrap_or(e))?;
                 }
                 seq += 1;
                 // Let the transport drain between messages so large ones do not pile up.
@@ -551,9 +567,7 @@ impl Job {
             let mut rec = Recorder::new();
             for i in 0..warmup + iters {
                 let t0 = Instant::now();
-                self.tr
-                    .send(peer, TAG_PING, &seg, i)
-                    .map_err(|e| format!("send to {peer}: {e}"))?;
+                flow::send(&mut self.tr, peer, TAG_PING, &seg, i, deadline)?;
                 self.progress_until(deadline, "in the ping-pong", |s| s.pongs > p0 + i)?;
                 if i >= warmup {
                     rec.record(t0.elapsed());
@@ -600,9 +614,7 @@ impl Job {
                     t0 = Instant::now();
                 }
                 for _ in 0..window {
-                    self.tr
-                        .send(peer, TAG_STREAM, &seg, 0)
-                        .map_err(|e| format!("send to {peer}: {e}"))?;
+                    flow::send(&mut self.tr, peer, TAG_STREAM, &seg, 0, deadline)?;
                 }
                 self.progress_until(deadline, "waiting for a window's ack", |s| {
                     s.window_acks > a0 + w
@@ -754,8 +766,9 @@ fn install_handlers(tr: &mut Transport, rank: u32, st: &Rc<RefCell<Shared>>) -> 
         // The lower half of the ranks sends pings; the upper half echoes them.
         if am.src.0 < rank {
             let seg = [Bytes::copy_from_slice(am.payload)];
-            if let Err(e) = t.send(am.src, TAG_PING, &seg, 0) {
-                s.borrow_mut().fail(format!("reply to {}: {e}", am.src));
+            let mut s = s.borrow_mut();
+            if let Err(e) = s.deferred.send(t, am.src, TAG_PING, &seg, 0) {
+                s.fail(format!("reply to {}: {e}", am.src));
             }
         }
     })
@@ -768,9 +781,10 @@ fn install_handlers(tr: &mut Transport, rank: u32, st: &Rc<RefCell<Shared>>) -> 
             s.stream_window > 0 && s.streamed.is_multiple_of(s.stream_window)
         };
         if ack {
-            if let Err(e) = t.send(am.src, TAG_WINDOW_ACK, &[Bytes::from_static(&[0; 4])], 0) {
-                s.borrow_mut()
-                    .fail(format!("window ack to {}: {e}", am.src));
+            let ack = [Bytes::from_static(&[0; 4])];
+            let mut s = s.borrow_mut();
+            if let Err(e) = s.deferred.send(t, am.src, TAG_WINDOW_ACK, &ack, 0) {
+                s.fail(format!("window ack to {}: {e}", am.src));
             }
         }
     })

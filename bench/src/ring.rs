@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ringbtl::{BackendKind, PeerId, ProgressMode, Tag, Transport};
 
+use crate::flow::{self, Deferred};
 use crate::report::{Recorder, Stats};
 
 /// The active-message tag of the ping-pong (both directions).
@@ -28,6 +29,8 @@ pub(crate) struct Ring {
     payload: Rc<RefCell<Vec<Bytes>>>,
     /// Length every received message must have.
     expect: Rc<Cell<usize>>,
+    /// Replies that met a full send queue, sent by [`wait_for`](Self::wait_for).
+    deferred: Rc<RefCell<Deferred>>,
 }
 
 impl Ring {
@@ -39,12 +42,14 @@ impl Ring {
         let failure: Rc<RefCell<Option<String>>> = Rc::default();
         let payload = Rc::new(RefCell::new(vec![Bytes::new()]));
         let expect: Rc<Cell<usize>> = Rc::default();
+        let deferred: Rc<RefCell<Deferred>> = Rc::default();
 
-        let (rx, fail, pay, exp) = (
+        let (rx, fail, pay, exp, def) = (
             received.clone(),
             failure.clone(),
             payload.clone(),
             expect.clone(),
+            deferred.clone(),
         );
         let reply = rank == 1;
         tr.register(TAG, move |t: &mut Transport, am| {
@@ -62,7 +67,8 @@ impl Ring {
             rx.set(rx.get() + 1);
             if reply {
                 let segs = pay.borrow();
-                if let Err(e) = t.send(am.src, TAG, &segs[..], rx.get()) {
+                let sent = def.borrow_mut().send(t, am.src, TAG, &segs[..], rx.get());
+                if let Err(e) = sent {
                     fail.borrow_mut()
                         .get_or_insert_with(|| format!("reply to {}: {e}", am.src));
                 }
@@ -91,6 +97,7 @@ impl Ring {
             failure,
             payload,
             expect,
+            deferred,
         })
     }
 
@@ -128,12 +135,9 @@ impl Ring {
     #[inline]
     fn wait_for(&mut self, rx: u64, done: u64, deadline: Instant) -> Result<(), String> {
         let (received, completed, failure) = (&self.received, &self.completed, &self.failure);
-        let met = self
-            .tr
-            .wait_until(deadline, |_| {
-                (received.get() >= rx && completed.get() >= done) || failure.borrow().is_some()
-            })
-            .map_err(|e| format!("progress: {e}"))?;
+        let met = flow::wait_until(&mut self.tr, &self.deferred, deadline, || {
+            (received.get() >= rx && completed.get() >= done) || failure.borrow().is_some()
+        })?;
         if let Some(f) = self.failure.borrow().as_ref() {
             return Err(f.clone());
         }
@@ -168,9 +172,7 @@ impl Ring {
         let done0 = self.completed.get();
         for i in 0..warmup + iters {
             let t0 = Instant::now();
-            self.tr
-                .send(peer, TAG, &segs, i)
-                .map_err(|e| format!("send to {peer}: {e}"))?;
+            flow::send(&mut self.tr, peer, TAG, &segs, i, deadline)?;
             // The reply to message i is the (i + 1)-th message received in this phase.
             self.wait_for(rx0 + i + 1, 0, deadline)?;
             let rtt = t0.elapsed();

@@ -33,6 +33,7 @@ use crate::cli::{
     counts, describe_counts, parse_size, parse_sizes, sizes_or_default, RunArgs, SizeList,
 };
 use crate::control::{self, PeerProc};
+use crate::flow::{self, Deferred};
 use crate::report::{json_lines, json_num, ratio, Field, JsonRun, JsonSeries, Row};
 use crate::{bw, rate, Series, SETUP_TIMEOUT, SHUTDOWN_TIMEOUT};
 
@@ -413,6 +414,8 @@ struct Shared {
     expect: Cell<usize>,
     /// First failure a callback saw; ends the run.
     failure: RefCell<Option<String>>,
+    /// Acknowledgements that met a full send queue, sent by the waits.
+    deferred: RefCell<Deferred>,
 }
 
 impl Shared {
@@ -462,7 +465,11 @@ impl Streamer {
                 return;
             }
             s.in_window.set(0);
-            if let Err(e) = t.send(am.src, ACK, &ack, s.received.get()) {
+            let sent = s
+                .deferred
+                .borrow_mut()
+                .send(t, am.src, ACK, &ack, s.received.get());
+            if let Err(e) = sent {
                 s.fail(|| format!("acknowledgement to {}: {e}", am.src));
             }
         })
@@ -515,15 +522,12 @@ impl Streamer {
         deadline: Instant,
     ) -> Result<(), String> {
         let sh = &self.sh;
-        let met = self
-            .tr
-            .wait_until(deadline, |_| {
-                (sh.acks.get() >= acks
-                    && sh.received.get() >= received
-                    && sh.completed.get() >= completed)
-                    || sh.failure.borrow().is_some()
-            })
-            .map_err(|e| format!("progress: {e}"))?;
+        let met = flow::wait_until(&mut self.tr, &sh.deferred, deadline, || {
+            (sh.acks.get() >= acks
+                && sh.received.get() >= received
+                && sh.completed.get() >= completed)
+                || sh.failure.borrow().is_some()
+        })?;
         if let Some(f) = sh.failure.borrow().as_ref() {
             return Err(f.clone());
         }
@@ -555,9 +559,7 @@ impl Streamer {
         let mut cookie = 0u64;
         PairTiming::run_windows(window, size, warmup, loops, |i| {
             for _ in 0..window {
-                self.tr
-                    .send(self.peer, DATA, &seg, cookie)
-                    .map_err(|e| format!("send to {}: {e}", self.peer))?;
+                flow::send(&mut self.tr, self.peer, DATA, &seg, cookie, deadline)?;
                 cookie += 1;
             }
             // As osu_bw: every send of the window has completed and the ack is in.

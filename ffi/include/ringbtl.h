@@ -81,7 +81,8 @@ enum {
     RINGBTL_ERR_TOO_MANY_SEGMENTS = -7,
     RINGBTL_ERR_SHUTDOWN = -8,         /* shutting down / shut down */
     RINGBTL_ERR_TAG_IN_USE = -9,
-    RINGBTL_ERR_WOULD_BLOCK = -10,     /* reserved: send queue full, retry after progress */
+    RINGBTL_ERR_WOULD_BLOCK = -10,     /* ringbtl_send: peer's queue full, not accepted:
+                                        * progress, then send again */
     RINGBTL_ERR_TIMEOUT = -11,
     RINGBTL_ERR_NO_BACKEND = -12,
     RINGBTL_ERR_PEER_CLOSED = -13,     /* completion status: peer closed cleanly (FIN) first */
@@ -151,7 +152,9 @@ void ringbtl_on_unknown_peer(ringbtl_t *t, ringbtl_resolve_fn fn, void *ctx);
  * The bytes are NOT copied: they must stay valid and unchanged until the completion
  * callback for `cookie` has run (small segments may be copied, which changes nothing for
  * the caller). Returns RINGBTL_OK (then exactly one completion follows) or a negative
- * code (then none follows). Allowed inside any callback. */
+ * code (then none follows). RINGBTL_ERR_WOULD_BLOCK: more than RINGBTL_MAX_QUEUED_BYTES
+ * would wait for that peer (it reads slower than we send); the message was not accepted:
+ * progress (outside callbacks), then send it again. Allowed inside any callback. */
 int  ringbtl_send(ringbtl_t *t, uint32_t peer, uint8_t tag,
                   const ringbtl_iov_t *iov, size_t iovcnt, uint64_t cookie);
 

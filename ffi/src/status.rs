@@ -27,7 +27,9 @@ pub const RINGBTL_ERR_TOO_MANY_SEGMENTS: c_int = -7;
 pub const RINGBTL_ERR_SHUTDOWN: c_int = -8;
 /// The tag has a callback already.
 pub const RINGBTL_ERR_TAG_IN_USE: c_int = -9;
-/// Reserved: send queue full, retry after progress (never returned by ABI version 1).
+/// `ringbtl_send`: more than `RINGBTL_MAX_QUEUED_BYTES` would wait for that peer (it
+/// reads slower than we send). The send was not accepted (no completion follows): make
+/// progress, then send it again.
 pub const RINGBTL_ERR_WOULD_BLOCK: c_int = -10;
 /// A wait ran out of time.
 pub const RINGBTL_ERR_TIMEOUT: c_int = -11;
@@ -136,6 +138,7 @@ pub(crate) fn send_code(e: &SendError) -> c_int {
         SendError::TooManySegments { .. } => RINGBTL_ERR_TOO_MANY_SEGMENTS,
         SendError::TooLarge { .. } => RINGBTL_ERR_TOO_LARGE,
         SendError::ShuttingDown => RINGBTL_ERR_SHUTDOWN,
+        SendError::WouldBlock(_) => RINGBTL_ERR_WOULD_BLOCK,
         _ => RINGBTL_ERR_INVALID,
     }
 }

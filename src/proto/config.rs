@@ -65,6 +65,11 @@ pub struct CoreConfig {
     /// A frame whose bytes stop arriving for this long fails its connection
     /// (`RINGBTL_FRAME_STALL_MS`).
     pub frame_stall: Duration,
+    /// Bytes (headers and payloads) queued for one peer and not yet handed to the
+    /// kernel past which [`Core::send`](crate::proto::core::Core::send) returns
+    /// [`SendError::WouldBlock`](crate::error::SendError::WouldBlock); a message is
+    /// always accepted when nothing is queued (`RINGBTL_MAX_QUEUED_BYTES`).
+    pub max_queued_bytes: u64,
     /// Receives run as one multishot receive per connection on buffers the driver
     /// provides ([`Action::ArmProvided`](crate::proto::core::Action::ArmProvided)),
     /// instead of one [`Action::Receive`](crate::proto::core::Action::Receive) per read.
@@ -96,6 +101,7 @@ impl CoreConfig {
             first_bytes_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(30),
             frame_stall: Duration::from_secs(60),
+            max_queued_bytes: 256 * MIB,
             multishot: false,
         }
     }
@@ -137,7 +143,7 @@ impl Params for CoreConfig {
     }
 }
 
-static CORE_PARAMS: [Param<CoreConfig>; 17] = [
+static CORE_PARAMS: [Param<CoreConfig>; 18] = [
     Param {
         name: "token",
         var: "RINGBTL_JOB_TOKEN",
@@ -391,6 +397,20 @@ static CORE_PARAMS: [Param<CoreConfig>; 17] = [
         access: Access::Num {
             get: |c| millis(c.frame_stall),
             put: |c, v| c.frame_stall = Duration::from_millis(v.unwrap_or(0)),
+        },
+    },
+    Param {
+        name: "max_queued_bytes",
+        var: "RINGBTL_MAX_QUEUED_BYTES",
+        kind: Kind::Int {
+            lo: 64 * KIB,
+            hi: 1 << 40,
+            unit: Unit::Bytes,
+        },
+        meaning: "bytes queued for one peer past which a send returns would-block",
+        access: Access::Num {
+            get: |c| Some(c.max_queued_bytes),
+            put: |c, v| c.max_queued_bytes = v.unwrap_or(0),
         },
     },
 ];

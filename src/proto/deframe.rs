@@ -189,6 +189,12 @@ impl Deframer {
                     continue;
                 }
                 *at += rx.append(rest);
+                // The buffer grows as the payload arrives: a window filled before the
+                // payload is complete doubles (for the rest of this input, or for the
+                // next read).
+                while rx.grow_whole() {
+                    *at += rx.append(&input[(*at).min(input.len())..]);
+                }
                 return Ok(rx.large_complete().map(|(h, p)| {
                     self.large_delivered = true;
                     (h, Source::Cache(0..p.len()))
@@ -252,6 +258,7 @@ impl Deframer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::buf::WHOLE_FIRST;
     use crate::wire::{FrameKind, Tag};
     use proptest::prelude::*;
 
@@ -412,6 +419,54 @@ mod tests {
             assert!(l.allocated() <= max, "{} > {max}", l.allocated());
             l.reset_large();
             spare = l;
+        }
+    }
+
+    /// A header announcing a huge payload commits memory only as the payload's bytes
+    /// arrive: a stalled one costs at most the first window, and the buffer never holds
+    /// much more than twice what arrived, in both receive modes.
+    #[test]
+    fn large_payload_memory_follows_its_bytes() {
+        let len = 8 << 20;
+        let payload: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let stream = frame(3, &payload);
+        for lent in [false, true] {
+            let mut d = Deframer::default();
+            let mut rx = cache(4096);
+            let (mut off, mut peak) = (0, 0);
+            let mut out = None;
+            while off < stream.len() {
+                let n = if lent {
+                    (stream.len() - off).min(100_000)
+                } else {
+                    let spare = rx.spare_mut();
+                    let n = spare.len().min(stream.len() - off).min(100_000);
+                    spare[..n].copy_from_slice(&stream[off..off + n]);
+                    rx.commit(n);
+                    n
+                };
+                let input = if lent { &stream[off..off + n] } else { &[][..] };
+                let mut at = 0;
+                if let Some((h, src)) = d.frame(&mut rx, input, &mut at, 1 << 30).unwrap() {
+                    let Source::Cache(r) = src else {
+                        panic!("a large payload is delivered from its buffer");
+                    };
+                    out = Some((h.tag.0, rx.bytes(r) == &payload[..]));
+                }
+                assert_eq!(at, input.len());
+                off += n;
+                let held = rx.allocated();
+                peak = peak.max(held);
+                assert!(
+                    held <= (2 * off).max(WHOLE_FIRST),
+                    "lent {lent}: {held} bytes held after {off} received"
+                );
+                if off == HEADER_LEN + 1000 || off == n {
+                    assert!(held <= WHOLE_FIRST, "a barely started payload holds {held}");
+                }
+            }
+            assert_eq!(out, Some((3, true)), "lent {lent}");
+            assert!(peak <= len, "lent {lent}: {peak} > {len}");
         }
     }
 

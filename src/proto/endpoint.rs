@@ -70,6 +70,9 @@ pub(super) struct Endpoint {
     pub(super) binds: Vec<Option<SocketAddr>>,
     pub(super) state: EpState,
     pub(super) queue: VecDeque<Frag>,
+    /// Wire bytes of the messages in `queue` (control frames aside), capped by
+    /// `max_queued_bytes`.
+    pub(super) queued_bytes: u64,
     /// Cookies of the frames in the connection's in-flight batch, in order.
     pub(super) inflight: VecDeque<Option<u64>>,
     /// Sends whose batch was in flight when the endpoint failed: they complete when the
@@ -91,6 +94,7 @@ impl Endpoint {
             binds,
             state: EpState::Closed,
             queue: VecDeque::new(),
+            queued_bytes: 0,
             inflight: VecDeque::new(),
             orphaned: 0,
             attempts: 0,
@@ -105,6 +109,12 @@ impl Endpoint {
 impl Core {
     /// Queues a message. On a Closed endpoint this starts the connect (lazy connect).
     /// The time argument keeps the `handle_*` shape; a send arms no timer and reads none.
+    ///
+    /// Returns [`SendError::WouldBlock`] (the message is not queued, no completion will
+    /// come) when the messages already queued for `peer` and this one would exceed
+    /// `max_queued_bytes`: the peer reads slower than we send. A message is always
+    /// accepted when nothing is queued (the batch in flight aside), so one larger than the
+    /// cap still leaves.
     pub fn send(
         &mut self,
         _now: Instant,
@@ -129,10 +139,16 @@ impl Core {
                 max: self.cfg.max_frame as usize,
             });
         }
+        let cap = self.cfg.max_queued_bytes;
         let ep = self.ep_mut(peer).ok_or(SendError::UnknownPeer(peer))?;
         if matches!(ep.state, EpState::Failed) || ep.fin_sent {
             return Err(SendError::Unreachable(peer));
         }
+        let wire = (Header::LEN + len) as u64;
+        if ep.queued_bytes + wire > cap && !ep.queue.is_empty() {
+            return Err(SendError::WouldBlock(peer));
+        }
+        ep.queued_bytes += wire;
         let mut frag = Frag {
             hdr: Header {
                 kind: FrameKind::Send,
@@ -571,6 +587,7 @@ impl Core {
                 result: Err(reason.clone()),
             });
         }
+        ep.queued_bytes = 0;
         for f in ep.queue.drain(..) {
             if let Some(cookie) = f.cookie {
                 self.events.push_back(CoreEvent::Completed {

@@ -12,7 +12,7 @@ use crate::error::{Cause, Errno, FailReason};
 use crate::proto::conn::{Orphans, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
 use crate::proto::endpoint::{EpState, Frag};
-use crate::wire::PeerId;
+use crate::wire::{Header, PeerId};
 
 impl Core {
     /// Moves queued frames into the idle send batch of every connection that has some,
@@ -149,6 +149,9 @@ impl Core {
                 }
             }
             batch.add_frame();
+            if cookie.is_some() {
+                ep.queued_bytes -= (Header::LEN + hdr.len as usize) as u64;
+            }
             ep.inflight.push_back(cookie);
         }
         if !batch.is_empty() && !c.tx_ready {

@@ -592,7 +592,9 @@ fn case_wants_all_completes_full<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
 }
 
 /// An empty buffer that wants all of its `len` bytes: a large payload's buffer, made
-/// the way the receive cache makes it (from a frame header).
+/// the way the receive cache makes it (from a frame header), from a spare that held a
+/// record this large before (so its read window is the whole payload at once; a fresh
+/// one would start smaller and grow as the bytes arrive).
 fn whole_buf(len: usize) -> RxBuf {
     use crate::proto::deframe::Frames;
     use crate::wire::{FrameKind, Header, Tag};
@@ -605,5 +607,5 @@ fn whole_buf(len: usize) -> RxBuf {
     let mut cache = RxBuf::cache(64);
     cache.spare_mut()[..bytes.len()].copy_from_slice(&bytes);
     cache.commit(bytes.len());
-    cache.into_large(hdr, RxBuf::empty_large())
+    cache.into_large(hdr, RxBuf::cache(len))
 }

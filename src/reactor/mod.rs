@@ -28,8 +28,8 @@
 //! - a receive completes with the bytes it committed at the start of `rx.spare_mut()`:
 //!   whatever one read brought (`Ok(0)` = end of stream), except for a buffer that
 //!   [`wants_all`](RxBuf::wants_all) of its bytes (a large payload, which nothing can use
-//!   before its last byte): that one completes once, when it is full, or early only at
-//!   end of stream or on an error;
+//!   before its last byte): that one completes once, when its spare region is full, or
+//!   early only at end of stream or on an error;
 //! - misuse is answered, never panics, and every backend answers it the same way: the
 //!   operation completes through the next `poll` with its buffer and `ENOTCONN` (no such
 //!   connection), `ECANCELED` (closing), `EBUSY` (one already in flight) or `EINVAL`

@@ -259,3 +259,61 @@ fn a_stalled_frame_fails_its_connection() {
         assert!(net.received(0, 1).is_empty());
     }
 }
+
+/// A peer that stops reading: once `max_queued_bytes` wait for it, a send returns
+/// would-block and is not accepted (no completion); the queue stays within the cap; once
+/// the peer reads again, every accepted message arrives in order and completes once, and
+/// sending works again.
+#[test]
+fn a_peer_that_stops_reading_cannot_grow_the_queue() {
+    for seed in 0..20 {
+        let cap = 1u64 << 20;
+        let mut c0 = cfg(0);
+        c0.max_queued_bytes = cap;
+        let mut net = Net::new(seed, vec![c0, cfg(1)]);
+        let ctx = format!("seed {seed}");
+        connect_pair(&mut net);
+        net.knobs.stall = Some(0);
+        let (mut accepted, mut blocked) = (0, 0);
+        for i in 0..200 {
+            let len = 1000 + net.rng.below(100_000);
+            match net.send(0, 1, 2, vec![i as u8; len]) {
+                Ok(_) => accepted += 1,
+                Err(SendError::WouldBlock(p)) => {
+                    assert_eq!(p, PeerId(1), "{ctx}");
+                    blocked += 1;
+                }
+                Err(e) => panic!("{ctx}: {e:?}"),
+            }
+            net.run(false);
+            let ep = net.core(0).ep(PeerId(1)).unwrap();
+            assert!(ep.queued_bytes <= cap, "{ctx}: {} queued", ep.queued_bytes);
+            let sum: u64 = ep
+                .queue
+                .iter()
+                .filter(|f| f.cookie.is_some())
+                .map(|f| f.wire_len() as u64)
+                .sum();
+            assert_eq!(sum, ep.queued_bytes, "{ctx}: queue accounting");
+        }
+        assert!(
+            blocked > 100 && accepted > 5,
+            "{ctx}: {accepted} / {blocked}"
+        );
+        // The peer reads again.
+        net.knobs.stall = None;
+        net.drive();
+        net.assert_all_delivered(0, 1);
+        let done = net.completions(0);
+        assert_eq!(
+            done.len(),
+            accepted + 1,
+            "{ctx}: the connecting message and the rest"
+        );
+        assert!(done.values().all(Result::is_ok), "{ctx}");
+        assert_eq!(net.core(0).ep(PeerId(1)).unwrap().queued_bytes, 0, "{ctx}");
+        net.send(0, 1, 3, b"and more".to_vec()).unwrap();
+        net.drive();
+        net.assert_all_delivered(0, 1);
+    }
+}

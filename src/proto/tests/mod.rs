@@ -101,6 +101,7 @@ pub(super) fn cfg(pid: u32) -> CoreConfig {
         first_bytes_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(30),
         frame_stall: Duration::from_secs(60),
+        max_queued_bytes: 64 << 20,
         multishot: false,
     }
 }
