@@ -12,7 +12,8 @@
 //!   average one-way latency over the pairs.
 //! - `alltoall`: every rank sends one checked message per size (and round) to every other
 //!   rank: source, sequence number and a pattern that depends on both; every receiver
-//!   checks length, content, order and that nothing is missing or duplicated.
+//!   checks length, content, order and that nothing is missing or duplicated; every
+//!   sender, that each of its sends completed exactly once.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -46,6 +47,9 @@ const TAG_REPORT: Tag = Tag(64);
 const TAG_STREAM: Tag = Tag(65);
 /// `bw` / `rate` across ranks: the acknowledgement of one window.
 const TAG_WINDOW_ACK: Tag = Tag(66);
+/// The cookie bit of the all-to-all's data sends (their sequence number below it), so
+/// that their completions are told from those of barriers and reports.
+const DATA_COOKIE: u64 = 1 << 63;
 /// Time given to `Transport::shutdown`.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -190,6 +194,10 @@ struct Shared {
     reports: Vec<(u32, Vec<u8>)>,
     /// Alltoall: the size of each sequence number.
     plan: Vec<usize>,
+    /// Alltoall: completions of each data send (index: peer * messages + sequence
+    /// number), which must be exactly one, and their sum.
+    data_done: Vec<u8>,
+    data_completed: u64,
     /// Streams: messages received, the window the receiver acknowledges, acks received.
     streamed: u64,
     stream_window: u64,
@@ -497,16 +505,20 @@ impl Job {
     /// All-to-all: one checked message of each size (per round) to every other rank,
     /// after a barrier. Returns the messages and bytes this rank received and checked.
     pub(crate) fn alltoall(&mut self, sizes: &[usize], rounds: u32) -> Result<(u64, u64), String> {
-        self.st.borrow_mut().plan = sizes
-            .iter()
-            .flat_map(|&s| std::iter::repeat_n(s, rounds as usize))
-            .collect();
+        {
+            let mut s = self.st.borrow_mut();
+            s.plan = sizes
+                .iter()
+                .flat_map(|&s| std::iter::repeat_n(s, rounds as usize))
+                .collect();
+            s.data_done = vec![0; self.size as usize * s.plan.len()];
+            s.data_completed = 0;
+        }
         // Every rank knows the plan before anyone sends.
         self.barrier()?;
         let peers: Vec<u32> = self.peers().collect();
         let deadline = Instant::now() + self.timeout;
         let mut seq = 0u32;
-        let sent0 = self.st.borrow().completed;
         for &size in sizes {
             for _ in 0..rounds {
                 for &p in &peers {
@@ -517,7 +529,7 @@ impl Job {
                         PeerId(p),
                         TAG_DATA,
                         &[msg],
-                        u64::from(seq),
+                        DATA_COOKIE | u64::from(seq),
                         deadline,
                     )
                     .map_err(|e| self.failure().unwrap_or(e))?;
@@ -530,8 +542,9 @@ impl Job {
         let seq_end = seq;
         let total = u64::from(seq) * peers.len() as u64;
         self.progress_until(deadline, "in the all-to-all", |s| {
-            s.completed >= sent0 + total && s.checked >= total
+            s.data_completed >= total && s.checked >= total
         })?;
+        self.check_sends_once()?;
         let s = self.st.borrow();
         // Every other rank delivered every sequence number exactly once, in order.
         for (r, &n) in s.next_seq.iter().enumerate() {
@@ -543,6 +556,22 @@ impl Job {
             }
         }
         Ok((s.checked, s.bytes))
+    }
+
+    /// Every data send of the all-to-all completed exactly once (so far).
+    pub(crate) fn check_sends_once(&self) -> Result<(), String> {
+        let s = self.st.borrow();
+        let n = s.plan.len();
+        for p in self.peers() {
+            let done = &s.data_done[p as usize * n..(p as usize + 1) * n];
+            if let Some(seq) = done.iter().position(|&d| d != 1) {
+                return Err(format!(
+                    "rank {}: the send of message {seq} to rank {p} completed {} times",
+                    self.rank, done[seq]
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Latency between ranks `i` and `i + N/2`, after a barrier: `warmup + iters` round
@@ -800,6 +829,13 @@ fn install_handlers(tr: &mut Transport, rank: u32, st: &Rc<RefCell<Shared>>) -> 
     let s = st.clone();
     tr.on_complete(move |c| {
         let mut s = s.borrow_mut();
+        if c.cookie & DATA_COOKIE != 0 {
+            let i = c.peer.0 as usize * s.plan.len() + (c.cookie & !DATA_COOKIE) as usize;
+            if let Some(d) = s.data_done.get_mut(i) {
+                *d = d.saturating_add(1);
+            }
+            s.data_completed += 1;
+        }
         match c.result {
             Ok(()) => s.completed += 1,
             Err(e) => {
@@ -928,6 +964,8 @@ pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
     let t0 = Instant::now();
     let (checked, bytes) = job.alltoall(&sizes, args.rounds)?;
     job.barrier()?;
+    // No send completed a second time since.
+    job.check_sends_once()?;
     let exchange = t0.elapsed();
     let mut rep = Vec::with_capacity(32);
     for v in [
