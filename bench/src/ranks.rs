@@ -85,7 +85,13 @@ pub(crate) fn self_launch(np: u32, timeout: Duration) -> Result<Launch, String> 
         .local_addr()
         .map_err(|e| format!("rendezvous root: {e}"))?;
     let token = Config::new(PeerId(0)).core.token;
-    let modex = Rendezvous::root(listener, np, token, timeout);
+    // The job key: the one configured, or a fresh one handed to the children.
+    let key = match ringbtl::wireup::env_job_key(|k| std::env::var(k).ok()) {
+        Ok(Some(k)) => k,
+        Ok(None) => ringbtl::auth::JobKey::generate().map_err(|e| e.to_string())?,
+        Err(e) => return Err(e.to_string()),
+    };
+    let modex = Rendezvous::root(listener, np, token, timeout).with_key(key.clone());
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let mut children = Vec::new();
     for r in 1..np {
@@ -98,6 +104,7 @@ pub(crate) fn self_launch(np: u32, timeout: Duration) -> Result<Launch, String> 
             .env("RINGBTL_ROOT", root.to_string())
             .env("RINGBTL_WIREUP", "env")
             .env("RINGBTL_LISTEN", "127.0.0.1:0")
+            .env("RINGBTL_JOB_KEY", key.to_hex())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -315,6 +322,10 @@ impl Job {
                 return Err(format!("address exchange: {e}"));
             }
         };
+        // The launcher's (or the rendezvous') job key, before any handshake.
+        if let Some(k) = modex.job_key() {
+            tr.set_job_key(k);
+        }
         for (r, uris) in table.iter().enumerate() {
             if r as u32 != rank {
                 tr.add_peer_uris(PeerId(r as u32), uris)

@@ -193,7 +193,10 @@ fn mpirun_alltoall() {
     let tmp = TmpDir::new();
     let mut c = mpirun(4, &tmp);
     c.args([BIN, "alltoall", "--timeout", "60"]);
-    check_alltoall(&run(c), 4, "pmix (PMIx)");
+    let r = run(c);
+    check_alltoall(&r, 4, "pmix (PMIx)");
+    // The job key came from PMIx, with no configuration.
+    assert!(!r.stderr.contains("UNAUTHENTICATED"), "{}", r.stderr);
 }
 
 /// Under `mpirun`, `RINGBTL_WIREUP=env` with a root chooses the rendezvous hosted by
@@ -209,7 +212,10 @@ fn mpirun_env_and_root_alltoall() {
     c.args(["-x", "RINGBTL_WIREUP=env"])
         .args(["-x", &format!("RINGBTL_ROOT=127.0.0.1:{}", free_port())]);
     c.args([BIN, "alltoall", "--timeout", "60"]);
-    check_alltoall(&run(c), 4, "env (Open MPI)");
+    let r = run(c);
+    check_alltoall(&r, 4, "env (Open MPI)");
+    // No key configured in the env + root form: said once per process, loudly.
+    assert!(r.stderr.contains("UNAUTHENTICATED"), "{}", r.stderr);
 }
 
 /// A launcher that offers PMIx where the client library cannot be opened (pointed at a
@@ -378,7 +384,10 @@ fn hydra_alltoall() {
     }
     let mut c = hydra(4);
     c.args([BIN, "alltoall", "--timeout", "60"]);
-    check_alltoall(&run(c), 4, "pmi (PMI)");
+    let r = run(c);
+    check_alltoall(&r, 4, "pmi (PMI)");
+    // The job key came from PMI, with no configuration.
+    assert!(!r.stderr.contains("UNAUTHENTICATED"), "{}", r.stderr);
 }
 
 #[test]

@@ -30,6 +30,7 @@ use std::os::unix::net::UnixStream;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::auth::JobKey;
 use crate::error::Error;
 use crate::param::Params;
 use crate::wire::DEFAULT_TOKEN;
@@ -69,6 +70,15 @@ pub trait Modex {
     /// Number of ranks in the job.
     fn size(&self) -> u32;
 
+    /// The job key the launcher's key-value store handed out during the exchange (rank 0
+    /// draws it and publishes it with its addresses; the others read it after the
+    /// fence), or the one the env + root form was configured with. `None` before the
+    /// first exchange, and without any. Give it to
+    /// [`Transport::set_job_key`](crate::Transport::set_job_key) before adding peers.
+    fn job_key(&self) -> Option<JobKey> {
+        None
+    }
+
     /// Tells the launcher this process is done with wire-up. Call before exiting: some
     /// launchers (Hydra) treat a process that leaves without it as failed.
     fn finalize(&mut self) -> Result<(), Error> {
@@ -101,6 +111,7 @@ pub struct PmiModex<S> {
     rank: u32,
     size: u32,
     epoch: u32,
+    job_key: Option<JobKey>,
 }
 
 impl<S: Read + Write> PmiModex<S> {
@@ -112,6 +123,7 @@ impl<S: Read + Write> PmiModex<S> {
             rank,
             size,
             epoch: 0,
+            job_key: None,
         }
     }
 
@@ -129,9 +141,36 @@ impl<S: Read + Write> Modex for PmiModex<S> {
         self.epoch += 1;
         let (rank, size) = (self.rank, self.size);
         let key = |r: u32| format!("rbtl{epoch}-{r}");
+        // The job key: rank 0 draws it and puts it with its addresses before the one
+        // barrier; the others read it after.
+        let fresh = match (&self.job_key, rank) {
+            (None, 0) => Some(JobKey::generate()?),
+            _ => None,
+        };
+        let had_key = self.job_key.is_some();
         let c = self.client()?;
         c.put_long(&key(rank), my_uris)?;
+        if let Some(k) = &fresh {
+            c.put_long("rbtl-jobkey", &k.to_hex())?;
+        }
         c.barrier()?;
+        let got = match (had_key, fresh) {
+            (true, _) => None,
+            (false, Some(k)) => Some(k),
+            (false, None) => {
+                let hex = c
+                    .get_long("rbtl-jobkey")
+                    .map_err(|e| Error::Wireup(format!("job key of rank 0: {e}")))?;
+                Some(
+                    JobKey::from_hex(&hex)
+                        .map_err(|e| Error::Wireup(format!("job key of rank 0 from PMI: {e}")))?,
+                )
+            }
+        };
+        if got.is_some() {
+            self.job_key = got;
+        }
+        let c = self.client()?;
         (0..size)
             .map(|r| {
                 c.get_long(&key(r))
@@ -146,6 +185,10 @@ impl<S: Read + Write> Modex for PmiModex<S> {
 
     fn size(&self) -> u32 {
         self.size
+    }
+
+    fn job_key(&self) -> Option<JobKey> {
+        self.job_key.clone()
     }
 
     fn finalize(&mut self) -> Result<(), Error> {
@@ -310,13 +353,16 @@ impl Wireup {
                             Some(v) => parse_u64("RINGBTL_JOB_TOKEN", &v, 0, u64::MAX)?,
                             None => DEFAULT_TOKEN,
                         };
-                        let r = Rendezvous::from_root(
+                        let mut r = Rendezvous::from_root(
                             root.trim(),
                             info.rank,
                             info.size,
                             token,
                             timeout,
                         )?;
+                        if let Some(key) = env_job_key(&var)? {
+                            r = r.with_key(key);
+                        }
                         (info, Inner::Env(r))
                     }
                     None if info.size == 1 => (info, Inner::Local(LocalModex)),
@@ -395,8 +441,31 @@ impl Modex for Wireup {
         self.info.size
     }
 
+    fn job_key(&self) -> Option<JobKey> {
+        match &self.inner {
+            Inner::Pmix(m) => m.job_key(),
+            Inner::Pmi(m) => m.job_key(),
+            Inner::Env(m) => m.job_key(),
+            Inner::Local(m) => m.job_key(),
+        }
+    }
+
     fn finalize(&mut self) -> Result<(), Error> {
         self.modex().finalize()
+    }
+}
+
+/// The job key of the env + root form: `RINGBTL_JOB_KEY` (64 hex digits), else the file
+/// named by `RINGBTL_JOB_KEY_FILE` (mode 0600), else none.
+pub fn env_job_key(var: impl Fn(&str) -> Option<String>) -> Result<Option<JobKey>, Error> {
+    if let Some(hex) = var("RINGBTL_JOB_KEY") {
+        return JobKey::from_hex(&hex)
+            .map(Some)
+            .map_err(|e| Error::Config(format!("RINGBTL_JOB_KEY=<secret>: {e}")));
+    }
+    match var("RINGBTL_JOB_KEY_FILE") {
+        Some(path) => JobKey::from_file(std::path::Path::new(path.trim())).map(Some),
+        None => Ok(None),
     }
 }
 

@@ -36,6 +36,7 @@ use std::time::Duration;
 use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
 
 use super::Modex;
+use crate::auth::JobKey;
 use crate::error::Error;
 
 /// The variable that names the PMIx client library to open instead of the defaults.
@@ -57,6 +58,8 @@ const PMIX_GLOBAL: u8 = 3;
 /// `PMIX_RANK_WILDCARD`: the whole namespace.
 const PMIX_RANK_WILDCARD: u32 = u32::MAX - 1;
 const PMIX_JOB_SIZE: &CStr = c"pmix.job.size";
+/// Where rank 0 publishes the job key (64 hex digits).
+const JOB_KEY: &CStr = c"ringbtl.jobkey";
 const PMIX_COLLECT_DATA: &CStr = c"pmix.collect";
 const PMIX_TIMEOUT: &CStr = c"pmix.timeout";
 
@@ -255,6 +258,8 @@ pub struct PmixModex {
     timeout: Duration,
     epoch: u32,
     live: bool,
+    /// The job key (rank 0 draws it at the first exchange; the others read it).
+    job_key: Option<JobKey>,
 }
 
 impl std::fmt::Debug for PmixModex {
@@ -300,6 +305,7 @@ impl PmixModex {
             timeout,
             epoch: 0,
             live: true,
+            job_key: None,
         };
         let wild = Proc {
             rank: PMIX_RANK_WILDCARD,
@@ -340,6 +346,44 @@ impl PmixModex {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
+    /// Puts a string under `key` (scope global), to be committed.
+    fn put_str(&self, key: &CStr, value: &str) -> Result<(), Error> {
+        let val =
+            CString::new(value).map_err(|_| Error::Wireup("PMIx value with a NUL byte".into()))?;
+        let mut v = Value {
+            kind: PMIX_STRING,
+            data: ValueData {
+                string: val.as_ptr().cast_mut(),
+            },
+        };
+        // SAFETY: `key` and the string in `v` are NUL-terminated and outlive the call;
+        // PMIx_Put copies the value (it does not keep or free our pointer).
+        self.api.check("PMIx_Put", unsafe {
+            (self.api.put)(PMIX_GLOBAL, key.as_ptr(), &mut v)
+        })
+    }
+
+    /// The string rank `rank` put under `key`.
+    fn get_str(&self, rank: u32, key: &CStr) -> Result<String, Error> {
+        let who = Proc { rank, ..self.me };
+        let v = self.get(&who, key)?;
+        // SAFETY: `v.0` is non-null and owned by `v`; the string member is read only when
+        // the type tag says PMIX_STRING, and is then NUL-terminated (or NULL, checked) and
+        // valid until `v` drops, after the copy.
+        unsafe {
+            let val = &*v.0;
+            if val.kind != PMIX_STRING || val.data.string.is_null() {
+                return Err(Error::Wireup(format!(
+                    "PMIx value of type {} instead of a string",
+                    val.kind
+                )));
+            }
+            Ok(CStr::from_ptr(val.data.string)
+                .to_string_lossy()
+                .into_owned())
+        }
+    }
+
     fn get(&self, who: &Proc, key: &CStr) -> Result<Owned, Error> {
         let mut out: *mut Value = ptr::null_mut();
         // SAFETY: `who` and `key` are valid for the call (a pmix_proc_t and a
@@ -367,19 +411,15 @@ impl Modex for PmixModex {
         let key = CString::new(format!("ringbtl.uris.{}", self.epoch))
             .map_err(|_| Error::Wireup("PMIx key with a NUL byte".into()))?;
         self.epoch += 1;
-        let val =
-            CString::new(my_uris).map_err(|_| Error::Wireup("URI list with a NUL byte".into()))?;
-        let mut v = Value {
-            kind: PMIX_STRING,
-            data: ValueData {
-                string: val.as_ptr().cast_mut(),
-            },
-        };
-        // SAFETY: `key` and the string in `v` are NUL-terminated and outlive the call;
-        // PMIx_Put copies the value (it does not keep or free our pointer).
-        self.api.check("PMIx_Put", unsafe {
-            (self.api.put)(PMIX_GLOBAL, key.as_ptr(), &mut v)
-        })?;
+        self.put_str(&key, my_uris)?;
+        // The job key: drawn by rank 0 and published with its addresses, before the one
+        // fence; only the job's processes can read the launcher's store.
+        let first = self.job_key.is_none();
+        if first && self.me.rank == 0 {
+            let k = JobKey::generate()?;
+            self.put_str(JOB_KEY, &k.to_hex())?;
+            self.job_key = Some(k);
+        }
         // SAFETY: no arguments; the client is initialized (`live`).
         let rc = unsafe { (self.api.commit)() };
         self.api.check("PMIx_Commit", rc)?;
@@ -403,29 +443,24 @@ impl Modex for PmixModex {
             ),
             rc,
         )?;
+        if self.job_key.is_none() {
+            let hex = self
+                .get_str(0, JOB_KEY)
+                .map_err(|e| Error::Wireup(format!("job key of rank 0: {e}")))?;
+            let k = JobKey::from_hex(&hex)
+                .map_err(|e| Error::Wireup(format!("job key of rank 0 from PMIx: {e}")))?;
+            self.job_key = Some(k);
+        }
         (0..self.size)
             .map(|r| {
-                let who = Proc { rank: r, ..self.me };
-                let v = self
-                    .get(&who, &key)
-                    .map_err(|e| Error::Wireup(format!("addresses of rank {r}: {e}")))?;
-                // SAFETY: `v.0` is non-null and owned by `v`; the string member is read
-                // only when the type tag says PMIX_STRING, and is then NUL-terminated
-                // (or NULL, checked) and valid until `v` drops, after the copy.
-                unsafe {
-                    let val = &*v.0;
-                    if val.kind != PMIX_STRING || val.data.string.is_null() {
-                        return Err(Error::Wireup(format!(
-                            "addresses of rank {r}: PMIx value of type {} instead of a string",
-                            val.kind
-                        )));
-                    }
-                    Ok(CStr::from_ptr(val.data.string)
-                        .to_string_lossy()
-                        .into_owned())
-                }
+                self.get_str(r, &key)
+                    .map_err(|e| Error::Wireup(format!("addresses of rank {r}: {e}")))
             })
             .collect()
+    }
+
+    fn job_key(&self) -> Option<JobKey> {
+        self.job_key.clone()
     }
 
     fn rank(&self) -> u32 {

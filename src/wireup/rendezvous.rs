@@ -7,23 +7,38 @@
 //! everybody has joined.
 //!
 //! Messages are a 4-byte big-endian length followed by the body; bodies are bounded
-//! ([`MAX_JOIN_LEN`], [`MAX_TABLE_LEN`]) and checked before anything is allocated:
+//! ([`MAX_JOIN_LEN`], [`MAX_TABLE_LEN`]) and checked before anything is allocated. A join
+//! is a challenge-response over the job key (the same key as the transport's handshake;
+//! the public key when none is configured, see [`auth`](crate::auth)):
 //!
 //! ```text
-//! join   = magic "RBRV" | version u16 | token u64 | rank u32 | size u32 | len u16 | uris
-//! reply  = magic "RBRV" | version u16 | 0 u8 | count u32 | count × (len u16 | uris)
-//!        | magic "RBRV" | version u16 | 1 u8 | len u16 | error text
+//! hello     = magic "RBRV" | version u16 | 2 u8 | rank u32 | size u32 | nonce Nm (32 B)
+//! challenge = magic "RBRV" | version u16 | 3 u8 | nonce Nr (32 B) | MAC_r (32 B)
+//! join      = magic "RBRV" | version u16 | 4 u8 | MAC_m (32 B) | len u16 | uris
+//! reply     = magic "RBRV" | version u16 | 0 u8 | MAC_t (32 B) | count u32
+//!             | count × (len u16 | uris)
+//!           | magic "RBRV" | version u16 | 1 u8 | len u16 | error text
 //! ```
 //!
-//! The root checks each join: wrong magic, version, token, size, a rank out of range or
-//! already present earns an error reply and the connection is dropped and counted
-//! ([`Rendezvous::rejected`]); the others are unaffected. If not everybody joined by the
-//! deadline, the root tells every waiting rank which ranks are missing and fails with the
-//! same message; a rank that hears nothing fails after its own deadline plus a grace
-//! period. The root serves all connections from one thread with non-blocking sockets.
+//! `MAC_r = HMAC(K, "ringbtl rendezvous root" | version | token | Nm | Nr | rank | size)`
+//! proves the root's key before the member says anything more; `MAC_m` (label
+//! `"ringbtl rendezvous member"`, the same fields, then the URI list) proves the
+//! member's, and only then does the root record the rank; `MAC_t` (label `"ringbtl
+//! rendezvous table"`, the nonces, then the table) lets the member trust the table. The
+//! labels differ, the nonces are fresh: no MAC can be reflected or replayed, and the key
+//! never crosses the wire. An error reply carries nothing secret.
 //!
-//! The job token travels in clear text: it keeps two jobs that share a root address from
-//! mixing their tables, it does not stop an attacker on the network.
+//! The root checks each join: wrong magic, version, size, a rank out of range, a MAC that
+//! does not verify, or a rank that already joined (on a connection still open) earns an
+//! error reply and the connection is dropped and counted ([`Rendezvous::rejected`]); the
+//! others are unaffected. Every connection has a deadline for its hello and its join
+//! ([`CONN_TIMEOUT`]); when [`MAX_PENDING`] connections wait at once, the oldest is dropped
+//! for the newcomer, so that idle connections cannot lock members out. A member whose
+//! connection is dropped before its table arrives joins again (with a growing pause,
+//! until its deadline). If not everybody joined by the deadline, the root tells every
+//! waiting rank which ranks are missing and fails with the same message; a rank that
+//! hears nothing fails after its own deadline plus a grace period. The root serves all
+//! connections from one thread with non-blocking sockets.
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
@@ -31,18 +46,34 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use super::Modex;
+use crate::auth::{self, JobKey, PUBLIC_KEY};
 use crate::error::Error;
+use crate::wire::{MAC_LEN, NONCE_LEN};
 
 /// First bytes of every message.
 pub const MAGIC: [u8; 4] = *b"RBRV";
-/// Protocol version.
-pub const VERSION: u16 = 0x0001;
+/// Protocol version (2: joins authenticated by challenge-response; 1 sent the job token).
+pub const VERSION: u16 = 0x0002;
 /// Longest URI list a rank may publish.
 pub const MAX_URIS_LEN: usize = 4096;
-/// Largest join body.
-pub const MAX_JOIN_LEN: usize = 24 + MAX_URIS_LEN;
+/// Largest message a member may send (its join).
+pub const MAX_JOIN_LEN: usize = 7 + MAC_LEN + 2 + MAX_URIS_LEN;
 /// Largest reply body (the table of a very large job; checked before allocating).
 pub const MAX_TABLE_LEN: usize = 64 << 20;
+/// Time a connection to the root has to send its hello, and again its join.
+pub const CONN_TIMEOUT: Duration = Duration::from_secs(3);
+/// Connections waiting for their hello or join at once; a newcomer beyond that drops the
+/// oldest (a flood cannot exhaust descriptors nor lock members out).
+pub const MAX_PENDING: usize = 256;
+
+const STATUS_TABLE: u8 = 0;
+const STATUS_ERROR: u8 = 1;
+const KIND_HELLO: u8 = 2;
+const KIND_CHALLENGE: u8 = 3;
+const KIND_JOIN: u8 = 4;
+const LABEL_ROOT: &[u8] = b"ringbtl rendezvous root";
+const LABEL_MEMBER: &[u8] = b"ringbtl rendezvous member";
+const LABEL_TABLE: &[u8] = b"ringbtl rendezvous table";
 
 /// One rank's side of the rendezvous.
 #[derive(Debug)]
@@ -50,6 +81,7 @@ pub struct Rendezvous {
     rank: u32,
     size: u32,
     token: u64,
+    key: JobKey,
     timeout: Duration,
     role: Role,
     rejected: u32,
@@ -62,12 +94,14 @@ enum Role {
 }
 
 impl Rendezvous {
-    /// Rank 0, serving on `listener` (see [`bind_root`]).
+    /// Rank 0, serving on `listener` (see [`bind_root`]), with the public key until
+    /// [`with_key`](Self::with_key).
     pub fn root(listener: TcpListener, size: u32, token: u64, timeout: Duration) -> Self {
         Self {
             rank: 0,
             size,
             token,
+            key: PUBLIC_KEY,
             timeout,
             role: Role::Root(listener),
             rejected: 0,
@@ -75,7 +109,7 @@ impl Rendezvous {
     }
 
     /// Rank `rank` (not 0) of `size`, joining the root at `root` (each address is tried
-    /// in turn).
+    /// in turn), with the public key until [`with_key`](Self::with_key).
     pub fn member(
         root: Vec<SocketAddr>,
         rank: u32,
@@ -95,6 +129,7 @@ impl Rendezvous {
             rank,
             size,
             token,
+            key: PUBLIC_KEY,
             timeout,
             role: Role::Member(root),
             rejected: 0,
@@ -117,7 +152,13 @@ impl Rendezvous {
         }
     }
 
-    /// Connections the root refused so far (bad token, duplicate rank, malformed join…).
+    /// Joins are proved with `key` (the job's; every rank must hold the same).
+    pub fn with_key(mut self, key: JobKey) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// Connections the root refused so far (bad MAC, duplicate rank, malformed join…).
     /// Always 0 on other ranks.
     pub fn rejected(&self) -> u32 {
         self.rejected
@@ -138,7 +179,8 @@ impl Rendezvous {
         let size = self.size as usize;
         let mut table: Vec<Option<String>> = vec![None; size];
         table[0] = Some(my_uris.to_owned());
-        let mut joined: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+        // Per joined rank: its connection and the nonces that the table's MAC covers.
+        let mut joined: Vec<Option<(TcpStream, Nonces)>> = (0..size).map(|_| None).collect();
         let mut pending: Vec<Pending> = Vec::new();
         let mut rejected = 0u32;
         let mut count = 1usize;
@@ -157,7 +199,7 @@ impl Rendezvous {
                     self.timeout.as_millis(),
                     format_ranks(&missing)
                 );
-                for s in joined.iter_mut().flatten() {
+                for (s, _) in joined.iter_mut().flatten() {
                     let _ = send_error(s, &msg, now + REPLY_WRITE_TIMEOUT);
                 }
                 return (Err(Error::Wireup(msg)), rejected);
@@ -167,19 +209,28 @@ impl Rendezvous {
                 match listener.accept() {
                     Ok((s, peer)) => {
                         progress = true;
-                        if pending.len() >= MAX_PENDING || s.set_nonblocking(true).is_err() {
+                        if s.set_nonblocking(true).is_err() {
                             rejected += 1;
                             continue;
+                        }
+                        if pending.len() >= MAX_PENDING {
+                            // The oldest waiting connection makes room: idle connections
+                            // cannot lock members out (members retry a dropped join).
+                            rejected += 1;
+                            pending.remove(0);
                         }
                         pending.push(Pending {
                             stream: s,
                             peer,
                             buf: Vec::new(),
+                            until: (now + CONN_TIMEOUT).min(deadline),
+                            stage: Stage::Hello,
                         });
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    // ECONNABORTED and friends concern one connection; keep serving.
+                    // ECONNABORTED, EMFILE and friends: keep serving (connections already
+                    // accepted expire and free their descriptors).
                     Err(_) => break,
                 }
             }
@@ -189,36 +240,78 @@ impl Rendezvous {
                 if !matches!(step, Poll::Waiting) {
                     progress = true;
                 }
-                let p = match step {
+                match step {
+                    Poll::Waiting if pending[i].until <= now => {
+                        rejected += 1;
+                        let p = pending.remove(i);
+                        tracing::debug!(peer = %p.peer, "rendezvous: dropped a silent connection");
+                        continue;
+                    }
                     Poll::Waiting => {
                         i += 1;
                         continue;
                     }
                     Poll::Closed => {
-                        pending.swap_remove(i);
+                        pending.remove(i);
                         continue;
                     }
                     Poll::Oversized => {
                         rejected += 1;
-                        let p = pending.swap_remove(i);
-                        tracing::warn!(peer = %p.peer, "rendezvous: dropped an oversized join");
+                        let p = pending.remove(i);
+                        tracing::warn!(peer = %p.peer, "rendezvous: dropped an oversized message");
                         continue;
                     }
-                    Poll::Ready => pending.swap_remove(i),
+                    Poll::Ready => {}
+                }
+                let body = std::mem::take(&mut pending[i].buf);
+                let body = &body[4..];
+                let outcome = match pending[i].stage {
+                    Stage::Hello => match decode_hello(body, self.size) {
+                        Err(why) => Err(why),
+                        Ok((rank, nonce_m)) => match auth::os_nonce() {
+                            None => Err("the root has no random numbers".to_owned()),
+                            Some(nonce_r) => {
+                                let n = Nonces {
+                                    rank,
+                                    m: nonce_m,
+                                    r: nonce_r,
+                                };
+                                let ch = encode_challenge(&self.key, self.token, self.size, &n);
+                                let p = &mut pending[i];
+                                match write_frame(&mut p.stream, &ch, now + REPLY_WRITE_TIMEOUT)
+                                    .and_then(|()| p.stream.set_nonblocking(true))
+                                {
+                                    Ok(()) => {
+                                        p.stage = Stage::Join(n);
+                                        p.until = (now + CONN_TIMEOUT).min(deadline);
+                                        i += 1;
+                                        continue;
+                                    }
+                                    Err(_) => {
+                                        pending.remove(i);
+                                        continue;
+                                    }
+                                }
+                            }
+                        },
+                    },
+                    Stage::Join(n) => decode_join(body, &self.key, self.token, self.size, &n)
+                        .map(|uris| (n, uris)),
                 };
-                match decode_join(&p.buf[4..], self.token, self.size) {
+                let p = pending.remove(i);
+                match outcome {
                     Err(why) => {
                         rejected += 1;
                         tracing::warn!(peer = %p.peer, "rendezvous: refused a join: {why}");
                         let mut s = p.stream;
                         let _ = send_error(&mut s, &why, now + REPLY_WRITE_TIMEOUT);
                     }
-                    Ok((rank, uris)) => {
-                        let r = rank as usize;
-                        let stale = joined[r].as_ref().is_some_and(is_closed);
+                    Ok((n, uris)) => {
+                        let r = n.rank as usize;
+                        let stale = joined[r].as_ref().is_some_and(|(s, _)| is_closed(s));
                         if table[r].is_some() && !stale {
                             rejected += 1;
-                            let why = format!("rank {rank} has already joined");
+                            let why = format!("rank {} has already joined", n.rank);
                             tracing::warn!(peer = %p.peer, "rendezvous: refused a join: {why}");
                             let mut s = p.stream;
                             let _ = send_error(&mut s, &why, now + REPLY_WRITE_TIMEOUT);
@@ -227,7 +320,7 @@ impl Rendezvous {
                                 count += 1;
                             }
                             table[r] = Some(uris);
-                            joined[r] = Some(p.stream);
+                            joined[r] = Some((p.stream, n));
                         }
                     }
                 }
@@ -237,10 +330,11 @@ impl Rendezvous {
             }
         }
         let table: Vec<String> = table.into_iter().map(Option::unwrap_or_default).collect();
-        let reply = encode_table(&table);
+        let body = encode_table_body(&table);
         let until = Instant::now() + REPLY_WRITE_TIMEOUT.max(self.timeout);
-        for (rank, s) in joined.iter_mut().enumerate() {
-            if let Some(s) = s {
+        for (rank, j) in joined.iter_mut().enumerate() {
+            if let Some((s, n)) = j {
+                let reply = encode_table(&self.key, self.token, n, &body);
                 if let Err(e) = write_frame(s, &reply, until) {
                     // That rank fails on its own; the others still get their table.
                     tracing::warn!(rank, "rendezvous: could not send the table: {e}");
@@ -250,7 +344,7 @@ impl Rendezvous {
         (Ok(table), rejected)
     }
 
-    /// A member's side: connect, send the join, wait for the table.
+    /// A member's side: connect, prove the key, send the join, wait for the table.
     fn join(&self, root: &[SocketAddr], my_uris: &str) -> Result<Vec<String>, Error> {
         let rank = self.rank;
         self.join_observed(root, my_uris, &mut |n, e| {
@@ -262,8 +356,9 @@ impl Rendezvous {
         })
     }
 
-    /// [`join`](Self::join), calling `on_retry(n, error)` after the `n`th round of
-    /// connection attempts failed (the root does not listen yet) and before the next.
+    /// [`join`](Self::join), calling `on_retry(n, error)` after the `n`th attempt failed
+    /// (the root does not listen yet, or dropped the connection before the table) and
+    /// before the next.
     fn join_observed(
         &self,
         root: &[SocketAddr],
@@ -273,40 +368,126 @@ impl Rendezvous {
         let start = Instant::now();
         let deadline = start + self.timeout;
         let rank = self.rank;
-        let mut s = connect_retry(root, deadline, on_retry).map_err(|e| {
-            Error::Wireup(format!(
-                "rank {rank}: cannot reach the rendezvous root at {} within {} ms: {e}",
-                list_addrs(root),
-                self.timeout.as_millis()
-            ))
-        })?;
-        let _ = s.set_nodelay(true);
-        let join = encode_join(self.token, rank, self.size, my_uris);
-        write_frame(&mut s, &join, deadline)
-            .map_err(|e| Error::Wireup(format!("rank {rank}: sending the join failed: {e}")))?;
         // The root decides when the exchange has failed and says which ranks are missing;
         // wait a little longer than our own deadline to hear it.
         let grace = (self.timeout / 10).clamp(Duration::from_millis(200), Duration::from_secs(5));
-        let body = read_frame(&mut s, MAX_TABLE_LEN, deadline + grace).map_err(|e| {
+        let mut delay = Duration::from_millis(10);
+        let mut round = 0u32;
+        let mut failures = 0u32;
+        loop {
+            let mut s = connect_retry(root, deadline, &mut |_, e| {
+                round += 1;
+                on_retry(round, e);
+            })
+            .map_err(|e| {
+                Error::Wireup(format!(
+                    "rank {rank}: cannot reach the rendezvous root at {} within {} ms: {e}",
+                    list_addrs(root),
+                    self.timeout.as_millis()
+                ))
+            })?;
+            let _ = s.set_nodelay(true);
+            match self.join_once(&mut s, my_uris, deadline, grace) {
+                Ok(table) => return Ok(table),
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Dropped(e)) => {
+                    failures += 1;
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let silent = matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    );
+                    if left.is_zero() && silent {
+                        return Err(Error::Wireup(format!(
+                            "rank {rank}: no address table from the rendezvous root at {} \
+                             within {} ms (it never answered our join)",
+                            list_addrs(root),
+                            self.timeout.as_millis()
+                        )));
+                    }
+                    if left.is_zero() || failures > MAX_JOIN_ATTEMPTS {
+                        return Err(Error::Wireup(format!(
+                            "rank {rank}: the rendezvous root at {} dropped our join {failures} \
+                             times: {e}",
+                            list_addrs(root)
+                        )));
+                    }
+                    round += 1;
+                    on_retry(round, &e);
+                    std::thread::sleep(delay.min(left));
+                    delay = (delay * 2).min(Duration::from_millis(250));
+                }
+            }
+        }
+    }
+
+    /// One join on a connected stream.
+    fn join_once(
+        &self,
+        s: &mut TcpStream,
+        my_uris: &str,
+        deadline: Instant,
+        grace: Duration,
+    ) -> Result<Vec<String>, Attempt> {
+        let rank = self.rank;
+        let fatal = |m: String| Attempt::Fatal(Error::Wireup(format!("rank {rank}: {m}")));
+        let nonce_m =
+            auth::os_nonce().ok_or_else(|| fatal("no random numbers for a nonce".into()))?;
+        write_frame(s, &encode_hello(rank, self.size, &nonce_m), deadline)
+            .map_err(Attempt::Dropped)?;
+        // A root that does not answer within a connection's time limit dropped us (or
+        // has not accepted yet): join again.
+        let step = (Instant::now() + CONN_TIMEOUT).min(deadline);
+        let body = read_frame(s, MAX_JOIN_LEN, step).map_err(Attempt::Dropped)?;
+        let nonce_r = match decode_challenge(&body) {
+            Ok(c) => c,
+            Err(Refusal::Text(t)) => return Err(fatal(format!("rendezvous root refused: {t}"))),
+            Err(Refusal::Bad(t)) => return Err(fatal(t)),
+        };
+        let n = Nonces {
+            rank,
+            m: nonce_m,
+            r: nonce_r.0,
+        };
+        let parts = mac_parts(LABEL_ROOT, self.token, self.size, &n);
+        if !mac_ok(&self.key, &parts, &[], &nonce_r.1) {
+            return Err(fatal(
+                "the rendezvous root does not hold this job's key (RINGBTL_JOB_KEY); \
+                 refusing to join"
+                    .into(),
+            ));
+        }
+        let join = encode_join(&self.key, self.token, self.size, &n, my_uris);
+        write_frame(s, &join, deadline).map_err(Attempt::Dropped)?;
+        let body = read_frame(s, MAX_TABLE_LEN, deadline + grace).map_err(|e| {
             if matches!(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
             ) {
-                Error::Wireup(format!(
-                    "rank {rank}: no address table from the rendezvous root at {} within {} ms; \
-                     the root reports which ranks are missing",
-                    list_addrs(root),
+                fatal(format!(
+                    "no address table from the rendezvous root within {} ms; the root \
+                     reports which ranks are missing",
                     (self.timeout + grace).as_millis()
                 ))
             } else {
-                Error::Wireup(format!("rank {rank}: rendezvous reply: {e}"))
+                Attempt::Dropped(e)
             }
         })?;
-        let table = decode_reply(&body, self.size)
-            .map_err(|e| Error::Wireup(format!("rank {rank}: {e}")))?;
-        Ok(table)
+        decode_reply(&body, &self.key, self.token, self.size, &n).map_err(fatal)
     }
 }
+
+/// How one join attempt failed.
+enum Attempt {
+    /// The connection was lost or dropped by the root: join again.
+    Dropped(io::Error),
+    /// A refusal or a failure that another attempt would meet again.
+    Fatal(Error),
+}
+
+/// At most this many joins dropped by the root before a member gives up (each after a
+/// pause, and never past the deadline).
+const MAX_JOIN_ATTEMPTS: u32 = 64;
 
 impl Modex for Rendezvous {
     fn exchange(&mut self, my_uris: &str) -> Result<Vec<String>, Error> {
@@ -335,6 +516,10 @@ impl Modex for Rendezvous {
 
     fn size(&self) -> u32 {
         self.size
+    }
+
+    fn job_key(&self) -> Option<JobKey> {
+        (!self.key.is_public()).then(|| self.key.clone())
     }
 }
 
@@ -381,15 +566,30 @@ pub fn format_ranks(ranks: &[u32]) -> String {
 
 const POLL_INTERVAL: Duration = Duration::from_millis(1);
 const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Connections waiting to send their join; more are refused (a flood cannot exhaust fds).
-const MAX_PENDING: usize = 1024;
-const STATUS_TABLE: u8 = 0;
-const STATUS_ERROR: u8 = 1;
+
+/// The nonces of one join and the rank it claims.
+#[derive(Debug, Clone, Copy)]
+struct Nonces {
+    rank: u32,
+    m: [u8; NONCE_LEN],
+    r: [u8; NONCE_LEN],
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// Waiting for the hello.
+    Hello,
+    /// Challenge sent; waiting for the join.
+    Join(Nonces),
+}
 
 struct Pending {
     stream: TcpStream,
     peer: SocketAddr,
     buf: Vec<u8>,
+    /// The connection's deadline for its next message.
+    until: Instant,
+    stage: Stage,
 }
 
 enum Poll {
@@ -400,7 +600,7 @@ enum Poll {
 }
 
 impl Pending {
-    /// Reads what is available without blocking; `Ready` once a whole join is buffered.
+    /// Reads what is available without blocking; `Ready` once a whole message is buffered.
     fn poll(&mut self) -> Poll {
         loop {
             let want = if self.buf.len() < 4 {
@@ -438,35 +638,85 @@ fn is_closed(s: &TcpStream) -> bool {
     }
 }
 
-fn encode_join(token: u64, rank: u32, size: u32, uris: &str) -> Vec<u8> {
-    let mut b = Vec::with_capacity(24 + uris.len());
+/// The fields every MAC of one join covers, after its label.
+fn mac_parts<'a>(label: &'a [u8], token: u64, size: u32, n: &'a Nonces) -> MacParts<'a> {
+    MacParts {
+        label,
+        head: {
+            let mut h = [0u8; 18];
+            h[..2].copy_from_slice(&VERSION.to_be_bytes());
+            h[2..10].copy_from_slice(&token.to_be_bytes());
+            h[10..14].copy_from_slice(&n.rank.to_be_bytes());
+            h[14..18].copy_from_slice(&size.to_be_bytes());
+            h
+        },
+        n,
+    }
+}
+
+/// A MAC's input: label | version | token | rank | size | Nm | Nr (then, for some,
+/// more data).
+struct MacParts<'a> {
+    label: &'a [u8],
+    head: [u8; 18],
+    n: &'a Nonces,
+}
+
+fn mac_of(key: &JobKey, p: &MacParts<'_>, more: &[u8]) -> [u8; MAC_LEN] {
+    key.mac(&[p.label, &p.head, &p.n.m, &p.n.r, more])
+}
+
+fn mac_ok(key: &JobKey, p: &MacParts<'_>, more: &[u8], mac: &[u8]) -> bool {
+    key.verify(&[p.label, &p.head, &p.n.m, &p.n.r, more], mac)
+}
+
+fn header(kind: u8, cap: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(7 + cap);
     b.extend_from_slice(&MAGIC);
     b.extend_from_slice(&VERSION.to_be_bytes());
-    b.extend_from_slice(&token.to_be_bytes());
-    b.extend_from_slice(&rank.to_be_bytes());
-    b.extend_from_slice(&size.to_be_bytes());
-    b.extend_from_slice(&(uris.len() as u16).to_be_bytes());
-    b.extend_from_slice(uris.as_bytes());
+    b.push(kind);
     b
 }
 
-/// Checks a join body; the error text is sent back to the joining rank.
-fn decode_join(b: &[u8], token: u64, size: u32) -> Result<(u32, String), String> {
+fn encode_hello(rank: u32, size: u32, nonce_m: &[u8; NONCE_LEN]) -> Vec<u8> {
+    let mut b = header(KIND_HELLO, 8 + NONCE_LEN);
+    b.extend_from_slice(&rank.to_be_bytes());
+    b.extend_from_slice(&size.to_be_bytes());
+    b.extend_from_slice(nonce_m);
+    b
+}
+
+/// Reads magic, version and kind; the error text is sent back (it names both versions).
+fn open_message<'a>(b: &'a [u8], kind: u8, what: &str) -> Result<Reader<'a>, String> {
     let mut r = Reader(b);
     if r.take(4) != Some(&MAGIC[..]) {
-        return Err("not a ringbtl rendezvous join (bad magic)".into());
+        return Err(format!("not a ringbtl rendezvous {what} (bad magic)"));
     }
-    let version = r.u16().ok_or("truncated join")?;
+    let version = r.u16().ok_or_else(|| format!("truncated {what}"))?;
     if version != VERSION {
         return Err(format!(
-            "rendezvous version {version:#06x} not supported (root speaks {VERSION:#06x})"
+            "rendezvous version {version:#06x} not supported (this side speaks {VERSION:#06x})"
         ));
     }
-    if r.u64().ok_or("truncated join")? != token {
-        return Err("job token mismatch".into());
+    match r.take(1) {
+        Some([k]) if *k == kind => Ok(r),
+        Some(_) => Err(format!("not a rendezvous {what}")),
+        None => Err(format!("truncated {what}")),
     }
+}
+
+/// Checks a hello: the rank it claims and the member's nonce.
+fn decode_hello(b: &[u8], size: u32) -> Result<(u32, [u8; NONCE_LEN]), String> {
+    let mut r = open_message(b, KIND_HELLO, "join")?;
     let rank = r.u32().ok_or("truncated join")?;
     let their_size = r.u32().ok_or("truncated join")?;
+    let nonce: [u8; NONCE_LEN] = r
+        .take(NONCE_LEN)
+        .and_then(|n| n.try_into().ok())
+        .ok_or("truncated join")?;
+    if !r.0.is_empty() {
+        return Err("trailing bytes after the join".into());
+    }
     if their_size != size {
         return Err(format!(
             "rank {rank} believes the job has {their_size} ranks, the root has {size}"
@@ -475,20 +725,87 @@ fn decode_join(b: &[u8], token: u64, size: u32) -> Result<(u32, String), String>
     if rank == 0 || rank >= size {
         return Err(format!("rank {rank} is out of range 1..{size}"));
     }
+    Ok((rank, nonce))
+}
+
+fn encode_challenge(key: &JobKey, token: u64, size: u32, n: &Nonces) -> Vec<u8> {
+    let mut b = header(KIND_CHALLENGE, NONCE_LEN + MAC_LEN);
+    b.extend_from_slice(&n.r);
+    b.extend_from_slice(&mac_of(key, &mac_parts(LABEL_ROOT, token, size, n), &[]));
+    b
+}
+
+/// What a member read instead of a challenge or table.
+enum Refusal {
+    /// The root's error reply.
+    Text(String),
+    /// Something unreadable.
+    Bad(String),
+}
+
+/// The root's nonce and MAC, or its refusal.
+fn decode_challenge(b: &[u8]) -> Result<([u8; NONCE_LEN], [u8; MAC_LEN]), Refusal> {
+    if let Ok(text) = decode_error(b) {
+        return Err(Refusal::Text(text));
+    }
+    let mut r = open_message(b, KIND_CHALLENGE, "challenge").map_err(Refusal::Bad)?;
+    let bad = || Refusal::Bad("truncated rendezvous challenge".into());
+    let nonce = r
+        .take(NONCE_LEN)
+        .and_then(|n| n.try_into().ok())
+        .ok_or_else(bad)?;
+    let mac = r
+        .take(MAC_LEN)
+        .and_then(|n| n.try_into().ok())
+        .ok_or_else(bad)?;
+    if !r.0.is_empty() {
+        return Err(Refusal::Bad("trailing bytes after the challenge".into()));
+    }
+    Ok((nonce, mac))
+}
+
+fn encode_join(key: &JobKey, token: u64, size: u32, n: &Nonces, uris: &str) -> Vec<u8> {
+    let mut b = header(KIND_JOIN, MAC_LEN + 2 + uris.len());
+    let mac = mac_of(
+        key,
+        &mac_parts(LABEL_MEMBER, token, size, n),
+        uris.as_bytes(),
+    );
+    b.extend_from_slice(&mac);
+    b.extend_from_slice(&(uris.len() as u16).to_be_bytes());
+    b.extend_from_slice(uris.as_bytes());
+    b
+}
+
+/// Checks a join (after the challenge `n`): its MAC, then its URI list.
+fn decode_join(
+    b: &[u8],
+    key: &JobKey,
+    token: u64,
+    size: u32,
+    n: &Nonces,
+) -> Result<String, String> {
+    let mut r = open_message(b, KIND_JOIN, "join")?;
+    let mac = r.take(MAC_LEN).ok_or("truncated join")?;
     let len = r.u16().ok_or("truncated join")? as usize;
     let uris = r.take(len).ok_or("truncated join")?;
     if !r.0.is_empty() {
         return Err("trailing bytes after the join".into());
     }
+    if !mac_ok(key, &mac_parts(LABEL_MEMBER, token, size, n), uris, mac) {
+        return Err(format!(
+            "rank {}: authentication failed (this process does not hold the job key, or its \
+             token differs)",
+            n.rank
+        ));
+    }
     let uris = std::str::from_utf8(uris).map_err(|_| "address list is not UTF-8".to_owned())?;
-    Ok((rank, uris.to_owned()))
+    Ok(uris.to_owned())
 }
 
-fn encode_table(table: &[String]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(11 + table.iter().map(|u| 2 + u.len()).sum::<usize>());
-    b.extend_from_slice(&MAGIC);
-    b.extend_from_slice(&VERSION.to_be_bytes());
-    b.push(STATUS_TABLE);
+/// The table's entries as they follow the MAC: count, then each list.
+fn encode_table_body(table: &[String]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(4 + table.iter().map(|u| 2 + u.len()).sum::<usize>());
     b.extend_from_slice(&(table.len() as u32).to_be_bytes());
     for u in table {
         b.extend_from_slice(&(u.len() as u16).to_be_bytes());
@@ -497,50 +814,63 @@ fn encode_table(table: &[String]) -> Vec<u8> {
     b
 }
 
-fn decode_reply(b: &[u8], size: u32) -> Result<Vec<String>, String> {
-    let mut r = Reader(b);
-    if r.take(4) != Some(&MAGIC[..]) || r.u16() != Some(VERSION) {
-        return Err("rendezvous root sent a reply we cannot read (bad magic or version)".into());
+fn encode_table(key: &JobKey, token: u64, n: &Nonces, body: &[u8]) -> Vec<u8> {
+    let mut b = header(STATUS_TABLE, MAC_LEN + body.len());
+    // The table's MAC does not depend on the job size: members check the count.
+    b.extend_from_slice(&mac_of(key, &mac_parts(LABEL_TABLE, token, 0, n), body));
+    b.extend_from_slice(body);
+    b
+}
+
+/// The text of an error reply (`Err` when `b` is not one).
+fn decode_error(b: &[u8]) -> Result<String, ()> {
+    let mut r = open_message(b, STATUS_ERROR, "reply").map_err(|_| ())?;
+    let len = r.u16().ok_or(())? as usize;
+    let text = r.take(len).ok_or(())?;
+    Ok(String::from_utf8_lossy(text).into_owned())
+}
+
+fn decode_reply(
+    b: &[u8],
+    key: &JobKey,
+    token: u64,
+    size: u32,
+    n: &Nonces,
+) -> Result<Vec<String>, String> {
+    if let Ok(text) = decode_error(b) {
+        return Err(format!("rendezvous root refused: {text}"));
     }
-    match r.take(1) {
-        Some([STATUS_ERROR]) => {
-            let len = r.u16().ok_or("truncated error reply")? as usize;
-            let text = r.take(len).ok_or("truncated error reply")?;
-            Err(format!(
-                "rendezvous root refused: {}",
-                String::from_utf8_lossy(text)
-            ))
-        }
-        Some([STATUS_TABLE]) => {
-            let count = r.u32().ok_or("truncated table")?;
-            if count != size {
-                return Err(format!(
-                    "table has {count} entries, the job has {size} ranks"
-                ));
-            }
-            let mut out = Vec::with_capacity(count.min(1 << 16) as usize);
-            for rank in 0..count {
-                let len = r.u16().ok_or("truncated table")? as usize;
-                let u = r.take(len).ok_or("truncated table")?;
-                let u = std::str::from_utf8(u)
-                    .map_err(|_| format!("address list of rank {rank} is not UTF-8"))?;
-                out.push(u.to_owned());
-            }
-            if !r.0.is_empty() {
-                return Err("trailing bytes after the table".into());
-            }
-            Ok(out)
-        }
-        _ => Err("unknown rendezvous reply".into()),
+    let mut r = open_message(b, STATUS_TABLE, "reply").map_err(|_| {
+        "rendezvous root sent a reply we cannot read (bad magic, version or kind)".to_owned()
+    })?;
+    let mac = r.take(MAC_LEN).ok_or("truncated table")?;
+    let body = r.0;
+    if !mac_ok(key, &mac_parts(LABEL_TABLE, token, 0, n), body, mac) {
+        return Err("the rendezvous table's MAC does not verify; refusing it".into());
     }
+    let count = r.u32().ok_or("truncated table")?;
+    if count != size {
+        return Err(format!(
+            "table has {count} entries, the job has {size} ranks"
+        ));
+    }
+    let mut out = Vec::with_capacity(count.min(1 << 16) as usize);
+    for rank in 0..count {
+        let len = r.u16().ok_or("truncated table")? as usize;
+        let u = r.take(len).ok_or("truncated table")?;
+        let u = std::str::from_utf8(u)
+            .map_err(|_| format!("address list of rank {rank} is not UTF-8"))?;
+        out.push(u.to_owned());
+    }
+    if !r.0.is_empty() {
+        return Err("trailing bytes after the table".into());
+    }
+    Ok(out)
 }
 
 fn send_error(s: &mut TcpStream, msg: &str, until: Instant) -> io::Result<()> {
     let text = &msg.as_bytes()[..msg.len().min(u16::MAX as usize)];
-    let mut b = Vec::with_capacity(9 + text.len());
-    b.extend_from_slice(&MAGIC);
-    b.extend_from_slice(&VERSION.to_be_bytes());
-    b.push(STATUS_ERROR);
+    let mut b = header(STATUS_ERROR, 2 + text.len());
     b.extend_from_slice(&(text.len() as u16).to_be_bytes());
     b.extend_from_slice(text);
     write_frame(s, &b, until)
@@ -670,11 +1000,6 @@ impl<'a> Reader<'a> {
         self.take(4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
-
-    fn u64(&mut self) -> Option<u64> {
-        self.take(8)
-            .map(|b| u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
-    }
 }
 
 #[cfg(test)]
@@ -683,6 +1008,10 @@ mod tests {
     use std::thread;
 
     const TOKEN: u64 = 0xfeed_f00d;
+
+    fn key() -> JobKey {
+        JobKey::from_bytes([0x21; 32])
+    }
 
     fn uri(rank: u32) -> String {
         format!(
@@ -696,7 +1025,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = l.local_addr().unwrap();
         (
-            Rendezvous::root(l, size, TOKEN, Duration::from_millis(timeout_ms)),
+            Rendezvous::root(l, size, TOKEN, Duration::from_millis(timeout_ms)).with_key(key()),
             a,
         )
     }
@@ -710,6 +1039,7 @@ mod tests {
             Duration::from_millis(timeout_ms),
         )
         .unwrap()
+        .with_key(key())
     }
 
     #[test]
@@ -746,7 +1076,7 @@ mod tests {
             .expect("the member reports a refused attempt before the root exists");
         assert_eq!((n, kind), (1, io::ErrorKind::ConnectionRefused));
         let l = TcpListener::bind(a).unwrap();
-        let mut r0 = Rendezvous::root(l, 2, TOKEN, Duration::from_secs(10));
+        let mut r0 = Rendezvous::root(l, 2, TOKEN, Duration::from_secs(10)).with_key(key());
         let t = r0.exchange("tcp://127.0.0.1:2").unwrap();
         assert_eq!(t, ["tcp://127.0.0.1:2", "tcp://127.0.0.1:1"]);
         assert_eq!(m.join().unwrap().unwrap(), t);
@@ -760,10 +1090,14 @@ mod tests {
             let t = r0.exchange(&uri(0));
             (t, r0.rejected())
         });
+        // Another token: the root's challenge does not verify, the member refuses to join.
         let bad = member(a, 1, n, TOKEN + 1, 5_000)
             .exchange(&uri(1))
             .unwrap_err();
-        assert!(bad.to_string().contains("job token mismatch"), "{bad}");
+        assert!(
+            bad.to_string().contains("does not hold this job's key"),
+            "{bad}"
+        );
         let wrong_size = member(a, 1, n + 1, TOKEN, 5_000)
             .exchange(&uri(1))
             .unwrap_err();
@@ -805,7 +1139,9 @@ mod tests {
         assert_eq!(t.unwrap(), t2);
         assert_eq!(t2[0], uri(0));
         assert_eq!(t2[2], uri(2));
-        assert_eq!(rejected, 3);
+        // The wrong size and the second claimant of rank 1 (the member with another token
+        // left on its own).
+        assert_eq!(rejected, 2);
     }
 
     #[test]
@@ -864,7 +1200,7 @@ mod tests {
         )
         .unwrap();
         let body = read_frame(&mut s, 1024, Instant::now() + Duration::from_secs(5)).unwrap();
-        assert!(decode_reply(&body, n).unwrap_err().contains("bad magic"));
+        assert!(decode_error(&body).unwrap().contains("bad magic"));
         // A silent connection does not block the others.
         let _idle = TcpStream::connect(a).unwrap();
         let t = member(a, 1, n, TOKEN, 10_000).exchange(&uri(1)).unwrap();
@@ -873,28 +1209,72 @@ mod tests {
         assert_eq!(rejected, 2);
     }
 
+    fn nonces(rank: u32) -> Nonces {
+        Nonces {
+            rank,
+            m: [1; NONCE_LEN],
+            r: [2; NONCE_LEN],
+        }
+    }
+
     #[test]
     fn codec_round_trip_and_bounds() {
-        let j = encode_join(7, 3, 4, "tcp://1.2.3.4:5");
+        let h = encode_hello(3, 4, &[9; NONCE_LEN]);
+        assert_eq!(decode_hello(&h, 4).unwrap(), (3, [9; NONCE_LEN]));
+        for cut in 0..h.len() {
+            assert!(decode_hello(&h[..cut], 4).is_err());
+        }
+        for bad in [0, 4] {
+            let e = decode_hello(&encode_hello(bad, 4, &[0; NONCE_LEN]), 4).unwrap_err();
+            assert!(e.contains("out of range"), "{e}");
+        }
+        let n = nonces(3);
+        let j = encode_join(&key(), 7, 4, &n, "tcp://1.2.3.4:5");
         assert_eq!(
-            decode_join(&j, 7, 4).unwrap(),
-            (3, "tcp://1.2.3.4:5".to_owned())
+            decode_join(&j, &key(), 7, 4, &n).unwrap(),
+            "tcp://1.2.3.4:5"
         );
         for cut in 0..j.len() {
-            assert!(decode_join(&j[..cut], 7, 4).is_err());
+            assert!(decode_join(&j[..cut], &key(), 7, 4, &n).is_err());
         }
-        assert!(decode_join(&encode_join(7, 0, 4, ""), 7, 4)
-            .unwrap_err()
-            .contains("out of range"));
-        assert!(decode_join(&encode_join(7, 4, 4, ""), 7, 4)
-            .unwrap_err()
-            .contains("out of range"));
+        // Another key, token, size, nonce or rank: the MAC does not verify.
+        let other = JobKey::from_bytes([0x22; 32]);
+        for (k, tok, size, nn) in [
+            (&other, 7, 4, n),
+            (&key(), 8, 4, n),
+            (&key(), 7, 5, n),
+            (
+                &key(),
+                7,
+                4,
+                Nonces {
+                    r: [3; NONCE_LEN],
+                    ..n
+                },
+            ),
+            (&key(), 7, 4, nonces(2)),
+        ] {
+            let e = decode_join(&j, k, tok, size, &nn).unwrap_err();
+            assert!(e.contains("authentication failed"), "{e}");
+        }
+        // The root's MAC is not a member's (labels differ): a reflected one fails.
+        let ch = encode_challenge(&key(), 7, 4, &n);
+        let (nr, mac_r) = decode_challenge(&ch).ok().unwrap();
+        assert_eq!(nr, n.r);
+        let mut reflected = header(KIND_JOIN, 0);
+        reflected.extend_from_slice(&mac_r);
+        reflected.extend_from_slice(&15u16.to_be_bytes());
+        reflected.extend_from_slice(b"tcp://1.2.3.4:5");
+        assert!(decode_join(&reflected, &key(), 7, 4, &n).is_err());
         let t = vec!["a".to_owned(), String::new(), "ccc".to_owned()];
-        let b = encode_table(&t);
-        assert_eq!(decode_reply(&b, 3).unwrap(), t);
-        assert!(decode_reply(&b, 4).is_err());
+        let b = encode_table(&key(), 7, &n, &encode_table_body(&t));
+        assert_eq!(decode_reply(&b, &key(), 7, 3, &n).unwrap(), t);
+        assert!(decode_reply(&b, &key(), 7, 4, &n).is_err());
+        assert!(decode_reply(&b, &other, 7, 3, &n)
+            .unwrap_err()
+            .contains("MAC"));
         for cut in 0..b.len() {
-            assert!(decode_reply(&b[..cut], 3).is_err());
+            assert!(decode_reply(&b[..cut], &key(), 7, 3, &n).is_err());
         }
         let size1 = Rendezvous::root(
             TcpListener::bind("127.0.0.1:0").unwrap(),
@@ -914,6 +1294,87 @@ mod tests {
             Duration::ZERO
         )
         .is_err());
+    }
+
+    /// Someone without the key claims rank 1 first: the root refuses it after the
+    /// challenge, and the real rank 1 joins. (The first join won before.)
+    #[test]
+    fn impersonation_is_refused_and_the_real_rank_joins() {
+        let n = 2;
+        let (mut r0, a) = root(n, 10_000);
+        let srv = thread::spawn(move || (r0.exchange(&uri(0)), r0.rejected()));
+        let impostor = Rendezvous::member(vec![a], 1, n, TOKEN, Duration::from_secs(5))
+            .unwrap()
+            .with_key(JobKey::from_bytes([0x66; 32]))
+            .exchange("tcp://6.6.6.6:666")
+            .unwrap_err();
+        assert!(
+            impostor
+                .to_string()
+                .contains("does not hold this job's key"),
+            "{impostor}"
+        );
+        // A raw impostor that answers the challenge with a made-up MAC.
+        let mut s = TcpStream::connect(a).unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        write_frame(&mut s, &encode_hello(1, n, &[7; NONCE_LEN]), until).unwrap();
+        let ch = read_frame(&mut s, 1024, until).unwrap();
+        let (nr, _) = decode_challenge(&ch).ok().unwrap();
+        let forged = encode_join(
+            &JobKey::from_bytes([0x66; 32]),
+            TOKEN,
+            n,
+            &Nonces {
+                rank: 1,
+                m: [7; NONCE_LEN],
+                r: nr,
+            },
+            "tcp://6.6.6.6:666",
+        );
+        write_frame(&mut s, &forged, until).unwrap();
+        let body = read_frame(&mut s, 1024, until).unwrap();
+        let text = decode_error(&body).unwrap();
+        assert!(text.contains("authentication failed"), "{text}");
+        // The reply carries nothing of the key.
+        assert!(!body.windows(4).any(|w| w == [0x21; 4]));
+        let t = member(a, 1, n, TOKEN, 10_000).exchange(&uri(1)).unwrap();
+        assert_eq!(t, vec![uri(0), uri(1)]);
+        let (t0, rejected) = srv.join().unwrap();
+        assert_eq!(t0.unwrap(), t);
+        assert_eq!(rejected, 1);
+    }
+
+    /// 1,100 idle connections to the root: they expire or make room, and every member
+    /// still joins. (The root refused members once 1,024 idle connections held it.)
+    #[test]
+    fn a_flood_of_idle_connections_does_not_stop_the_wireup() {
+        crate::reactor::sys::raise_nofile_limit();
+        let n = 4;
+        let (mut r0, a) = root(n, 30_000);
+        let srv = thread::spawn(move || (r0.exchange(&uri(0)), r0.rejected()));
+        let mut idle = Vec::new();
+        for _ in 0..1100 {
+            match TcpStream::connect(a) {
+                Ok(s) => idle.push(s),
+                Err(e) => panic!("flood connection {}: {e}", idle.len()),
+            }
+        }
+        let start = Instant::now();
+        let members: Vec<_> = (1..n)
+            .map(|r| thread::spawn(move || member(a, r, n, TOKEN, 30_000).exchange(&uri(r))))
+            .collect();
+        let want: Vec<String> = (0..n).map(uri).collect();
+        for m in members {
+            assert_eq!(m.join().unwrap().unwrap(), want);
+        }
+        let (t0, rejected) = srv.join().unwrap();
+        assert_eq!(t0.unwrap(), want);
+        assert!(rejected > 0, "idle connections were dropped");
+        println!(
+            "wire-up through 1,100 idle connections: {} ms, {rejected} dropped",
+            start.elapsed().as_millis()
+        );
+        drop(idle);
     }
 
     #[test]
