@@ -360,7 +360,7 @@ impl Wireup {
                             token,
                             timeout,
                         )?;
-                        if let Some(key) = env_job_key(&var)? {
+                        if let Some(key) = env_job_key(var)? {
                             r = r.with_key(key);
                         }
                         (info, Inner::Env(r))
