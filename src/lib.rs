@@ -59,7 +59,23 @@
 //!    together in the next one.
 //! 3. Nothing a peer sends can panic the process or make it allocate more than the
 //!    configured maximum frame size per connection; a violation fails that peer only.
+//!    A large payload's buffer grows as its bytes arrive (from 256 KiB, doubling), not
+//!    on the word of its header, and a frame whose bytes stop for
+//!    `RINGBTL_FRAME_STALL_MS` fails its connection. (We chose growth over a cap on the
+//!    memory of frames in progress: a cap would have to refuse or stall legitimate large
+//!    messages when many arrive at once; growth costs a stalled peer only what it sent.)
 //! 4. Steady state does not allocate per message (see `tests/alloc.rs`).
+//! 5. Admission is fair: an accepted connection whose handshake is not complete holds a
+//!    slot only until its first-bytes and handshake deadlines; past the half-open limits
+//!    (in all, and per source address) the oldest such connection is closed to admit
+//!    the newcomer; a dialer whose connection is closed, reset or refused as a duplicate
+//!    during the handshake retries until `RINGBTL_CONNECT_TIMEOUT_MS`. Running out of
+//!    descriptors pauses accepting (no busy loop); the soft `RLIMIT_NOFILE` is raised
+//!    to the hard limit once per process.
+//! 6. A peer that stops reading cannot grow the send queue without bound: past
+//!    `RINGBTL_MAX_QUEUED_BYTES` for one peer, [`Transport::send`] returns
+//!    [`SendError::WouldBlock`] and does not accept the message; progress, then send it
+//!    again.
 //!
 //! ## Backends
 //!
