@@ -689,7 +689,15 @@ impl Transport {
                 batch,
                 result,
             } => {
-                let result = result.map_err(|e| Errno::of(&e));
+                let result = result.map_err(|e| match Errno::of(&e) {
+                    // The kernel reports a timer's abort (ETIMEDOUT) to one operation
+                    // only; a send after it sees a plain EPIPE. The socket tells which.
+                    Errno::EPIPE => self
+                        .backend
+                        .end_cause(conn)
+                        .map_or(Errno::EPIPE, |c| Errno::of(&c)),
+                    errno => errno,
+                });
                 self.core.handle_sent(now, key(conn), batch, result);
             }
             Event::Recv { conn, rx, result } => match result {
