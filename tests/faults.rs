@@ -9,13 +9,20 @@
 //!   completes exactly once with an error; continued, the peer fails the same way.
 //! - `rst_mid_stream_fails_each_send_once`: in a network namespace of its own, an
 //!   nftables rule (`reject with tcp reset`) resets the connection mid-stream: both sides
-//!   fail, every send completes exactly once. Needs root and `nft`; skipped with the
-//!   reason otherwise (a failure with `RINGBTL_REQUIRE_ALL=1`).
+//!   fail, every send completes exactly once.
+//! - `link_down_fails_each_send_once`: the two processes in two namespaces joined by a
+//!   veth pair; the peer's end goes down mid-stream: with `TCP_USER_TIMEOUT` at 1 s both
+//!   sides fail (timed out, or unreachable on the side whose route went with the link),
+//!   every send completes exactly once.
+//!
+//! The last two need root, `ip` and `nft`; skipped with the reason otherwise (a failure
+//! with `RINGBTL_REQUIRE_ALL=1`).
 //!
 //! In every case each send `send()` accepted completes exactly once (counted by cookie),
 //! the completions that succeeded come first in send order, and every message delivered
-//! was checked (content, order, count). `SIGKILL` of the peer is in `multiprocess.rs`,
-//! a link going down and packet loss between hosts in `bench/tests/netns.rs`.
+//! was checked (content, order, count). `SIGKILL` of the peer is in `multiprocess.rs`;
+//! packet loss between hosts, and a link going down under `ringbtl-bench`, in
+//! `bench/tests/netns.rs`.
 //!
 //! The test binary re-executes itself as the peer (`RINGBTL_FAULT_CHILD` set), so it has
 //! its own `main` (harness = false). Arguments that are not options select the cases
@@ -55,6 +62,8 @@ const SHORT_USER_TIMEOUT: Duration = Duration::from_secs(1);
 const SOCKET_BUF: usize = 256 << 10;
 /// The stream counts as stalled when nothing moved for this long.
 const STALL: Duration = Duration::from_secs(1);
+/// The job key of both sides: the connections are authenticated, as in a real job.
+const JOB_KEY: &str = "6661756c74732d6d61747269782d6a6f622d6b65792d666f722d74657374732e";
 /// Every namespace made here is `rbtlf<pid>t<n>` (as in `bench/tests/netns.rs`).
 const NS_PREFIX: &str = "rbtlf";
 
@@ -77,7 +86,7 @@ fn main() {
     if cfg!(feature = "epoll") {
         kinds.push(BackendKind::Epoll);
     }
-    let cases: [Case; 3] = [
+    let cases: [Case; 4] = [
         (
             "sigstop_within_user_timeout_resumes",
             sigstop_within_user_timeout_resumes,
@@ -89,6 +98,10 @@ fn main() {
         (
             "rst_mid_stream_fails_each_send_once",
             rst_mid_stream_fails_each_send_once,
+        ),
+        (
+            "link_down_fails_each_send_once",
+            link_down_fails_each_send_once,
         ),
     ];
     let (mut passed, mut failed) = (0, 0);
@@ -280,12 +293,29 @@ struct Peer {
 
 impl Peer {
     fn spawn(kind: BackendKind, user_timeout: Duration) -> Self {
+        Self::spawn_in(kind, user_timeout, None)
+    }
+
+    /// The peer in network namespace `ns` (with its listen address), if given.
+    fn spawn_in(kind: BackendKind, user_timeout: Duration, ns: Option<(&str, &str)>) -> Self {
         let ms = user_timeout.as_millis().to_string();
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match ns {
+            // `ip netns exec` execs the program: the child's pid is the peer's.
+            Some((ns, listen)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c.env("RINGBTL_LISTEN", listen);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = cmd
             .env("RINGBTL_FAULT_CHILD", "1")
             .env("RINGBTL_BACKEND", backend_name(kind))
             .env("RINGBTL_TCP_USER_TIMEOUT_MS", &ms)
             .env("RINGBTL_RECV_MULTISHOT", "0")
+            .env("RINGBTL_JOB_KEY", JOB_KEY)
             .env("RINGBTL_SNDBUF", SOCKET_BUF.to_string())
             .env("RINGBTL_RCVBUF", SOCKET_BUF.to_string())
             .stdin(Stdio::piped())
@@ -363,6 +393,8 @@ struct Side {
     t: Transport,
     s: Stream,
     sent: u64,
+    /// Messages sent at most for now (the whole stream once the fault is in).
+    cap: u64,
     got: Rc<std::cell::Cell<u64>>,
     comp: Rc<RefCell<Vec<Completion>>>,
     fails: Rc<RefCell<Vec<(PeerId, FailReason)>>>,
@@ -370,8 +402,22 @@ struct Side {
 
 impl Side {
     fn new(kind: BackendKind, user_timeout: Duration, peer: &mut Peer) -> Self {
+        Self::listening(kind, user_timeout, peer, None)
+    }
+
+    /// This side, listening on `listen` if given.
+    fn listening(
+        kind: BackendKind,
+        user_timeout: Duration,
+        peer: &mut Peer,
+        listen: Option<std::net::SocketAddr>,
+    ) -> Self {
         let mut c = common::cfg(0, kind);
+        if listen.is_some() {
+            c.wireup.listen = listen;
+        }
         c.socket.recv_multishot = false;
+        c.set("RINGBTL_JOB_KEY", JOB_KEY).unwrap();
         c.socket.tcp_user_timeout = Some(user_timeout);
         c.socket.sndbuf = Some(SOCKET_BUF);
         c.socket.rcvbuf = Some(SOCKET_BUF);
@@ -385,16 +431,21 @@ impl Side {
             t,
             s: Stream::new(1, pattern()),
             sent: 0,
+            cap: FAULT_AT,
             got,
             comp,
             fails,
         }
     }
 
-    /// Both streams have been flowing, and this side has far more left to send than
-    /// the socket buffers hold: the fault catches sends pending.
-    fn midway(&self) -> bool {
-        self.got.get() >= FAULT_AT && self.completed() >= FAULT_AT
+    /// Streams until [`FAULT_AT`] messages have left and arrived, sending no further
+    /// meanwhile: this side then has far more left to send than the socket buffers hold,
+    /// and the fault catches sends pending.
+    fn midway(&mut self) {
+        self.until("before the fault", |s| {
+            s.got.get() >= FAULT_AT && s.completed() >= FAULT_AT
+        });
+        self.cap = N;
     }
 
     fn completed(&self) -> u64 {
@@ -407,7 +458,7 @@ impl Side {
 
     /// Keeps the window full (until the stream is sent or the peer failed), one pass.
     fn pass(&mut self) {
-        while !self.failed() && self.sent < N && self.sent - self.completed() < WINDOW {
+        while !self.failed() && self.sent < self.cap && self.sent - self.completed() < WINDOW {
             let m = self.s.next(LARGE_EVERY);
             match self.t.send(PeerId(1), Tag(m.tag), &m.segs, m.seq) {
                 Ok(()) => self.sent += 1,
@@ -488,7 +539,7 @@ impl Side {
 fn sigstop_within_user_timeout_resumes(kind: BackendKind) -> bool {
     let mut peer = Peer::spawn(kind, LONG_USER_TIMEOUT);
     let mut me = Side::new(kind, LONG_USER_TIMEOUT, &mut peer);
-    me.until("before the fault", Side::midway);
+    me.midway();
     peer.signal(libc::SIGSTOP);
     let stopped = Instant::now();
     let stall = me.until_stalled();
@@ -516,7 +567,7 @@ fn sigstop_within_user_timeout_resumes(kind: BackendKind) -> bool {
 fn sigstop_past_user_timeout_fails_each_send_once(kind: BackendKind) -> bool {
     let mut peer = Peer::spawn(kind, SHORT_USER_TIMEOUT);
     let mut me = Side::new(kind, SHORT_USER_TIMEOUT, &mut peer);
-    me.until("before the fault", Side::midway);
+    me.midway();
     peer.signal(libc::SIGSTOP);
     let stopped = Instant::now();
     me.until("for the connection to time out", |s| {
@@ -582,7 +633,7 @@ fn rst_mid_stream_fails_each_send_once(kind: BackendKind) -> bool {
 fn rst_in_namespace(kind: BackendKind, ns: &str) {
     let mut peer = Peer::spawn(kind, LONG_USER_TIMEOUT);
     let mut me = Side::new(kind, LONG_USER_TIMEOUT, &mut peer);
-    me.until("before the fault", Side::midway);
+    me.midway();
     // Every TCP segment but a reset is answered with a reset: both ends lose the
     // connection at their next segment.
     nft(
@@ -629,6 +680,110 @@ fn rst_in_namespace(kind: BackendKind, ns: &str) {
     assert!(
         !rules.contains("counter packets 0 "),
         "the rule reset nothing: {rules}"
+    );
+}
+
+fn link_down_fails_each_send_once(kind: BackendKind) -> bool {
+    let Some(here) = Netns::new() else {
+        return false;
+    };
+    let Some(there) = Netns::new() else {
+        return false;
+    };
+    // here: rf0 10.231.9.1/24 <-> there: rf1 10.231.9.2/24.
+    for args in [
+        &[
+            "-n",
+            &here.name,
+            "link",
+            "add",
+            "rf0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "rf1",
+            "netns",
+            &there.name,
+        ][..],
+        &[
+            "-n",
+            &here.name,
+            "addr",
+            "add",
+            "10.231.9.1/24",
+            "dev",
+            "rf0",
+        ],
+        &[
+            "-n",
+            &there.name,
+            "addr",
+            "add",
+            "10.231.9.2/24",
+            "dev",
+            "rf1",
+        ],
+        &["-n", &here.name, "link", "set", "rf0", "up"],
+        &["-n", &there.name, "link", "set", "rf1", "up"],
+    ] {
+        let o = ip(args);
+        assert!(o.0, "ip {args:?}: {}", o.1);
+    }
+    let (name, far) = (here.name.clone(), there.name.clone());
+    let r = thread::spawn(move || {
+        ns_enter(&name);
+        link_down_across(kind, &far);
+    })
+    .join();
+    drop((here, there));
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+    true
+}
+
+fn link_down_across(kind: BackendKind, far: &str) {
+    let mut peer = Peer::spawn_in(kind, SHORT_USER_TIMEOUT, Some((far, "10.231.9.2:0")));
+    let listen = "10.231.9.1:0".parse().unwrap();
+    let mut me = Side::listening(kind, SHORT_USER_TIMEOUT, &mut peer, Some(listen));
+    me.midway();
+    let o = ip(&["-n", far, "link", "set", "rf1", "down"]);
+    assert!(o.0, "link down: {}", o.1);
+    let down = Instant::now();
+    me.until("for the connection to time out", |s| {
+        s.failed() && s.completed() >= s.sent
+    });
+    let failed_after = down.elapsed();
+    let mine = me.report();
+    println!(
+        "  failed {:.2} s after the link went down: {} of {} sends ok, {} failed, {} messages \
+         received",
+        failed_after.as_secs_f64(),
+        mine.ok,
+        mine.sent,
+        mine.sent - mine.ok,
+        mine.got
+    );
+    mine.assert_exactly_once("here");
+    assert!(
+        mine.ok < mine.sent,
+        "no send was pending when the link went down: {mine:?}"
+    );
+    me.assert_lost_with(&[libc::ETIMEDOUT]);
+    let (theirs, out) = peer.finish();
+    print!(
+        "{}",
+        out.lines()
+            .filter(|l| l.starts_with("FAILURE"))
+            .map(|l| format!("  peer: {l}\n"))
+            .collect::<String>()
+    );
+    theirs.assert_exactly_once("peer");
+    assert_eq!(theirs.failures, 1, "{out}");
+    assert!(
+        ["timed out", "unreachable"].iter().any(|w| out.contains(w)),
+        "the peer failed for another reason: {out}"
     );
 }
 
