@@ -17,6 +17,8 @@
 //!   checked rounds still loses, duplicates and reorders nothing, and every send
 //!   completes once. Once per backend, as the link-down test.
 //!
+//! Every rank has the same job key (`RINGBTL_JOB_KEY`): connections are authenticated.
+//!
 //! Needs root and iproute2 (`ip`), and nftables (`nft`) for the loss; skipped with the
 //! reason otherwise (a failure with `RINGBTL_REQUIRE_ALL=1`), or when this machine cannot
 //! create network namespaces, veth pairs or bridges.
@@ -42,6 +44,10 @@ const JOB_LIMIT: Duration = Duration::from_secs(60);
 /// Payload bytes one rank sends in the default alltoall (8 B, 64 KiB and 1 MiB to each
 /// of 3 peers).
 const ALLTOALL_BYTES_PER_RANK: u64 = 3 * (8 + (64 << 10) + (1 << 20));
+
+/// The job key of every rank: the connections and the rendezvous are authenticated, as
+/// in a real job.
+const JOB_KEY: &str = "6e616d6573706163652d686f7374732d6a6f622d6b65792d666f722d74657374";
 
 /// Every namespace these tests make is named `rbtlf<pid>t...`: apart from those of
 /// `tools/ompi-netns.sh` (`rbtlompi`) and of a manual `tools/netns.sh up` (`rbtl`), so
@@ -263,6 +269,7 @@ impl Net {
             .env("RINGBTL_RANK", rank.to_string())
             .env("RINGBTL_SIZE", size.to_string())
             .env("RINGBTL_ROOT", root)
+            .env("RINGBTL_JOB_KEY", JOB_KEY)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
