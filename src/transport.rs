@@ -74,6 +74,9 @@ pub struct Stats {
     pub accept_errors: u64,
     /// Incoming connections dropped because too many handshakes were pending.
     pub accept_overload: u64,
+    /// Connections adopted from a peer's HELLO that ended before the peer sent a byte on
+    /// them (the dialer had given up on that dial): connected again, not failed.
+    pub abandoned_handshakes: u64,
     /// Gathered sends submitted (each carries one or more frames).
     pub batches: u64,
     /// Frames carried by those sends: `frames / batches` is the coalescing factor.
@@ -609,6 +612,7 @@ impl Transport {
             connect_retries: c.connect_retries,
             accept_errors: self.accept_errors,
             accept_overload: c.accept_overload,
+            abandoned_handshakes: c.abandoned_handshakes,
             zerocopy_sends: k.zerocopy_sends,
             zerocopy_copied: k.zerocopy_copied,
             batches: c.batches,

@@ -100,6 +100,10 @@ pub(super) struct Conn {
     /// can be read before our previous record's send completes): it joins the batch when
     /// the batch comes back.
     pub(super) held: Vec<u8>,
+    /// Acceptor: adopted from the peer's HELLO, and no byte from the peer on it yet. Our
+    /// frames wait until one comes: the dialer may have given up on this dial before it
+    /// read our ACCEPT (see [`Core::unconfirmed_lost`]).
+    pub(super) unconfirmed: bool,
 }
 
 impl Conn {
@@ -120,6 +124,7 @@ impl Conn {
             awaiting_first_bytes: false,
             hs: None,
             held: Vec::new(),
+            unconfirmed: false,
         }
     }
 

@@ -51,6 +51,13 @@
 //! a socket that is about to die. No queued frame is lost or sent twice: frames stay in
 //! the endpoint's queue until exactly one connection is adopted.
 //!
+//! A dial can outlive its dialer's interest: its HELLO may wait in the acceptor's queue
+//! past the dialer's handshake deadline, and the dialer then closes it. So the acceptor
+//! sends only the ACCEPT on a connection it adopted, and its frames follow the dialer's
+//! first bytes (a dialer always has a frame to send: it dialed to send one); a connection
+//! that ends before them was a failed handshake, not a lost peer, and the endpoint
+//! connects again with nothing lost (`Core::unconfirmed_lost`).
+//!
 //! Failure: every queued and in-flight send completes exactly once with an error, and a
 //! [`CoreEvent::PeerFailed`] is raised once. A send whose batch the driver holds (the
 //! kernel may still read its payload) completes when the batch comes back, so that its
@@ -191,6 +198,9 @@ pub struct Counters {
     /// Incoming connections still in their handshake closed to admit a newcomer (the
     /// oldest of their source, or of all; see `max_half_open`).
     pub accept_overload: u64,
+    /// Connections adopted from a peer's HELLO that ended before the peer sent a byte
+    /// on them (the dialer had given up on that dial): connected again, not failed.
+    pub abandoned_handshakes: u64,
     /// Gathered sends handed to the driver (one per batch).
     pub batches: u64,
     /// Frames (messages and FINs) carried by those batches.
@@ -467,7 +477,12 @@ impl Core {
             let silent =
                 c.awaiting_first_bytes && self.cfg.first_bytes_timeout < self.cfg.handshake_timeout;
             let stranger = c.is_stranger();
+            let unconfirmed = c.unconfirmed;
             let conn = ConnKey(i as u32);
+            if let (Stage::Open, Some(p), true) = (stage, peer, unconfirmed) {
+                self.confirm(p, conn);
+                continue;
+            }
             if let (Stage::Open, Some(p)) = (stage, peer) {
                 // The frame in progress saw no byte for `frame_stall`.
                 let stalled = self.cfg.frame_stall;

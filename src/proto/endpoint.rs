@@ -436,15 +436,66 @@ impl Core {
             self.kill_conn(old);
         }
         let accept = self.record(HelloKind::Accept);
+        let handshake = self.cfg.handshake_timeout;
         let c = self.conn_mut(conn).expect("conn exists");
         c.stage = Stage::Open;
         c.peer = Some(peer);
-        c.deadline = None;
         c.write_record(&accept);
-        // The ACCEPT leaves in the same batch as the first queued frames.
-        self.mark_dirty(peer);
-        self.submit_tx_if_no_frames(peer, conn);
+        // The ACCEPT leaves alone: our frames follow once the dialer's first bytes show
+        // that it took the connection (it always sends: it dialed to send), or at the
+        // handshake deadline counted from the accept, whichever comes first.
+        c.deadline = c.accepted_at.map(|(at, _)| at + handshake);
+        c.unconfirmed = c.deadline.is_some();
+        if let Some(d) = c.deadline {
+            self.arm_timer(d);
+        } else {
+            self.mark_dirty(peer);
+        }
+        self.submit_tx(conn);
         self.events.push_back(CoreEvent::Connected(peer));
+    }
+
+    /// Acceptor: the connection adopted from the peer's HELLO ended (closed, reset, a
+    /// failed send) before the peer sent a byte on it. The dialer gave up on that dial
+    /// before reading our ACCEPT: its handshake deadline passed while its HELLO waited in
+    /// our accept queue (a process that starts late or is not scheduled), or it adopted
+    /// our own dial meanwhile. That is a failed handshake, not a lost peer: nothing but
+    /// the ACCEPT was sent on it, so no frame is lost, and the endpoint connects again
+    /// (our dial after the retry delay, or the peer's own retry, whichever comes first).
+    pub(super) fn unconfirmed_lost(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        conn: ConnKey,
+        cause: Cause,
+    ) {
+        self.kill_conn(conn);
+        self.counters.abandoned_handshakes += 1;
+        let Some(ep) = self.ep_mut(peer) else { return };
+        if !matches!(ep.state, EpState::Connected { conn: c } if c == conn) {
+            return;
+        }
+        if ep.queue.is_empty() {
+            ep.state = EpState::Closed;
+            return;
+        }
+        ep.state = EpState::Connecting {
+            conn: None,
+            retry_at: None,
+        };
+        self.retry_or_fail(Some(now), peer, cause);
+    }
+
+    /// An unconfirmed connection (see [`unconfirmed_lost`](Self::unconfirmed_lost)) got
+    /// bytes from its peer (the dialer took it), or reached its deadline with neither
+    /// bytes nor an end (a silent peer gets our frames, as any connected peer does): our
+    /// frames may go.
+    pub(super) fn confirm(&mut self, peer: PeerId, conn: ConnKey) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.unconfirmed = false;
+            c.deadline = None;
+            self.mark_dirty(peer);
+        }
     }
 
     /// Dialer side: the acceptor's answer arrived.

@@ -122,6 +122,10 @@ impl Core {
         let (stage, peer) = (c.stage, c.peer);
         match (stage, peer) {
             (Stage::Dead, _) => {}
+            (Stage::Open, Some(peer)) if c.unconfirmed => {
+                let cause = err.map_or(Cause::ClosedInHandshake, Cause::Os);
+                self.unconfirmed_lost(now, peer, conn, cause);
+            }
             (Stage::Open, Some(peer)) => {
                 let ep = self.ep(peer).expect("open conn has an endpoint");
                 if ep.fin_rcvd {
@@ -204,6 +208,9 @@ impl Core {
                         rx.grow(cache);
                     }
                     let unread = *at < input.len() || (!rx.wants_all() && rx.pending() > 0);
+                    if unread && c.unconfirmed {
+                        self.confirm(peer, conn);
+                    }
                     if unread && self.data_after_fin(peer) {
                         return InputStep::Drop;
                     }
@@ -219,6 +226,7 @@ impl Core {
                             }
                             FrameKind::Fin => self.on_fin(peer, conn),
                         },
+                        Ok(None) if c.unconfirmed => return InputStep::Done,
                         Ok(None) => {
                             // A frame in progress must see its next bytes within
                             // `frame_stall` (checked by `handle_timeout`).

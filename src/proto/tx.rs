@@ -31,6 +31,10 @@ impl Core {
             let EpState::Connected { conn } = ep.state else {
                 continue;
             };
+            if slot(&mut self.conns, conn.0).is_some_and(|c| c.unconfirmed) {
+                // Frames wait for the dialer's first bytes (`Core::confirm`).
+                continue;
+            }
             self.fill_batch(peer, conn);
             held |= self.ep(peer).is_some_and(|e| !e.queue.is_empty());
         }
@@ -79,7 +83,10 @@ impl Core {
             return;
         }
         if let Err(e) = result {
-            if let Some(peer) = peer.filter(|_| stage == Stage::Open) {
+            let unconfirmed = self.conn_mut(conn).is_some_and(|c| c.unconfirmed);
+            if let Some(peer) = peer.filter(|_| stage == Stage::Open && unconfirmed) {
+                self.unconfirmed_lost(now, peer, conn, Cause::Os(e));
+            } else if let Some(peer) = peer.filter(|_| stage == Stage::Open) {
                 let cause = Cause::SendFailed(e);
                 self.fail_endpoint(peer, FailReason::ConnectionLost { peer, cause });
             } else {
@@ -159,13 +166,6 @@ impl Core {
             self.counters.batches += 1;
             self.counters.frames += batch.frames() as u64;
             self.todo.push_back(Todo::Transmit(conn));
-        }
-    }
-
-    /// Sends the handshake record now when the endpoint has no frames to append to it.
-    pub(super) fn submit_tx_if_no_frames(&mut self, peer: PeerId, conn: ConnKey) {
-        if self.ep(peer).is_some_and(|e| e.queue.is_empty()) {
-            self.submit_tx(conn);
         }
     }
 

@@ -26,6 +26,7 @@ use crate::wire::{
     FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN, NONCE_LEN, VERSION,
 };
 
+mod abandoned;
 mod admit;
 mod auth_handshake;
 mod close;
