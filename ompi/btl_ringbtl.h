@@ -56,6 +56,7 @@ typedef struct {
     /* A send pushes its bytes out at once (the caller may next block outside MPI, e.g. in
      * a PMIx call, as MPI_Comm_accept does): ringbtl_flush, which runs no callback. */
     unsigned sent_since_progress; /* sends since the last component progress */
+    bool progressing; /* inside ringbtl_progress: callbacks may run */
     bool threads; /* MPI_THREAD_MULTIPLE: every entry point takes `lock` */
     pthread_mutex_t lock; /* recursive: ob1 sends from inside our callbacks */
 } mca_btl_ringbtl_module_t;
@@ -68,6 +69,7 @@ typedef struct {
     int free_list_inc;
     unsigned int finalize_timeout_ms;
     unsigned int flush_batch;
+    unsigned int block_flush_ms;
     mca_btl_ringbtl_setting_t *settings; /* terminated by mca == NULL */
 } mca_btl_ringbtl_component_t;
 

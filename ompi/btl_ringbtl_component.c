@@ -101,6 +101,7 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
     .free_list_inc = 32,
     .finalize_timeout_ms = 2000,
     .flush_batch = 1,
+    .block_flush_ms = 2000,
     .settings = ringbtl_settings,
 };
 
@@ -179,6 +180,15 @@ static int component_register(void)
         "(message rate), for programs that do not use dynamic processes",
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, 0, OPAL_INFO_LVL_5,
         MCA_BASE_VAR_SCOPE_READONLY, &mca_btl_ringbtl_component.flush_batch);
+
+    (void) mca_base_component_var_register(
+        c, "block_flush_ms",
+        "Before Open MPI blocks in PMIx (fence, connect, disconnect, publish, lookup, "
+        "unpublish, spawn: MPI_Comm_connect/accept/spawn, MPI_Publish_name, ...), ringbtl is "
+        "progressed until every send accepted so far has left, connections included, for at "
+        "most this long (ms)",
+        MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, 0, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_READONLY, &mca_btl_ringbtl_component.block_flush_ms);
 
     for (mca_btl_ringbtl_setting_t *s = ringbtl_settings; s->mca != NULL; s++) {
         char help[512];
@@ -350,7 +360,9 @@ int mca_btl_ringbtl_progress(void)
         }
     }
     m->sent_since_progress = 0;
+    m->progressing = true;
     n = ringbtl_progress(m->rt);
+    m->progressing = false;
     RINGBTL_UNLOCK(m);
     if (n < 0) {
         if (!reported) {

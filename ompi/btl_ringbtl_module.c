@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "opal/datatype/opal_convertor.h"
 #include "opal/mca/pmix/pmix.h"
@@ -575,6 +576,133 @@ static int btl_sendi(struct mca_btl_base_module_t *btl,
     return OPAL_SUCCESS;
 }
 
+/* ---- blocking outside MPI ------------------------------------------------------------- */
+
+/* A send may wait in ringbtl's queue until the next progress (btl_ringbtl_flush_batch), so
+ * that a burst leaves gathered; and a send to a peer not connected yet needs progress to
+ * finish the connection (connect, handshake) before its bytes can leave. Open MPI itself
+ * blocks outside progress in some PMIx calls right after sending: MPI_Comm_connect's root
+ * broadcasts the port data to its group, often over new connections, and then waits in
+ * PMIx_Connect, which the others reach only once they have that data. Every blocking PMIx
+ * call of the client API that Open MPI makes after start-up (fence, connect, disconnect,
+ * publish, lookup, unpublish, spawn) therefore first progresses ringbtl until every send
+ * accepted so far has left (at most btl_ringbtl_block_flush_ms): the entries of opal_pmix
+ * (Open MPI's table of PMIx functions) are wrapped while the module lives, and put back at
+ * finalize. */
+static struct {
+    bool active;
+    opal_pmix_base_module_fence_fn_t fence;
+    opal_pmix_base_module_connect_fn_t connect;
+    opal_pmix_base_module_disconnect_fn_t disconnect;
+    opal_pmix_base_module_publish_fn_t publish;
+    opal_pmix_base_module_lookup_fn_t lookup;
+    opal_pmix_base_module_unpublish_fn_t unpublish;
+    opal_pmix_base_module_spawn_fn_t spawn;
+} pmix_orig;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+/* Sends accepted and not completed yet, over every peer. */
+static size_t unsent(mca_btl_ringbtl_module_t *m)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < m->nendpoints; i++) {
+        if (NULL != m->endpoints[i]) {
+            n += ringbtl_pending(m->rt, i);
+        }
+    }
+    return n;
+}
+
+static void flush_before_blocking(void)
+{
+    mca_btl_ringbtl_module_t *m = &mca_btl_ringbtl_module;
+    RINGBTL_LOCK(m);
+    if (NULL != m->rt && !m->closing) {
+        if (m->progressing) {
+            /* Called back from inside ringbtl's progress: no pass can run here. */
+            (void) ringbtl_flush(m->rt);
+        } else {
+            const double end = now_s() + mca_btl_ringbtl_component.block_flush_ms / 1e3;
+            m->progressing = true;
+            while (unsent(m) > 0 && now_s() < end) {
+                m->sent_since_progress = 0;
+                (void) ringbtl_progress(m->rt);
+            }
+            m->progressing = false;
+            (void) ringbtl_flush(m->rt);
+        }
+    }
+    RINGBTL_UNLOCK(m);
+}
+
+static int wrap_fence(opal_list_t *procs, int collect_data)
+{
+    flush_before_blocking();
+    return pmix_orig.fence(procs, collect_data);
+}
+static int wrap_connect(opal_list_t *procs)
+{
+    flush_before_blocking();
+    return pmix_orig.connect(procs);
+}
+static int wrap_disconnect(opal_list_t *procs)
+{
+    flush_before_blocking();
+    return pmix_orig.disconnect(procs);
+}
+static int wrap_publish(opal_list_t *info)
+{
+    flush_before_blocking();
+    return pmix_orig.publish(info);
+}
+static int wrap_lookup(opal_list_t *data, opal_list_t *info)
+{
+    flush_before_blocking();
+    return pmix_orig.lookup(data, info);
+}
+static int wrap_unpublish(char **keys, opal_list_t *info)
+{
+    flush_before_blocking();
+    return pmix_orig.unpublish(keys, info);
+}
+static int wrap_spawn(opal_list_t *job_info, opal_list_t *apps, opal_jobid_t *jobid)
+{
+    flush_before_blocking();
+    return pmix_orig.spawn(job_info, apps, jobid);
+}
+
+/* Wraps (or, with `on` false, puts back) each entry that is set. */
+static void pmix_wrap(bool on)
+{
+#define RINGBTL_WRAP(name)                                                               \
+    do {                                                                                 \
+        if (on && NULL != opal_pmix.name) {                                              \
+            pmix_orig.name = opal_pmix.name;                                             \
+            opal_pmix.name = wrap_##name;                                                \
+        } else if (!on && NULL != pmix_orig.name && wrap_##name == opal_pmix.name) {     \
+            opal_pmix.name = pmix_orig.name;                                             \
+        }                                                                                \
+    } while (0)
+    if (on == pmix_orig.active) {
+        return;
+    }
+    RINGBTL_WRAP(fence);
+    RINGBTL_WRAP(connect);
+    RINGBTL_WRAP(disconnect);
+    RINGBTL_WRAP(publish);
+    RINGBTL_WRAP(lookup);
+    RINGBTL_WRAP(unpublish);
+    RINGBTL_WRAP(spawn);
+#undef RINGBTL_WRAP
+    pmix_orig.active = on;
+}
+
 /* ---- finalize ------------------------------------------------------------------------- */
 
 static int btl_finalize(struct mca_btl_base_module_t *btl)
@@ -590,6 +718,7 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
      * failures are no longer reported. */
     m->closing = true;
     m->error_cb = NULL;
+    pmix_wrap(false);
     rc = ringbtl_destroy(m->rt, mca_btl_ringbtl_component.finalize_timeout_ms);
     if (RINGBTL_OK != rc && mca_btl_ringbtl_component.verbose > 0) {
         opal_output(0, "btl ringbtl: shutdown: %s (%s)", ringbtl_strerror(rc),
@@ -660,6 +789,7 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->scratch = NULL;
     m->scratch_len = 0;
     m->sent_since_progress = 0;
+    m->progressing = false;
     m->threads = threads;
     if (threads) {
         pthread_mutexattr_t attr;
@@ -701,5 +831,6 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     ringbtl_on_complete(rt, on_complete, m);
     ringbtl_on_error(rt, on_error, m);
     ringbtl_on_unknown_peer(rt, on_unknown_peer, m);
+    pmix_wrap(true);
     return OPAL_SUCCESS;
 }
