@@ -24,7 +24,7 @@
  *   pointer kept past the next failing call shows the newer message;
  * - after RINGBTL_ERR_INTERNAL the transport's state is unknown: destroy it;
  * - ringbtl_flush (added without a version bump: it only adds a symbol);
- * - ringbtl_on_unknown_peer (likewise).
+ * - ringbtl_on_unknown_peer, ringbtl_generate_job_key, ringbtl_set_job_key (likewise).
  *
  * Threads: one thread drives a transport. Every function taking a ringbtl_t must be
  * called on the thread that drives it, and every callback runs on that thread, from
@@ -138,6 +138,14 @@ size_t   ringbtl_max_segments(void);                    /* most iovecs per send 
 /* Adds peer `peer` with its URI list (as returned by its ringbtl_uris). Connections are
  * made lazily on first send. */
 int  ringbtl_add_peer(ringbtl_t *t, uint32_t peer, const char *uris);
+
+/* Job key (authenticated connections): a fresh one from the operating system's random
+ * source, as 64 hexadecimal digits and a NUL into out[65]; and the key of a live
+ * transport, for a key that arrives after creation (from the launcher's key-value store),
+ * before the first connection. RINGBTL_ERR_INVALID for a key that is not 64 hex digits.
+ * At creation the key is the setting RINGBTL_JOB_KEY (ringbtl_config_set). */
+int  ringbtl_generate_job_key(char out[65]);
+int  ringbtl_set_job_key(ringbtl_t *t, const char *hex);
 
 int  ringbtl_register(ringbtl_t *t, uint8_t tag, ringbtl_recv_fn fn, void *ctx);
 int  ringbtl_unregister(ringbtl_t *t, uint8_t tag);     /* allowed inside its own callback */

@@ -508,6 +508,62 @@ pub unsafe extern "C" fn ringbtl_on_error(t: *mut Ringbtl, f: ErrorFn, ctx: *mut
     })
 }
 
+/// Writes a fresh job key from the operating system's random source into `out` as 64
+/// hexadecimal digits and a NUL.
+///
+/// # Safety
+/// `out` is NULL or points to 65 writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_generate_job_key(out: *mut c_char) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        if out.is_null() {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_generate_job_key: out is NULL");
+        }
+        let key = match ringbtl::auth::JobKey::generate() {
+            Ok(k) => k,
+            Err(e) => return fail_with(&e),
+        };
+        let hex = key.to_hex();
+        debug_assert_eq!(hex.len(), 64);
+        // SAFETY: `out` points to 65 writable bytes (the caller's contract); `hex` holds 64
+        // ASCII bytes, then the NUL.
+        unsafe {
+            ptr::copy_nonoverlapping(hex.as_ptr().cast::<c_char>(), out, hex.len());
+            out.add(hex.len()).write(0);
+        }
+        RINGBTL_OK
+    })
+}
+
+/// Sets the job key of a live transport (64 hexadecimal digits), for a key that arrives
+/// after creation (from a launcher's key-value store), before the first connection.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `hex` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_set_job_key(t: *mut Ringbtl, hex: *const c_char) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return null_handle("ringbtl_set_job_key");
+        };
+        if hex.is_null() {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_set_job_key: key is NULL");
+        }
+        // SAFETY: non-null and NUL-terminated (the caller's contract).
+        let Ok(text) = unsafe { CStr::from_ptr(hex) }.to_str() else {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_set_job_key: key is not UTF-8");
+        };
+        match ringbtl::auth::JobKey::from_hex(text) {
+            Ok(k) => {
+                h.transport().set_job_key(k);
+                RINGBTL_OK
+            }
+            Err(e) => fail(RINGBTL_ERR_INVALID, format!("ringbtl_set_job_key: {e}")),
+        }
+    })
+}
+
 /// Sets (or with NULL clears) the resolver of processes that connect without having been
 /// added (lazy add of peers).
 ///

@@ -7,6 +7,8 @@
  * - sends from inside a receive callback and from inside a completion callback, nested
  *   progress and wait returning 0, a callback that unregisters itself, re-registration;
  * - error codes and messages for bad input;
+ * - a job key drawn by the library, set on live transports (and in the configuration of
+ *   the later ones): every connection below is authenticated with it;
  * - lazy add: a process A was never told about connects; A's resolver adds it and
  *   accepts, and its messages arrive; a declining resolver refuses another;
  * - a peer destroyed while sends to it are in flight: every send still completes once;
@@ -283,9 +285,14 @@ static int fail_done(void) {
     return 1;
 }
 
+static char job_key[65]; /* "" until drawn */
+
 static ringbtl_t *make(uint32_t id) {
     ringbtl_config_t *cfg = NULL;
     CHECK(ringbtl_config_new(id, &cfg) == RINGBTL_OK && cfg != NULL, "config_new");
+    if (job_key[0] != '\0') {
+        CHECK(ringbtl_config_set(cfg, "RINGBTL_JOB_KEY", job_key) == RINGBTL_OK, "set key");
+    }
     /* RINGBTL_BACKEND from the environment picks the backend under test */
     CHECK(ringbtl_config_from_env(cfg) == RINGBTL_OK, "config_from_env");
     CHECK(ringbtl_config_set(cfg, "RINGBTL_MAX_FRAME", "64k") == RINGBTL_OK, "set max frame");
@@ -369,6 +376,19 @@ int main(void) {
     A = make(0);
     B = make(1);
     CHECK(ringbtl_local_id(A) == 0 && ringbtl_local_id(B) == 1, "ids");
+    /* a job key, set on both before their first connection */
+    CHECK(ringbtl_generate_job_key(NULL) == RINGBTL_ERR_INVALID, "NULL out");
+    CHECK(ringbtl_generate_job_key(job_key) == RINGBTL_OK, "generate key");
+    CHECK(strlen(job_key) == 64 && strspn(job_key, "0123456789abcdef") == 64, "%s", "hex");
+    char other[65];
+    CHECK(ringbtl_generate_job_key(other) == RINGBTL_OK && strcmp(other, job_key) != 0,
+          "fresh keys differ");
+    CHECK(ringbtl_set_job_key(A, "abc") == RINGBTL_ERR_INVALID, "short key");
+    CHECK(strstr(ringbtl_last_error(), "64") != NULL, "says what is expected");
+    CHECK(ringbtl_set_job_key(A, NULL) == RINGBTL_ERR_INVALID, "NULL key");
+    CHECK(ringbtl_set_job_key(NULL, job_key) == RINGBTL_ERR_INVALID, "NULL transport");
+    CHECK(ringbtl_set_job_key(A, job_key) == RINGBTL_OK, "key of A");
+    CHECK(ringbtl_set_job_key(B, job_key) == RINGBTL_OK, "key of B");
     const char *backend = ringbtl_backend_name(A);
     CHECK(strcmp(backend, "uring") == 0 || strcmp(backend, "epoll") == 0, "%s", backend);
     CHECK(strncmp(ringbtl_uris(B), "tcp://", 6) == 0, "%s", ringbtl_uris(B));
