@@ -57,6 +57,10 @@ typedef struct {
      * a PMIx call, as MPI_Comm_accept does): ringbtl_flush, which runs no callback. */
     unsigned sent_since_progress; /* sends since the last component progress */
     bool progressing; /* inside ringbtl_progress: callbacks may run */
+    /* The job key is rank 0's, from the modex: still to be read (before any connection),
+     * or it could not be read (then no peer is reachable). */
+    bool key_pending;
+    bool key_failed;
     bool threads; /* MPI_THREAD_MULTIPLE: every entry point takes `lock` */
     pthread_mutex_t lock; /* recursive: ob1 sends from inside our callbacks */
 } mca_btl_ringbtl_module_t;
@@ -88,8 +92,12 @@ typedef struct mca_btl_ringbtl_frag {
 OBJ_CLASS_DECLARATION(mca_btl_ringbtl_frag_t);
 
 
+/* The modex key under which rank 0 publishes the job key (64 hex digits). */
+#define RINGBTL_MODEX_JOB_KEY "btl.ringbtl.job_key"
+
 int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool threads);
 int mca_btl_ringbtl_progress(void);
+int mca_btl_ringbtl_ensure_key(mca_btl_ringbtl_module_t *m);
 
 #define RINGBTL_LOCK(m)                                                                  \
     do {                                                                                 \

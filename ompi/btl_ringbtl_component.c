@@ -100,7 +100,7 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
     .free_list_max = -1,
     .free_list_inc = 32,
     .finalize_timeout_ms = 2000,
-    .flush_batch = 1,
+    .flush_batch = 0,
     .block_flush_ms = 2000,
     .settings = ringbtl_settings,
 };
@@ -174,10 +174,11 @@ static int component_register(void)
         c, "flush_batch",
         "A send hands its bytes to the kernel at once when it is the first since the last "
         "progress and, when this is N > 0, every N-th after it; the others leave together "
-        "at the next progress, gathered. 1 (default): every send at once, like btl tcp; "
-        "needed by MPI_Comm_connect/accept, whose collectives send several messages and "
-        "then block in PMIx without progress. 0 or N > 1: fewer system calls in bursts "
-        "(message rate), for programs that do not use dynamic processes",
+        "at the next progress, gathered into one write per peer. 0 (default): only the "
+        "first, the highest message rate; 1: every send at once, like btl tcp (for a "
+        "program that sends several messages and then blocks outside MPI waiting for their "
+        "receivers; Open MPI's own such waits, in PMIx, are covered by "
+        "btl_ringbtl_block_flush_ms)",
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, 0, OPAL_INFO_LVL_5,
         MCA_BASE_VAR_SCOPE_READONLY, &mca_btl_ringbtl_component.flush_batch);
 
@@ -265,6 +266,34 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
         snprintf(token, sizeof(token), "%u", (unsigned) me.jobid);
         (void) ringbtl_config_set(cfg, "RINGBTL_JOB_TOKEN", token);
     }
+    /* The job key, with no user configuration: rank 0 draws one and publishes it through
+     * the modex; the others read it before their first connection
+     * (mca_btl_ringbtl_ensure_key). A key the user gave (RINGBTL_JOB_KEY or
+     * RINGBTL_JOB_KEY_FILE, the same for every process) takes precedence. */
+    bool key_pending = false;
+    if (NULL == getenv("RINGBTL_JOB_KEY") && NULL == getenv("RINGBTL_JOB_KEY_FILE")) {
+        if (0 == me.vpid) {
+            char key[65];
+            rc = ringbtl_generate_job_key(key);
+            if (RINGBTL_OK == rc) {
+                OPAL_MODEX_SEND_VALUE(rc, OPAL_PMIX_GLOBAL, RINGBTL_MODEX_JOB_KEY, key,
+                                      OPAL_STRING);
+                if (OPAL_SUCCESS == rc) {
+                    rc = ringbtl_config_set(cfg, "RINGBTL_JOB_KEY", key) == RINGBTL_OK
+                             ? OPAL_SUCCESS
+                             : OPAL_ERROR;
+                }
+            }
+            memset(key, 0, sizeof(key));
+            if (OPAL_SUCCESS != rc) {
+                opal_output(0, "btl ringbtl: no job key published (%d: %s); declining", rc,
+                            ringbtl_last_error());
+                goto fail;
+            }
+        } else {
+            key_pending = true;
+        }
+    }
     /* ringbtl's own default listens on 127.0.0.1; an MPI job may span hosts. */
     if (NULL == getenv("RINGBTL_LISTEN")
         && RINGBTL_OK != component_set(cfg, "listen default", "RINGBTL_LISTEN", "auto")) {
@@ -310,6 +339,8 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
         return NULL;
     }
 
+    mca_btl_ringbtl_module.key_pending = key_pending;
+    mca_btl_ringbtl_module.key_failed = false;
     if (OPAL_SUCCESS != mca_btl_ringbtl_module_init(&mca_btl_ringbtl_module, rt,
                                                     enable_mpi_threads)) {
         ringbtl_destroy(rt, 0);
@@ -360,6 +391,9 @@ int mca_btl_ringbtl_progress(void)
         }
     }
     m->sent_since_progress = 0;
+    if (m->key_pending) {
+        (void) mca_btl_ringbtl_ensure_key(m);
+    }
     m->progressing = true;
     n = ringbtl_progress(m->rt);
     m->progressing = false;

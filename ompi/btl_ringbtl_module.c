@@ -11,6 +11,7 @@
 
 #include "opal/datatype/opal_convertor.h"
 #include "opal/mca/pmix/pmix.h"
+#include "opal/util/error.h"
 #include "opal/util/output.h"
 
 static void frag_construct(mca_btl_ringbtl_frag_t *f)
@@ -287,6 +288,40 @@ static mca_btl_ringbtl_endpoint_t *add_proc(mca_btl_ringbtl_module_t *m, opal_pr
     return ep->failed ? NULL : ep;
 }
 
+/* Every process but rank 0 reads rank 0's job key from the modex before its first
+ * connection (add_procs, an unknown peer, or the first progress, whichever comes first);
+ * rank 0 drew it and published it in btl_init. The read waits for rank 0's data. */
+int mca_btl_ringbtl_ensure_key(mca_btl_ringbtl_module_t *m)
+{
+    if (!m->key_pending) {
+        return m->key_failed ? OPAL_ERR_NOT_FOUND : OPAL_SUCCESS;
+    }
+    m->key_pending = false;
+    opal_process_name_t root = OPAL_PROC_MY_NAME;
+    root.vpid = 0;
+    char *key = NULL;
+    int rc;
+    OPAL_MODEX_RECV_VALUE(rc, RINGBTL_MODEX_JOB_KEY, &root, &key, OPAL_STRING);
+    if (OPAL_SUCCESS == rc && NULL != key) {
+        int frc = ringbtl_set_job_key(m->rt, key);
+        memset(key, 0, strlen(key));
+        rc = RINGBTL_OK == frc ? OPAL_SUCCESS : OPAL_ERR_BAD_PARAM;
+    } else if (OPAL_SUCCESS == rc) {
+        rc = OPAL_ERR_NOT_FOUND;
+    }
+    free(key);
+    if (OPAL_SUCCESS != rc) {
+        m->key_failed = true;
+        opal_output(0, "btl ringbtl: no job key from rank 0 in the modex (%s): connections "
+                       "cannot be authenticated, every peer is unreachable over ringbtl (set "
+                       "RINGBTL_JOB_KEY or RINGBTL_JOB_KEY_FILE for every process instead)",
+                    opal_strerror(rc));
+    } else if (mca_btl_ringbtl_component.verbose > 0) {
+        opal_output(0, "btl ringbtl: job key of rank 0 read from the modex");
+    }
+    return rc;
+}
+
 static int btl_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                              struct opal_proc_t **procs,
                              struct mca_btl_base_endpoint_t **peers, opal_bitmap_t *reachable)
@@ -297,6 +332,11 @@ static int btl_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
     int rc = OPAL_SUCCESS;
 
     RINGBTL_LOCK(m);
+    if (OPAL_SUCCESS != mca_btl_ringbtl_ensure_key(m)) {
+        /* Reported once; no peer is reachable without the job's key. */
+        RINGBTL_UNLOCK(m);
+        return OPAL_SUCCESS;
+    }
     for (size_t i = 0; i < nprocs; i++) {
         opal_proc_t *p = procs[i];
         if (p == self) {
@@ -338,7 +378,8 @@ static int on_unknown_peer(void *ctx, uint32_t peer)
     opal_process_name_t name = OPAL_PROC_MY_NAME;
     int rc;
 
-    if (m->closing || (opal_vpid_t) peer == name.vpid) {
+    if (m->closing || (opal_vpid_t) peer == name.vpid
+        || OPAL_SUCCESS != mca_btl_ringbtl_ensure_key(m)) {
         return 0;
     }
     name.vpid = (opal_vpid_t) peer;
@@ -486,7 +527,7 @@ static int frag_send(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_frag_t *f,
 static void flush(mca_btl_ringbtl_module_t *m)
 {
     /* The first send since the last progress always goes out; later ones of a burst every
-     * flush_batch sends (1, the default: all; 0: none), the rest with the next progress,
+     * flush_batch sends (0, the default: none; 1: all), the rest with the next progress,
      * gathered into one write per peer. */
     const unsigned batch = mca_btl_ringbtl_component.flush_batch;
     const unsigned k = m->sent_since_progress++;
@@ -790,6 +831,7 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->scratch_len = 0;
     m->sent_since_progress = 0;
     m->progressing = false;
+    /* key_pending / key_failed are set by btl_init before this. */
     m->threads = threads;
     if (threads) {
         pthread_mutexattr_t attr;

@@ -42,6 +42,15 @@ check ringbtl_check "self,ringbtl, 2 ranks, small eager limit and fragments" --m
   --mca btl_ringbtl_eager_limit 4096 --mca btl_ringbtl_max_send_size 32768 -np 2
 check ringbtl_check "self,vader,ringbtl, 4 ranks" --mca btl self,vader,ringbtl -np 4
 
+echo "-- the job key: rank 0 draws it, the others read it from the modex"
+out=$(timeout -k 5 180 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_verbose 1 -np 4 \
+  "$OMPI_OUT/ringbtl_check" 2>&1) || { echo "$out" >&2; echo "FAILED: job key" >&2; exit 1; }
+grep -q "ringbtl_check: OK" <<<"$out" || { echo "$out" >&2; exit 1; }
+n=$(grep -c "job key of rank 0 read from the modex" <<<"$out" || true)
+[ "$n" = 3 ] || { echo "$out" >&2; echo "ranks 1-3 read rank 0's key: $n of 3" >&2; exit 1; }
+! grep -qi "unauthenticated" <<<"$out" || { echo "$out" >&2; echo "ran unauthenticated" >&2; exit 1; }
+echo "ranks 1-3 read rank 0's job key; connections authenticated"
+
 # MPI_THREAD_MULTIPLE: four threads per rank exchanging at once (serialised, epoll).
 check ringbtl_threads "MPI_THREAD_MULTIPLE, self,ringbtl, 4 ranks" --mca btl self,ringbtl -np 4
 

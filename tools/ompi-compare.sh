@@ -80,6 +80,10 @@ for metric, label, _, op in rows:
         if not a or not b:
             continue
         ma, mb = statistics.median(a), statistics.median(b)
+        if mb == 0:
+            # A measure too small to show (8 B bandwidth rounds to 0.0 MB/s): no ratio.
+            print(f"| {label} | {fmt_size(s)} | {ma} | {mb} | n/a |  |  |")
+            continue
         ratio = ma / mb
         t = target.get((metric, s))
         met = "" if t is None else ("yes" if (ratio <= t if op == "<=" else ratio >= t) else "no")
