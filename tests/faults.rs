@@ -1,6 +1,9 @@
 //! The fault matrix on loopback, once per compiled backend: a checked stream both ways
 //! between this process and a peer process, and a fault in the middle of it.
 //!
+//! - `sigkill_mid_stream_fails_each_send_once`: the peer is killed (`SIGKILL`)
+//!   mid-stream: the connection fails at once, every pending send completes exactly once
+//!   with an error, and what arrived before was intact and in order.
 //! - `sigstop_within_user_timeout_resumes`: the peer is stopped (`SIGSTOP`) until the
 //!   stream has stalled, for less than `TCP_USER_TIMEOUT`, then continued (`SIGCONT`):
 //!   the stream resumes and completes, every message intact, in order, once.
@@ -20,9 +23,9 @@
 //!
 //! In every case each send `send()` accepted completes exactly once (counted by cookie),
 //! the completions that succeeded come first in send order, and every message delivered
-//! was checked (content, order, count). `SIGKILL` of the peer is in `multiprocess.rs`;
-//! packet loss between hosts, and a link going down under `ringbtl-bench`, in
-//! `bench/tests/netns.rs`.
+//! was checked (content, order, count). `multiprocess.rs` kills a peer that stopped
+//! reading; packet loss between hosts, and a link going down under `ringbtl-bench`, are
+//! in `bench/tests/netns.rs`.
 //!
 //! The test binary re-executes itself as the peer (`RINGBTL_FAULT_CHILD` set), so it has
 //! its own `main` (harness = false). Arguments that are not options select the cases
@@ -86,7 +89,11 @@ fn main() {
     if cfg!(feature = "epoll") {
         kinds.push(BackendKind::Epoll);
     }
-    let cases: [Case; 4] = [
+    let cases: [Case; 5] = [
+        (
+            "sigkill_mid_stream_fails_each_send_once",
+            sigkill_mid_stream_fails_each_send_once,
+        ),
         (
             "sigstop_within_user_timeout_resumes",
             sigstop_within_user_timeout_resumes,
@@ -534,6 +541,41 @@ impl Side {
             fails[0].1
         );
     }
+}
+
+fn sigkill_mid_stream_fails_each_send_once(kind: BackendKind) -> bool {
+    let mut peer = Peer::spawn(kind, LONG_USER_TIMEOUT);
+    let mut me = Side::new(kind, LONG_USER_TIMEOUT, &mut peer);
+    me.midway();
+    peer.child.kill().unwrap(); // SIGKILL
+    peer.child.wait().unwrap();
+    let killed = Instant::now();
+    me.until("for the connection to fail", |s| {
+        s.failed() && s.completed() >= s.sent
+    });
+    let failed_after = killed.elapsed();
+    let mine = me.report();
+    println!(
+        "  failed {:.2} s after SIGKILL: {} of {} sends ok, {} failed, {} messages received",
+        failed_after.as_secs_f64(),
+        mine.ok,
+        mine.sent,
+        mine.sent - mine.ok,
+        mine.got
+    );
+    mine.assert_exactly_once("here");
+    assert!(
+        mine.ok < mine.sent,
+        "no send was pending at the kill: {mine:?}"
+    );
+    let fails = me.fails.borrow();
+    assert_eq!(fails.len(), 1, "{fails:?}");
+    assert!(
+        matches!(fails[0].1, FailReason::ConnectionLost { .. }),
+        "failed with {}, not a lost connection",
+        fails[0].1
+    );
+    true
 }
 
 fn sigstop_within_user_timeout_resumes(kind: BackendKind) -> bool {
