@@ -659,6 +659,16 @@ fn rst_mid_stream_fails_each_send_once(kind: BackendKind) -> bool {
     };
     // The case runs on a thread that enters the namespace; the peer process and `nft`
     // are started from it and so live there too.
+    let probe = ip(&[
+        "netns", "exec", &ns.name, "nft", "add", "table", "inet", "rbtlf",
+    ]);
+    if !probe.0 {
+        common::skip(format_args!(
+            "the kernel refuses an nftables table: {}",
+            probe.1
+        ));
+        return false;
+    }
     let name = ns.name.clone();
     let r = thread::spawn(move || {
         ns_enter(&name);

@@ -519,13 +519,29 @@ fn three_percent_loss_between_hosts_alltoall_checked() {
     }
 }
 
-/// Why `nft` cannot be used here, if it cannot.
+/// Why `nft` cannot be used here, if it cannot: not installed, or the kernel refuses
+/// a bridge table (no nf_tables) in a namespace.
 fn no_nft() -> Option<String> {
     match Command::new("nft").arg("--version").output() {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!("`nft --version` failed: {}", text(&o.stderr))),
-        Err(e) => Some(format!("nftables (`nft`) is not installed: {e}")),
+        Ok(o) if o.status.success() => {}
+        Ok(o) => return Some(format!("`nft --version` failed: {}", text(&o.stderr))),
+        Err(e) => return Some(format!("nftables (`nft`) is not installed: {e}")),
     }
+    let ns = format!("{NS_PREFIX}{}tnft", std::process::id());
+    let add = ip(&["netns", "add", &ns]);
+    if !add.status.success() {
+        return Some(format!("cannot create a namespace: {}", text(&add.stderr)));
+    }
+    let t = ip(&[
+        "netns", "exec", &ns, "nft", "add", "table", "bridge", "rbtlf",
+    ]);
+    let _ = ip(&["netns", "delete", &ns]);
+    (!t.status.success()).then(|| {
+        format!(
+            "the kernel refuses an nftables bridge table: {}",
+            text(&t.stderr)
+        )
+    })
 }
 
 /// The switch drops 3 % of the IPv4 packets it forwards between the hosts, at random
