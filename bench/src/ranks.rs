@@ -529,32 +529,13 @@ impl Job {
         self.barrier()?;
         let peers: Vec<u32> = self.peers().collect();
         let deadline = Instant::now() + self.timeout;
-        let mut seq = 0u32;
-        for &size in sizes {
-            for _ in 0..rounds {
-                for &p in &peers {
-                    let msg = Bytes::from(pattern(self.rank, p, seq, size));
-                    // A refused send follows a failure: report its cause.
-                    flow::send(
-                        &mut self.tr,
-                        PeerId(p),
-                        TAG_DATA,
-                        &[msg],
-                        DATA_COOKIE | u64::from(seq),
-                        deadline,
-                    )
-                    .map_err(|e| self.failure().unwrap_or(e))?;
-                }
-                seq += 1;
-                // Let the transport drain between messages so large ones do not pile up.
-                self.tr.progress().map_err(|e| format!("progress: {e}"))?;
-            }
-        }
-        let seq_end = seq;
-        let total = u64::from(seq) * peers.len() as u64;
-        self.progress_until(deadline, "in the all-to-all", |s| {
-            s.data_completed >= total && s.checked >= total
-        })?;
+        // Data sends accepted, per peer (sequence numbers 0..accepted).
+        let mut accepted = vec![0u32; self.size as usize];
+        let sent = self.alltoall_sends(sizes, rounds, &peers, deadline, &mut accepted);
+        let seq_end = match sent {
+            Ok(seq_end) => seq_end,
+            Err(why) => return Err(self.settle_sends(why, &accepted)),
+        };
         self.check_sends_once()?;
         let s = self.st.borrow();
         // Every other rank delivered every sequence number exactly once, in order.
@@ -567,6 +548,82 @@ impl Job {
             }
         }
         Ok((s.checked, s.bytes))
+    }
+
+    /// The all-to-all's sends, then the wait for their completions and for every
+    /// message to arrive. Returns the number of messages sent to each peer.
+    fn alltoall_sends(
+        &mut self,
+        sizes: &[usize],
+        rounds: u32,
+        peers: &[u32],
+        deadline: Instant,
+        accepted: &mut [u32],
+    ) -> Result<u32, String> {
+        let mut seq = 0u32;
+        for &size in sizes {
+            for _ in 0..rounds {
+                for &p in peers {
+                    let msg = Bytes::from(pattern(self.rank, p, seq, size));
+                    // A refused send follows a failure: report its cause.
+                    flow::send(
+                        &mut self.tr,
+                        PeerId(p),
+                        TAG_DATA,
+                        &[msg],
+                        DATA_COOKIE | u64::from(seq),
+                        deadline,
+                    )
+                    .map_err(|e| self.failure().unwrap_or(e))?;
+                    accepted[p as usize] += 1;
+                }
+                seq += 1;
+                // Let the transport drain between messages so large ones do not pile up.
+                self.tr.progress().map_err(|e| format!("progress: {e}"))?;
+            }
+        }
+        let total = u64::from(seq) * peers.len() as u64;
+        self.progress_until(deadline, "in the all-to-all", |s| {
+            s.data_completed >= total && s.checked >= total
+        })?;
+        Ok(seq)
+    }
+
+    /// After a failed all-to-all: waits (at most 5 s) until every accepted data
+    /// send has completed, and adds to `why` whether each did so exactly once (a failed
+    /// peer must fail each pending send once).
+    fn settle_sends(&mut self, why: String, accepted: &[u32]) -> String {
+        const SETTLE: Duration = Duration::from_secs(5);
+        let want: u64 = accepted.iter().map(|&a| u64::from(a)).sum();
+        let st = self.st.clone();
+        let settled = self
+            .tr
+            .wait_until(Instant::now() + SETTLE, |_| {
+                st.borrow().data_completed >= want
+            })
+            .unwrap_or(false);
+        let s = self.st.borrow();
+        let n = s.plan.len();
+        let wrong = self.peers().find_map(|p| {
+            let done = &s.data_done[p as usize * n..(p as usize + 1) * n];
+            let a = accepted[p as usize] as usize;
+            done.iter()
+                .enumerate()
+                .find(|&(q, &d)| d != u8::from(q < a))
+                .map(|(q, &d)| (p, q, d))
+        });
+        match (settled, wrong) {
+            (true, None) => {
+                format!("{why}; each of the {want} accepted sends completed exactly once")
+            }
+            (_, Some((p, q, d))) => {
+                format!("{why}; the send of message {q} to rank {p} completed {d} times")
+            }
+            (false, None) => format!(
+                "{why}; {} of the {want} accepted sends completed within {SETTLE:?}",
+                s.data_completed
+            ),
+        }
     }
 
     /// Every data send of the all-to-all completed exactly once (so far).
