@@ -9,7 +9,7 @@
 //! Messages are a 4-byte big-endian length followed by the body; bodies are bounded
 //! ([`MAX_JOIN_LEN`], [`MAX_TABLE_LEN`]) and checked before anything is allocated. A join
 //! is a challenge-response over the job key (the same key as the transport's handshake;
-//! the public key when none is configured, see [`auth`](crate::auth)):
+//! the public key when none is configured, see [`auth`](mod@crate::auth)):
 //!
 //! ```text
 //! hello     = magic "RBRV" | version u16 | 2 u8 | rank u32 | size u32 | nonce Nm (32 B)
