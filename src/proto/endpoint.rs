@@ -442,9 +442,11 @@ impl Core {
         c.peer = Some(peer);
         c.write_record(&accept);
         // The ACCEPT leaves alone: our frames follow once the dialer's first bytes show
-        // that it took the connection (it always sends: it dialed to send), or at the
-        // handshake deadline counted from the accept, whichever comes first.
-        c.deadline = c.accepted_at.map(|(at, _)| at + handshake);
+        // that it took the connection (it always sends: it dialed to send), or two
+        // handshake timeouts after the accept, whichever comes first. A dialer that gave
+        // up did so one handshake timeout after its connect, before our accept: the
+        // second one is its time to be scheduled and close.
+        c.deadline = c.accepted_at.map(|(at, _)| at + 2 * handshake);
         c.unconfirmed = c.deadline.is_some();
         if let Some(d) = c.deadline {
             self.arm_timer(d);
