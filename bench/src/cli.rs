@@ -74,6 +74,12 @@ pub(crate) struct AlltoallArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub(crate) timeout: u64,
+
+    /// Wire-up: every rank sends to every other at once, so that both ranks of each pair
+    /// dial and one dial is refused as a simultaneous connect (default: the lower rank
+    /// of each pair dials, the higher answers on that connection).
+    #[arg(long)]
+    pub(crate) simultaneous: bool,
 }
 
 impl AlltoallArgs {

@@ -169,6 +169,8 @@ pub(crate) struct JobOpts {
     pub(crate) backend: Option<BackendKind>,
     pub(crate) mode: Option<ProgressMode>,
     pub(crate) timeout: Duration,
+    /// Wire-up with both ranks of each pair dialing (see [`Job::connect_all`]).
+    pub(crate) simultaneous: bool,
 }
 
 impl JobOpts {
@@ -178,6 +180,7 @@ impl JobOpts {
             backend: backend_of(run.backend)?,
             mode: run.mode,
             timeout: Duration::from_secs(run.timeout),
+            simultaneous: false,
         })
     }
 }
@@ -186,6 +189,8 @@ impl JobOpts {
 #[derive(Default)]
 struct Shared {
     hellos: u32,
+    /// Connection hellos seen per source rank.
+    hellos_from: Vec<bool>,
     /// Barrier arrivals at rank 0 per epoch, releases seen elsewhere (highest epoch).
     arrivals: BTreeMap<u32, u32>,
     released: Option<u32>,
@@ -230,9 +235,15 @@ pub(crate) struct Job {
     children: Vec<Child>,
     epoch: u32,
     timeout: Duration,
+    /// Wire-up with both ranks of each pair dialing (see [`Job::connect_all`]).
+    simultaneous: bool,
     /// From the start of wire-up (before the launcher's library is initialized) to every
     /// connection up.
     pub(crate) wireup: Duration,
+    /// The part of `wireup` after the address exchange: from the first message to every
+    /// peer until every connection is up (what an MPI program's first exchange with every
+    /// rank costs with lazy connections).
+    pub(crate) connect: Duration,
     /// How the rank found its peers (`PMIx`, `PMI`, `env + root`...).
     pub(crate) how: String,
     /// Why the progress mode is what it is.
@@ -258,7 +269,9 @@ impl Job {
             };
         let mut job = Self::build(modex, children, how, local_size, loopback, opts)
             .map_err(|e| format!("rank {}: {e}", rank_of_env()))?;
+        let t1 = Instant::now();
         job.connect_all()?;
+        job.connect = t1.elapsed();
         job.wireup = t0.elapsed();
         Ok(job)
     }
@@ -334,6 +347,7 @@ impl Job {
         }
         let st: Rc<RefCell<Shared>> = Rc::default();
         st.borrow_mut().next_seq = vec![0; size as usize];
+        st.borrow_mut().hellos_from = vec![false; size as usize];
         install_handlers(&mut tr, rank, &st)?;
         Ok(Self {
             tr,
@@ -345,7 +359,9 @@ impl Job {
             children,
             epoch: 0,
             timeout: opts.timeout,
+            simultaneous: opts.simultaneous,
             wireup: Duration::ZERO,
+            connect: Duration::ZERO,
             how,
             mode_note,
         })
@@ -372,16 +388,42 @@ impl Job {
     }
 
     /// One small message to every peer, and one from each: every connection is up (in
-    /// both directions, whichever side dialed) when it returns.
+    /// both directions) when it returns.
+    ///
+    /// Each pair connects once: a rank sends first to the ranks above it (it dials them),
+    /// and answers each rank below it once that rank's message has come, on the
+    /// connection that rank dialed. Were both to send at once, both would dial, and one
+    /// dial of every pair would be refused as a simultaneous connect: the transport
+    /// settles that too, at twice the connections and handshakes (`--simultaneous` asks
+    /// for it).
     fn connect_all(&mut self) -> Result<(), String> {
-        let others = self.size - 1;
+        let (me, others) = (self.rank, self.size - 1);
         let hello = [Bytes::from(self.rank.to_be_bytes().to_vec())];
-        for p in self.peers() {
+        let deadline = Instant::now() + self.timeout;
+        let all_at_once = self.simultaneous;
+        for p in self.peers().filter(|&p| all_at_once || p > me) {
             self.tr
                 .send(PeerId(p), TAG_HELLO, &hello, 0)
                 .map_err(|e| format!("hello to rank {p}: {e}"))?;
         }
-        let deadline = Instant::now() + self.timeout;
+        let mut answered = vec![all_at_once; me as usize];
+        while answered.iter().any(|a| !a) {
+            self.progress_until(deadline, "connecting to every rank", |s| {
+                s.hellos_from.iter().zip(&answered).any(|(&h, &a)| h && !a)
+            })?;
+            let came: Vec<u32> = {
+                let s = self.st.borrow();
+                (0..me)
+                    .filter(|&p| s.hellos_from[p as usize] && !answered[p as usize])
+                    .collect()
+            };
+            for p in came {
+                answered[p as usize] = true;
+                self.tr
+                    .send(PeerId(p), TAG_HELLO, &hello, 0)
+                    .map_err(|e| format!("hello to rank {p}: {e}"))?;
+            }
+        }
         self.progress_until(deadline, "connecting to every rank", |s| {
             s.hellos >= others && s.completed >= u64::from(others)
         })
@@ -815,8 +857,14 @@ fn check(src: u32, dst: u32, seq: u32, payload: &[u8], size: Option<usize>) -> R
 fn install_handlers(tr: &mut Transport, rank: u32, st: &Rc<RefCell<Shared>>) -> Result<(), String> {
     let reg = |e: ringbtl::Error| format!("registering a handler: {e}");
     let s = st.clone();
-    tr.register(TAG_HELLO, move |_, _| s.borrow_mut().hellos += 1)
-        .map_err(reg)?;
+    tr.register(TAG_HELLO, move |_, am| {
+        let mut s = s.borrow_mut();
+        s.hellos += 1;
+        if let Some(h) = s.hellos_from.get_mut(am.src.0 as usize) {
+            *h = true;
+        }
+    })
+    .map_err(reg)?;
     let s = st.clone();
     tr.register(TAG_BARRIER, move |_, am| {
         let mut s = s.borrow_mut();
@@ -1013,6 +1061,7 @@ pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
         backend: backend_of(args.backend)?,
         mode: args.mode,
         timeout,
+        simultaneous: args.simultaneous,
     };
     let mut job = Job::start(launch, &opts)?;
     let sizes = args.sizes();
@@ -1035,23 +1084,24 @@ pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
     // No send completed a second time since.
     job.check_sends_once()?;
     let exchange = t0.elapsed();
-    let mut rep = Vec::with_capacity(32);
+    let mut rep = Vec::with_capacity(40);
     for v in [
         job.wireup.as_nanos() as u64,
         exchange.as_nanos() as u64,
         checked,
         bytes,
+        job.connect.as_nanos() as u64,
     ] {
         rep.extend_from_slice(&v.to_be_bytes());
     }
     let all = job.gather(rep)?;
     if job.rank() == 0 {
-        let cols: Vec<[u64; 4]> = all
+        let cols: Vec<[u64; 5]> = all
             .iter()
-            .filter(|d| d.len() == 32)
+            .filter(|d| d.len() == 40)
             .map(|d| {
                 let f = |i: usize| u64::from_be_bytes(d[i * 8..i * 8 + 8].try_into().expect("8"));
-                [f(0), f(1), f(2), f(3)]
+                [f(0), f(1), f(2), f(3), f(4)]
             })
             .collect();
         let max = |i: usize| cols.iter().map(|c| c[i]).max().unwrap_or(0);
@@ -1064,6 +1114,13 @@ pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
                 "wire-up time (start to all connected): {:.3} ms (slowest rank), {:.3} ms (rank 0)",
                 max(0) as f64 / 1e6,
                 ms(job.wireup)
+            ),
+        );
+        say(
+            &job,
+            &format!(
+                "connect time (addresses known to all connected): {:.3} ms (slowest rank)",
+                max(4) as f64 / 1e6
             ),
         );
         say(
