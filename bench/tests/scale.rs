@@ -13,6 +13,7 @@ mod common;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -52,8 +53,10 @@ impl Drop for TmpDir {
 /// succeeded, its stdout and its stderr.
 fn alltoall(np: u32, args: &[&str]) -> (bool, String, String) {
     let _one = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
-    let tmp =
-        TmpDir(std::env::temp_dir().join(format!("ringbtl-scale-{}-{np}", std::process::id())));
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = format!("ringbtl-scale-{}-{n}", std::process::id());
+    let tmp = TmpDir(std::env::temp_dir().join(dir));
     std::fs::create_dir_all(&tmp.0).unwrap();
     let mut c = Command::new("mpirun");
     c.env("TMPDIR", &tmp.0)
@@ -133,11 +136,22 @@ fn mpirun_128_ranks_alltoall() {
     check(128, &alltoall(128, &[]), None);
 }
 
-/// 64 ranks on the epoll backend.
+/// 64 ranks whose wire-up has both ranks of every pair dial at once: one dial of each
+/// pair is refused as a simultaneous connect, many while their dialer is not scheduled.
+#[test]
+fn mpirun_64_ranks_simultaneous_connects() {
+    if !have_mpirun() {
+        return;
+    }
+    check(64, &alltoall(64, &["--simultaneous"]), None);
+}
+
+/// 64 ranks on the epoll backend, simultaneous connects too.
 #[test]
 fn mpirun_64_ranks_alltoall_epoll() {
     if !have_mpirun() {
         return;
     }
-    check(64, &alltoall(64, &["--backend", "epoll"]), Some("epoll"));
+    let run = alltoall(64, &["--backend", "epoll", "--simultaneous"]);
+    check(64, &run, Some("epoll"));
 }
