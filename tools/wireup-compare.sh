@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Wire-up at scale on one node: ringbtl's full mesh (`ringbtl-bench alltoall --sizes 8`,
+# PMIx found at run time, default settings) beside Open MPI's btl tcp full mesh
+# (tools/fullmesh.c: one message to and from every rank, lazy connections; pml ob1,
+# btl self,tcp), both under the same mpirun, on loopback, runs alternating between the
+# two. Prints every run, then the medians and the ratios Open MPI / ringbtl:
+#   ringbtl wire-up   start of the process (before the PMIx library is initialized) to
+#                     every connection up (slowest rank);
+#   ringbtl connect   the part of it after the address exchange (first message to every
+#                     rank until every connection is up);
+#   ompi init         MPI_Init (PMIx, modex);
+#   ompi exchange     the first full-mesh exchange after MPI_Init (every connection made);
+#   ompi warm         a second one (connections up).
+# The headline ratio is ompi exchange / ringbtl wire-up: above 1 means ringbtl's whole
+# wire-up, address exchange included, is shorter than Open MPI's exchange alone.
+#
+# Usage: tools/wireup-compare.sh [--runs N] [--np "64 128"] [--bin PATH]
+# Needs mpirun and mpicc (Debian: openmpi-bin, libopenmpi-dev); runs as root too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export LC_ALL=C
+
+runs=3; nps="64 128"; bin=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs="$2"; shift ;;
+    --np) nps="$2"; shift ;;
+    --bin) bin="$2"; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+for tool in mpirun mpicc; do
+  command -v "$tool" >/dev/null || { echo "$tool is not installed" >&2; exit 1; }
+done
+if [ -z "$bin" ]; then
+  cargo build --release -q -p ringbtl-bench
+  bin=target/release/ringbtl-bench
+fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/wireup-compare.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mpicc -O2 -o "$work/fullmesh" tools/fullmesh.c
+
+# mpirun on loopback only, oversubscribed, with a session directory of its own.
+launch() {
+  local np=$1; shift
+  local tmp; tmp=$(mktemp -d "$work/session.XXXXXX")
+  TMPDIR=$tmp timeout 600 mpirun --allow-run-as-root --oversubscribe \
+    --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo -np "$np" "$@"
+  local rc=$?
+  rm -rf "$tmp"
+  return $rc
+}
+
+# The number after `label` in `line` (ms).
+field() { sed -n "s/.*$1 \([0-9.]*\) ms.*/\1/p" <<<"$2" | head -1; }
+median() { sort -n | awk '{v[NR]=$1} END{if (NR == 0) print "nan"; else if (NR % 2) print v[(NR+1)/2]; else printf "%.3f\n", (v[NR/2]+v[NR/2+1])/2}'; }
+
+for np in $nps; do
+  : >"$work/r$np"; : >"$work/o$np"
+  for ((i = 1; i <= runs; i++)); do
+    out=$(launch "$np" -x RINGBTL_IF_INCLUDE=lo "$bin" alltoall --sizes 8 2>"$work/err") || {
+      echo "np=$np run $i: ringbtl-bench failed:" >&2; tail -5 "$work/err" >&2; exit 1; }
+    w=$(field "all connected):" "$(grep '^wire-up time' <<<"$out")")
+    c=$(field "all connected):" "$(grep '^connect time' <<<"$out")")
+    echo "$w $c" >>"$work/r$np"
+    out=$(launch "$np" --mca pml ob1 --mca btl self,tcp "$work/fullmesh" 2>"$work/err") || {
+      echo "np=$np run $i: fullmesh failed:" >&2; tail -5 "$work/err" >&2; exit 1; }
+    line=$(grep '^fullmesh:' <<<"$out")
+    oi=$(field "init" "$line"); oe=$(field "exchange" "$line"); ow=$(field "warm" "$line")
+    echo "$oi $oe $ow" >>"$work/o$np"
+    printf 'np=%-4s run %d: ringbtl wire-up %9.1f ms (connect %8.1f) | ompi init %9.1f ms, exchange %8.1f ms, warm %7.1f ms\n' \
+      "$np" "$i" "$w" "$c" "$oi" "$oe" "$ow"
+  done
+done
+
+echo
+echo "medians over $runs runs (ms); ratios Open MPI / ringbtl (above 1: ringbtl faster)"
+printf '%-5s %12s %12s %12s %12s %12s %16s %20s\n' np "rbtl wire-up" "rbtl connect" "ompi init" "ompi exch" \
+  "ompi warm" "exch/wire-up" "(init+exch)/wire-up"
+for np in $nps; do
+  w=$(cut -d' ' -f1 "$work/r$np" | median); c=$(cut -d' ' -f2 "$work/r$np" | median)
+  oi=$(cut -d' ' -f1 "$work/o$np" | median); oe=$(cut -d' ' -f2 "$work/o$np" | median)
+  ow=$(cut -d' ' -f3 "$work/o$np" | median)
+  oie=$(awk '{print $1 + $2}' "$work/o$np" | median)
+  printf '%-5s %12.1f %12.1f %12.1f %12.1f %12.1f %16.2f %20.2f\n' "$np" "$w" "$c" "$oi" "$oe" "$ow" \
+    "$(awk -v a="$oe" -v b="$w" 'BEGIN{print a / b}')" "$(awk -v a="$oie" -v b="$w" 'BEGIN{print a / b}')"
+done
