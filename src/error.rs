@@ -115,6 +115,8 @@ impl Errno {
     pub const ECANCELED: Self = Self(libc::ECANCELED);
     /// Broken pipe.
     pub const EPIPE: Self = Self(libc::EPIPE);
+    /// Connection aborted.
+    pub const ECONNABORTED: Self = Self(libc::ECONNABORTED);
     /// Input/output error: stands for an `io::Error` that carries no OS code.
     pub const EIO: Self = Self(libc::EIO);
 

@@ -687,7 +687,7 @@ impl Core {
 fn retry_in_handshake(cause: &Cause) -> bool {
     match cause {
         Cause::ClosedInHandshake | Cause::Refused(RejectReason::Duplicate) => true,
-        Cause::Os(e) => matches!(e.raw(), libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED),
+        Cause::Os(e) => matches!(*e, Errno::ECONNRESET | Errno::EPIPE | Errno::ECONNABORTED),
         _ => false,
     }
 }
