@@ -52,6 +52,8 @@ typedef struct {
     /* Aligned copy of a received frame whose bytes are not 8-byte aligned. */
     void *scratch;
     size_t scratch_len;
+    /* Received frames and bytes, and those copied for alignment (btl_ringbtl_verbose). */
+    uint64_t rx_frames, rx_bytes, rx_copied_frames, rx_copied_bytes;
     bool closing; /* finalize started: completions only recycle fragments */
     /* A send pushes its bytes out at once (the caller may next block outside MPI, e.g. in
      * a PMIx call, as MPI_Comm_accept does): ringbtl_flush, which runs no callback. */

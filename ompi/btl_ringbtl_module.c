@@ -156,8 +156,12 @@ static void deliver(mca_btl_ringbtl_module_t *m, uint32_t src, uint8_t tag, cons
                     (unsigned) tag, (unsigned) src);
         return;
     }
+    m->rx_frames++;
+    m->rx_bytes += len;
     /* ob1 reads its headers through typed pointers: give it 8-byte aligned bytes. */
     if (0 != ((uintptr_t) data & 7) && len > 0) {
+        m->rx_copied_frames++;
+        m->rx_copied_bytes += len;
         if (len > m->scratch_len) {
             void *p = NULL;
             if (0 != posix_memalign(&p, 64, len)) {
@@ -760,6 +764,13 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
     m->closing = true;
     m->error_cb = NULL;
     pmix_wrap(false);
+    if (mca_btl_ringbtl_component.verbose > 0) {
+        opal_output(0, "btl ringbtl: received %llu frames, %llu bytes; copied for alignment: "
+                       "%llu frames, %llu bytes",
+                    (unsigned long long) m->rx_frames, (unsigned long long) m->rx_bytes,
+                    (unsigned long long) m->rx_copied_frames,
+                    (unsigned long long) m->rx_copied_bytes);
+    }
     rc = ringbtl_destroy(m->rt, mca_btl_ringbtl_component.finalize_timeout_ms);
     if (RINGBTL_OK != rc && mca_btl_ringbtl_component.verbose > 0) {
         opal_output(0, "btl ringbtl: shutdown: %s (%s)", ringbtl_strerror(rc),
@@ -829,6 +840,7 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->nendpoints = 0;
     m->scratch = NULL;
     m->scratch_len = 0;
+    m->rx_frames = m->rx_bytes = m->rx_copied_frames = m->rx_copied_bytes = 0;
     m->sent_since_progress = 0;
     m->progressing = false;
     /* key_pending / key_failed are set by btl_init before this. */
