@@ -95,12 +95,23 @@ fn launcher(prog: &str, needle: &str) -> bool {
     found
 }
 
+/// A port for a rendezvous root that binds now, taken below the kernel's ephemeral range
+/// (`ip_local_port_range`, 32768 and up by default): a port the kernel hands out (to a
+/// `bind(0)` or to any outgoing connection on this machine) could be taken again between
+/// this check and rank 0's bind; one below that range is taken only by an explicit bind.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + start.wrapping_add(n.wrapping_mul(97)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between {LOW} and {}", LOW + SPAN);
 }
 
 /// The job succeeded, every message was checked, and every published address is a
