@@ -41,6 +41,9 @@ pub struct RxBuf {
     target: usize,
     /// For a whole buffer: the owner's note on what it holds (opaque here).
     whole: Option<u64>,
+    /// The next read brings at most this many bytes ([`cap_next_read`](Self::cap_next_read));
+    /// cleared by the [`commit`](Self::commit) of that read.
+    read_cap: Option<usize>,
 }
 
 impl RxBuf {
@@ -53,6 +56,7 @@ impl RxBuf {
             limit: capacity,
             target: 0,
             whole: None,
+            read_cap: None,
         }
     }
 
@@ -65,19 +69,34 @@ impl RxBuf {
             limit: 0,
             target: 0,
             whole: None,
+            read_cap: None,
         }
     }
 
     /// The region the next read may fill. Empty only when a whole buffer is full.
     #[inline]
     pub fn spare_mut(&mut self) -> &mut [u8] {
-        &mut self.data[self.filled..self.limit]
+        let end = match self.read_cap {
+            Some(n) => (self.filled + n).min(self.limit),
+            None => self.limit,
+        };
+        &mut self.data[self.filled..end]
     }
 
     /// Records that a read wrote `n` bytes at the start of [`spare_mut`](Self::spare_mut).
     #[inline]
     pub fn commit(&mut self, n: usize) {
         self.filled = (self.filled + n).min(self.limit);
+        self.read_cap = None;
+    }
+
+    /// Makes the next read (only that one) bring at most `n` bytes (at least 1): a cache
+    /// whose owner expects a record too large for it reads that record's header alone,
+    /// and its payload then goes straight into a buffer of its own rather than through
+    /// the cache and a copy.
+    #[inline]
+    pub fn cap_next_read(&mut self, n: usize) {
+        self.read_cap = Some(n.max(1));
     }
 
     /// True for a whole buffer: the reactor may ask the kernel to fill it completely
@@ -188,6 +207,7 @@ impl RxBuf {
         large.limit = window;
         large.target = len;
         large.whole = Some(note);
+        large.read_cap = None;
         large
     }
 

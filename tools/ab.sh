@@ -4,21 +4,28 @@
 # per metric, and the ratio B / A. Used to show that a change leaves performance where it was
 # (or moves it), side by side in one run rather than against numbers from another day.
 #
-# Usage: tools/ab.sh [--runs N] [--backend uring|epoll] A_BIN B_BIN
-#   A_BIN, B_BIN: two ringbtl-bench executables (e.g. built from two commits).
-# Measures: latency p50 at 8 B, 64 KiB and 1 MiB; bandwidth at 1 MiB; message rate at 8 B.
+# Usage: tools/ab.sh [--runs N] [--backend uring|epoll] [--lat-sizes L] [--bw-sizes L]
+#                    [--rate-sizes L] A_BIN B_BIN
+#   A_BIN, B_BIN: two ringbtl-bench executables (e.g. built from two commits), or two
+#   scripts that run one with different settings (`exec env RINGBTL_X=.. ringbtl-bench "$@"`).
+# Measures: latency p50 at 8 B, 64 KiB and 1 MiB; bandwidth at 1 MiB; message rate at 8 B
+# (each list may be changed; an empty one, "", skips that benchmark).
 set -euo pipefail
 
 runs=5
 backend=uring
+lat=8,64K,1M bw=1M rate=8
 while [ $# -gt 2 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
     --backend) backend=$2; shift 2 ;;
+    --lat-sizes) lat=$2; shift 2 ;;
+    --bw-sizes) bw=$2; shift 2 ;;
+    --rate-sizes) rate=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-[ $# -eq 2 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+[ $# -eq 2 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
 a=$1 b=$2
 for x in "$a" "$b"; do [ -x "$x" ] || { echo "not an executable: $x" >&2; exit 2; }; done
 
@@ -26,9 +33,12 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 one() { # label binary
   local label=$1 bin=$2
-  "$bin" latency --pin --json --backend "$backend" --sizes 8,64K,1M | sed "s/^/$label /" >>"$out/lines"
-  "$bin" bw --pin --json --backend "$backend" --sizes 1M --prewarm 500000000 | sed "s/^/$label /" >>"$out/lines"
-  "$bin" rate --pin --json --backend "$backend" --sizes 8 --prewarm 0 | sed "s/^/$label /" >>"$out/lines"
+  [ -z "$lat" ] || "$bin" latency --pin --json --backend "$backend" --sizes "$lat" \
+    | sed "s/^/$label /" >>"$out/lines"
+  [ -z "$bw" ] || "$bin" bw --pin --json --backend "$backend" --sizes "$bw" --prewarm 500000000 \
+    | sed "s/^/$label /" >>"$out/lines"
+  [ -z "$rate" ] || "$bin" rate --pin --json --backend "$backend" --sizes "$rate" --prewarm 0 \
+    | sed "s/^/$label /" >>"$out/lines"
 }
 for i in $(seq 1 "$runs"); do
   echo "run $i/$runs" >&2

@@ -249,6 +249,10 @@ impl Deframer {
             .take()
             .expect("cache parked during a large read");
         let mut large = mem::replace(rx, cache);
+        // A large payload is often followed by another: the next read takes the header
+        // alone, so that such a payload is read straight into its buffer rather than
+        // through the cache and a copy (a small frame next costs one more read).
+        rx.cap_next_read(HEADER_LEN);
         large.reset_large();
         large.trim(LARGE_KEEP);
         self.spare_large = Some(large);
@@ -394,6 +398,42 @@ mod tests {
         assert_eq!(feed(256, &s, &cuts), want);
         assert_eq!(deframe(256, &s, &cuts, false), want);
         assert_eq!(deframe(256, &s, &cuts, true), want);
+    }
+
+    /// After a large payload, the next read takes only a header: a second large payload
+    /// then goes straight into its own buffer (no byte of it through the cache), and a
+    /// small frame next still comes out whole.
+    #[test]
+    fn after_a_large_payload_the_next_read_is_a_header() {
+        let big = vec![7u8; 1000];
+        let mut s = frame(1, &big);
+        s.extend(frame(2, &big));
+        s.extend(frame(3, b"z"));
+        let mut d = Deframer::default();
+        let mut rx = cache(256);
+        let (mut off, mut got, mut header_reads) = (0, Vec::new(), 0);
+        while off < s.len() {
+            let offered = rx.spare_mut().len();
+            if !rx.wants_all() && rx.pending() == 0 && offered == HEADER_LEN {
+                header_reads += 1;
+            }
+            let spare = rx.spare_mut();
+            let n = spare.len().min(s.len() - off);
+            spare[..n].copy_from_slice(&s[off..off + n]);
+            rx.commit(n);
+            off += n;
+            let mut at = 0;
+            while let Some((h, src)) = d.frame(&mut rx, &[], &mut at, 1 << 24).unwrap() {
+                let Source::Cache(r) = src else { panic!("no input given") };
+                got.push((h.tag.0, rx.bytes(r).len()));
+            }
+            if !rx.wants_all() {
+                rx.compact();
+            }
+        }
+        assert_eq!(got, vec![(1, 1000), (2, 1000), (3, 1)]);
+        // The reads after the first and the second large payload.
+        assert_eq!(header_reads, 2);
     }
 
     /// A reused large-payload buffer grows to exactly the new frame, never to twice the
