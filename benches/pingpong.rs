@@ -152,11 +152,80 @@ fn pingpong(c: &mut Criterion) {
     g.finish();
 }
 
+/// Messages per window of [`window`].
+const WINDOW: u64 = 64;
+
+/// Message rate in one thread (osu_mbw_mr's loop without the wake-ups): `a` queues a window
+/// of 64 messages of 8 B, `b` answers the 64th with one message, both driven by one thread.
+/// Per message, it measures what ringbtl does for a small message: queue, coalesce,
+/// submit, receive, parse and dispatch. Under callgrind, instructions per message =
+/// total / (64 x windows printed).
+fn window(c: &mut Criterion) {
+    let mut kinds = Vec::new();
+    if cfg!(feature = "uring") {
+        kinds.push(("uring", BackendKind::Uring));
+    }
+    if cfg!(feature = "epoll") {
+        kinds.push(("epoll", BackendKind::Epoll));
+    }
+    let mut g = c.benchmark_group("window");
+    g.measurement_time(Duration::from_secs(3));
+    g.throughput(criterion::Throughput::Elements(WINDOW));
+    for (name, kind) in kinds {
+        let Some((mut a, mut b)) = pair(kind) else {
+            eprintln!("skipped: backend {name} unavailable here");
+            continue;
+        };
+        let payload = Bytes::from(vec![1u8; 8]);
+        let seen = Rc::new(Cell::new(0u64));
+        let s2 = seen.clone();
+        let ack = payload.clone();
+        b.register(Tag(1), move |t, am| {
+            s2.set(s2.get() + 1);
+            if s2.get() % WINDOW == 0 {
+                let _ = t.send(am.src, Tag(2), std::slice::from_ref(&ack), 0);
+            }
+        })
+        .expect("fresh tag");
+        let acks = Rc::new(Cell::new(0u64));
+        let a2 = acks.clone();
+        a.register(Tag(2), move |_, _| a2.set(a2.get() + 1))
+            .expect("fresh tag");
+        let windows = Cell::new(0u64);
+        let mut one = || {
+            windows.set(windows.get() + 1);
+            let want = acks.get() + 1;
+            for _ in 0..WINDOW {
+                a.send(PeerId(1), Tag(1), std::slice::from_ref(&payload), 0)
+                    .expect("send");
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while acks.get() < want {
+                a.progress().expect("progress");
+                b.progress().expect("progress");
+                assert!(Instant::now() < deadline, "window stalled");
+            }
+        };
+        g.bench_function(BenchmarkId::new(name, 8), |x| {
+            if windows.get() == 0 {
+                for _ in 0..100 {
+                    one(); // connect and warm up
+                }
+            }
+            x.iter(&mut one)
+        });
+        if windows.get() > 100 {
+            eprintln!("window/{name}/8: {} windows of {WINDOW}", windows.get());
+        }
+    }
+    g.finish();
+}
+
 // criterion_group! generates an undocumented function.
 #[allow(missing_docs)]
 mod group {
     use super::*;
-    criterion_group!(benches, pingpong);
+    criterion_group!(benches, pingpong, window);
 }
 use group::benches;
 criterion_main!(benches);
