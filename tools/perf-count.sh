@@ -5,8 +5,11 @@
 #
 #   Ir/rt        user-space instructions per round trip (valgrind --tool=callgrind)
 #   syscalls/rt  system calls per round trip, by name (strace -c -f)
+# and, for the variants window-uring and window-epoll (the one-thread message-rate window:
+# 64 messages of 8 B, one answer), the same per message ("rt" then reads "message").
 #
-# Usage: tools/perf-count.sh [--secs S] [--sizes 8,65536] [--variants plain,uring,epoll]
+# Usage: tools/perf-count.sh [--secs S] [--sizes 8,65536]
+#                            [--variants plain,uring,epoll,window-uring,window-epoll]
 #                            [--no-callgrind] [--no-strace]
 # Each variant runs `--profile-time S` (default 3) under the tool; the benchmark prints its
 # round-trip count (warm-up included), which divides the totals. Setup (connect, criterion)
@@ -14,7 +17,7 @@
 # hundred thousand instructions against tens of millions, under 1 %.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SECS=3 SIZES=8,65536 VARIANTS=plain,uring,epoll CG=1 ST=1
+SECS=3 SIZES=8,65536 VARIANTS=plain,uring,epoll,window-uring,window-epoll CG=1 ST=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --secs) SECS=$2; shift ;;
@@ -36,21 +39,36 @@ for l in sys.stdin:
 [ -x "$BIN" ] || { echo "perf-count.sh: no pingpong bench binary" >&2; exit 2; }
 TMP=$(mktemp -d /tmp/ringbtl-count.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-rounds() { sed -n "s/^pingpong\/.*: \([0-9]*\) round trips$/\1/p" "$1" | tail -1; }
+# Round trips, or messages of the window benchmark (64 per window).
+rounds() {
+    local w
+    w=$(sed -n "s/^window\/.*: \([0-9]*\) windows of \([0-9]*\)$/\1 \2/p" "$1" | tail -1)
+    if [ -n "$w" ]; then echo $(( ${w% *} * ${w#* } )); return; fi
+    sed -n "s/^pingpong\/.*: \([0-9]*\) round trips$/\1/p" "$1" | tail -1
+}
+# The criterion filter of a variant and size.
+filter() {
+    case $1 in
+        window-*) echo "window/${1#window-}/8\$" ;;
+        *) echo "pingpong/$1/$2\$" ;;
+    esac
+}
 printf '%-14s %12s %12s  %s\n' "variant/size" "Ir/rt" "syscalls/rt" "syscalls by name (per rt)"
 for size in ${SIZES//,/ }; do
     for v in ${VARIANTS//,/ }; do
+        # The window benchmark has one size (8 B): counted once, with the first size.
+        if [[ $v == window-* ]]; then [ "$size" = "${SIZES%%,*}" ] || continue; fi
         ir="-" sc="-" names=""
         if [ "$CG" = 1 ] && command -v valgrind >/dev/null; then
             valgrind --tool=callgrind --callgrind-out-file="$TMP/cg" "$BIN" --bench \
-                --profile-time "$SECS" "pingpong/$v/$size\$" >"$TMP/cg.log" 2>&1 || true
+                --profile-time "$SECS" "$(filter "$v" "$size")" >"$TMP/cg.log" 2>&1 || true
             n=$(rounds "$TMP/cg.log")
             tot=$(sed -n "s/.*I *refs: *\([0-9,]*\).*/\1/p" "$TMP/cg.log" | tr -d , | sort -n | tail -1)
             [ -n "$n" ] && [ -n "$tot" ] && ir=$((tot / n))
         fi
         if [ "$ST" = 1 ] && command -v strace >/dev/null; then
             strace -c -f -o "$TMP/st" "$BIN" --bench --profile-time "$SECS" \
-                "pingpong/$v/$size\$" >"$TMP/st.log" 2>&1 || true
+                "$(filter "$v" "$size")" >"$TMP/st.log" 2>&1 || true
             n=$(rounds "$TMP/st.log")
             if [ -n "$n" ]; then
                 read -r sc names < <(python3 - "$TMP/st" "$n" <<'PY'
@@ -68,6 +86,7 @@ PY
 )
             fi
         fi
-        printf '%-14s %12s %12s  %s\n' "$v/$size" "$ir" "$sc" "$names"
+        label="$v/$size"; [[ $v == window-* ]] && label="$v/8"
+        printf '%-14s %12s %12s  %s\n' "$label" "$ir" "$sc" "$names"
     done
 done
