@@ -182,7 +182,7 @@ fn window(c: &mut Criterion) {
         let ack = payload.clone();
         b.register(Tag(1), move |t, am| {
             s2.set(s2.get() + 1);
-            if s2.get() % WINDOW == 0 {
+            if s2.get().is_multiple_of(WINDOW) {
                 let _ = t.send(am.src, Tag(2), std::slice::from_ref(&ack), 0);
             }
         })

@@ -424,7 +424,9 @@ mod tests {
             off += n;
             let mut at = 0;
             while let Some((h, src)) = d.frame(&mut rx, &[], &mut at, 1 << 24).unwrap() {
-                let Source::Cache(r) = src else { panic!("no input given") };
+                let Source::Cache(r) = src else {
+                    panic!("no input given")
+                };
                 got.push((h.tag.0, rx.bytes(r).len()));
             }
             if !rx.wants_all() {
