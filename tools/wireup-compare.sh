@@ -11,8 +11,10 @@
 #   ompi init         MPI_Init (PMIx, modex);
 #   ompi exchange     the first full-mesh exchange after MPI_Init (every connection made);
 #   ompi warm         a second one (connections up).
-# The headline ratio is ompi exchange / ringbtl wire-up: above 1 means ringbtl's whole
-# wire-up, address exchange included, is shorter than Open MPI's exchange alone.
+# Ratios: ompi exchange / ringbtl wire-up (above 1: ringbtl's whole wire-up, launcher
+# library and address exchange included, is shorter than Open MPI's exchange alone);
+# (ompi init + exchange) / ringbtl wire-up (the same span on both sides); ompi exchange /
+# ringbtl connect (connections alone on both sides).
 #
 # Usage: tools/wireup-compare.sh [--runs N] [--np "64 128"] [--bin PATH]
 # Needs mpirun and mpicc (Debian: openmpi-bin, libopenmpi-dev); runs as root too.
@@ -77,13 +79,14 @@ done
 
 echo
 echo "medians over $runs runs (ms); ratios Open MPI / ringbtl (above 1: ringbtl faster)"
-printf '%-5s %12s %12s %12s %12s %12s %16s %20s\n' np "rbtl wire-up" "rbtl connect" "ompi init" "ompi exch" \
-  "ompi warm" "exch/wire-up" "(init+exch)/wire-up"
+printf '%-5s %12s %12s %12s %12s %12s %13s %20s %13s\n' np "rbtl wire-up" "rbtl connect" "ompi init" \
+  "ompi exch" "ompi warm" "exch/wire-up" "(init+exch)/wire-up" "exch/connect"
 for np in $nps; do
   w=$(cut -d' ' -f1 "$work/r$np" | median); c=$(cut -d' ' -f2 "$work/r$np" | median)
   oi=$(cut -d' ' -f1 "$work/o$np" | median); oe=$(cut -d' ' -f2 "$work/o$np" | median)
   ow=$(cut -d' ' -f3 "$work/o$np" | median)
   oie=$(awk '{print $1 + $2}' "$work/o$np" | median)
-  printf '%-5s %12.1f %12.1f %12.1f %12.1f %12.1f %16.2f %20.2f\n' "$np" "$w" "$c" "$oi" "$oe" "$ow" \
-    "$(awk -v a="$oe" -v b="$w" 'BEGIN{print a / b}')" "$(awk -v a="$oie" -v b="$w" 'BEGIN{print a / b}')"
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN{print a / b}'; }
+  printf '%-5s %12.1f %12.1f %12.1f %12.1f %12.1f %13.2f %20.2f %13.2f\n' "$np" "$w" "$c" "$oi" "$oe" "$ow" \
+    "$(ratio "$oe" "$w")" "$(ratio "$oie" "$w")" "$(ratio "$oe" "$c")"
 done
