@@ -13,7 +13,7 @@ set -euo pipefail
 
 secs=${1:-30}
 cd "$(dirname "$0")/.."
-targets=(wire_parse deframer engine)
+targets=(wire_parse deframer engine handshake rendezvous)
 
 if cargo fuzz --version >/dev/null 2>&1; then
     toolchain=()

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use bytes::Bytes;
-use ringbtl::buf::{RxBuf, TxBatch};
 use ringbtl::auth::{handshake_mac, JobKey, Side, Transcript};
+use ringbtl::buf::{RxBuf, TxBatch};
 use ringbtl::proto::core::{
     Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, NonceSource, Source, Step,
 };

@@ -10,6 +10,11 @@
 //!   reads, compared with a one-shot reference parse of the whole stream.
 //! - [`engine`]: a protocol engine (`Core`) accepting a connection from a peer that sends
 //!   arbitrary bytes, with the engine's send-completion and failure guarantees checked.
+//! - [`handshake`]: the authenticated handshake (either side) against a peer sending
+//!   well-formed, forged, replayed, reflected or mangled records: no endpoint is claimed,
+//!   and no AUTH is sent, without the key; nothing secret in a refusal.
+//! - [`rendezvous`]: the env + root rendezvous' records (hello, challenge, join, reply)
+//!   from arbitrary bytes, and their MACs against forgery.
 //!
 //! [`corpus`] turns a seed into input bytes deterministically, so that the same checks run
 //! on stable Rust without libFuzzer.
@@ -17,4 +22,6 @@
 pub mod corpus;
 pub mod deframer;
 pub mod engine;
+pub mod handshake;
+pub mod rendezvous;
 pub mod wire;

@@ -7,9 +7,7 @@
 
 use arbitrary::Arbitrary;
 use ringbtl::error::WireError;
-use ringbtl::wire::{
-    FrameKind, Header, Hello, HelloKind, Tag, HEADER_LEN, HELLO_LEN, PREFIX_LEN,
-};
+use ringbtl::wire::{FrameKind, Header, Hello, HelloKind, Tag, HEADER_LEN, HELLO_LEN, PREFIX_LEN};
 
 /// One fuzz case.
 #[derive(Debug, Arbitrary)]

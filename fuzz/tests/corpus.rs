@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
-use ringbtl_fuzz::{corpus, deframer, engine, wire};
+use ringbtl_fuzz::{corpus, deframer, engine, handshake, rendezvous, wire};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -57,4 +57,14 @@ fn deframer() {
 #[test]
 fn engine() {
     run_all("engine", engine::run);
+}
+
+#[test]
+fn handshake() {
+    run_all("handshake", handshake::run);
+}
+
+#[test]
+fn rendezvous() {
+    run_all("rendezvous", rendezvous::run);
 }

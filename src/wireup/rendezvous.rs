@@ -568,11 +568,14 @@ const POLL_INTERVAL: Duration = Duration::from_millis(1);
 const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The nonces of one join and the rank it claims.
-#[derive(Debug, Clone, Copy)]
-struct Nonces {
-    rank: u32,
-    m: [u8; NONCE_LEN],
-    r: [u8; NONCE_LEN],
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nonces {
+    /// The rank the member claims.
+    pub rank: u32,
+    /// The member's nonce (from its hello).
+    pub m: [u8; NONCE_LEN],
+    /// The root's nonce (from its challenge).
+    pub r: [u8; NONCE_LEN],
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -678,7 +681,8 @@ fn header(kind: u8, cap: usize) -> Vec<u8> {
     b
 }
 
-fn encode_hello(rank: u32, size: u32, nonce_m: &[u8; NONCE_LEN]) -> Vec<u8> {
+/// A member's hello: the rank it claims, the job size, its nonce.
+pub fn encode_hello(rank: u32, size: u32, nonce_m: &[u8; NONCE_LEN]) -> Vec<u8> {
     let mut b = header(KIND_HELLO, 8 + NONCE_LEN);
     b.extend_from_slice(&rank.to_be_bytes());
     b.extend_from_slice(&size.to_be_bytes());
@@ -705,8 +709,9 @@ fn open_message<'a>(b: &'a [u8], kind: u8, what: &str) -> Result<Reader<'a>, Str
     }
 }
 
-/// Checks a hello: the rank it claims and the member's nonce.
-fn decode_hello(b: &[u8], size: u32) -> Result<(u32, [u8; NONCE_LEN]), String> {
+/// Checks a hello (the root's side): the rank it claims and the member's nonce; the
+/// error text is sent back.
+pub fn decode_hello(b: &[u8], size: u32) -> Result<(u32, [u8; NONCE_LEN]), String> {
     let mut r = open_message(b, KIND_HELLO, "join")?;
     let rank = r.u32().ok_or("truncated join")?;
     let their_size = r.u32().ok_or("truncated join")?;
@@ -728,24 +733,27 @@ fn decode_hello(b: &[u8], size: u32) -> Result<(u32, [u8; NONCE_LEN]), String> {
     Ok((rank, nonce))
 }
 
-fn encode_challenge(key: &JobKey, token: u64, size: u32, n: &Nonces) -> Vec<u8> {
+/// The root's challenge: its nonce and its MAC (label root) over the join's fields.
+pub fn encode_challenge(key: &JobKey, token: u64, size: u32, n: &Nonces) -> Vec<u8> {
     let mut b = header(KIND_CHALLENGE, NONCE_LEN + MAC_LEN);
     b.extend_from_slice(&n.r);
     b.extend_from_slice(&mac_of(key, &mac_parts(LABEL_ROOT, token, size, n), &[]));
     b
 }
 
-/// What a member read instead of a challenge or table.
-enum Refusal {
+/// What a member read instead of a challenge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
     /// The root's error reply.
     Text(String),
     /// Something unreadable.
     Bad(String),
 }
 
-/// The root's nonce and MAC, or its refusal.
-fn decode_challenge(b: &[u8]) -> Result<([u8; NONCE_LEN], [u8; MAC_LEN]), Refusal> {
-    if let Ok(text) = decode_error(b) {
+/// The root's nonce and MAC, or its refusal (a member's side; the MAC is checked by the
+/// caller).
+pub fn decode_challenge(b: &[u8]) -> Result<([u8; NONCE_LEN], [u8; MAC_LEN]), Refusal> {
+    if let Some(text) = decode_error(b) {
         return Err(Refusal::Text(text));
     }
     let mut r = open_message(b, KIND_CHALLENGE, "challenge").map_err(Refusal::Bad)?;
@@ -764,7 +772,8 @@ fn decode_challenge(b: &[u8]) -> Result<([u8; NONCE_LEN], [u8; MAC_LEN]), Refusa
     Ok((nonce, mac))
 }
 
-fn encode_join(key: &JobKey, token: u64, size: u32, n: &Nonces, uris: &str) -> Vec<u8> {
+/// A member's join: its MAC (label member) over the join's fields and its URI list.
+pub fn encode_join(key: &JobKey, token: u64, size: u32, n: &Nonces, uris: &str) -> Vec<u8> {
     let mut b = header(KIND_JOIN, MAC_LEN + 2 + uris.len());
     let mac = mac_of(
         key,
@@ -777,8 +786,9 @@ fn encode_join(key: &JobKey, token: u64, size: u32, n: &Nonces, uris: &str) -> V
     b
 }
 
-/// Checks a join (after the challenge `n`): its MAC, then its URI list.
-fn decode_join(
+/// Checks a join (after the challenge `n`; the root's side): its MAC, then its URI
+/// list. The error text is sent back, and carries nothing secret.
+pub fn decode_join(
     b: &[u8],
     key: &JobKey,
     token: u64,
@@ -804,7 +814,7 @@ fn decode_join(
 }
 
 /// The table's entries as they follow the MAC: count, then each list.
-fn encode_table_body(table: &[String]) -> Vec<u8> {
+pub fn encode_table_body(table: &[String]) -> Vec<u8> {
     let mut b = Vec::with_capacity(4 + table.iter().map(|u| 2 + u.len()).sum::<usize>());
     b.extend_from_slice(&(table.len() as u32).to_be_bytes());
     for u in table {
@@ -814,7 +824,8 @@ fn encode_table_body(table: &[String]) -> Vec<u8> {
     b
 }
 
-fn encode_table(key: &JobKey, token: u64, n: &Nonces, body: &[u8]) -> Vec<u8> {
+/// The root's reply with the table: its MAC (label table) over the nonces and `body`.
+pub fn encode_table(key: &JobKey, token: u64, n: &Nonces, body: &[u8]) -> Vec<u8> {
     let mut b = header(STATUS_TABLE, MAC_LEN + body.len());
     // The table's MAC does not depend on the job size: members check the count.
     b.extend_from_slice(&mac_of(key, &mac_parts(LABEL_TABLE, token, 0, n), body));
@@ -822,22 +833,24 @@ fn encode_table(key: &JobKey, token: u64, n: &Nonces, body: &[u8]) -> Vec<u8> {
     b
 }
 
-/// The text of an error reply (`Err` when `b` is not one).
-fn decode_error(b: &[u8]) -> Result<String, ()> {
-    let mut r = open_message(b, STATUS_ERROR, "reply").map_err(|_| ())?;
-    let len = r.u16().ok_or(())? as usize;
-    let text = r.take(len).ok_or(())?;
-    Ok(String::from_utf8_lossy(text).into_owned())
+/// The text of an error reply (`None` when `b` is not one).
+pub fn decode_error(b: &[u8]) -> Option<String> {
+    let mut r = open_message(b, STATUS_ERROR, "reply").ok()?;
+    let len = r.u16()? as usize;
+    let text = r.take(len)?;
+    Some(String::from_utf8_lossy(text).into_owned())
 }
 
-fn decode_reply(
+/// Checks the root's reply (a member's side): an error reply's text, or the table
+/// whose MAC verifies and whose count is `size`.
+pub fn decode_reply(
     b: &[u8],
     key: &JobKey,
     token: u64,
     size: u32,
     n: &Nonces,
 ) -> Result<Vec<String>, String> {
-    if let Ok(text) = decode_error(b) {
+    if let Some(text) = decode_error(b) {
         return Err(format!("rendezvous root refused: {text}"));
     }
     let mut r = open_message(b, STATUS_TABLE, "reply").map_err(|_| {
