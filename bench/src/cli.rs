@@ -207,7 +207,23 @@ pub(crate) fn transport(
         .map_err(|e| e.to_string())?;
     cfg.socket.backend = backend;
     cfg.progress = mode;
+    if cfg.core.job_key.is_none() && cfg.core.job_key_file.is_none() {
+        // The two processes of a self-started run share a key: drawn by rank 0, handed
+        // to rank 1 in its environment (see `PeerProc::spawn`).
+        cfg.core.job_key = Some(run_key()?);
+    }
     Transport::new(cfg).map_err(|e| format!("creating the transport: {e}"))
+}
+
+/// The job key of a self-started two-process run: rank 0 draws it once; rank 1 was given
+/// it in `RINGBTL_JOB_KEY`.
+pub(crate) fn run_key() -> Result<ringbtl::auth::JobKey, String> {
+    static KEY: std::sync::OnceLock<ringbtl::auth::JobKey> = std::sync::OnceLock::new();
+    if let Some(k) = KEY.get() {
+        return Ok(k.clone());
+    }
+    let k = ringbtl::auth::JobKey::generate().map_err(|e| e.to_string())?;
+    Ok(KEY.get_or_init(|| k).clone())
 }
 
 /// The iteration counts for a header: `N (warm-up W)`, or, when `sizes` has sizes on

@@ -170,6 +170,11 @@ impl PeerProc {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        let set = |v: &str| std::env::var(v).is_ok_and(|x| !x.trim().is_empty());
+        if !set("RINGBTL_JOB_KEY") && !set("RINGBTL_JOB_KEY_FILE") {
+            // Rank 0's key (see `cli::transport`), not configured: hand it over.
+            cmd.env("RINGBTL_JOB_KEY", crate::cli::run_key()?.to_hex());
+        }
         let mut proc = cmd
             .spawn()
             .map_err(|e| format!("starting the peer process {}: {e}", exe.display()))?;
