@@ -92,8 +92,6 @@ pub(crate) struct Epoll {
     events: Vec<libc::epoll_event>,
     /// Connections to try this pass (deduplicated by `Io::queued`).
     run: Vec<usize>,
-    /// Most bytes per `sendmsg` (`SockOpts::send_chunk`, `usize::MAX` for no limit).
-    chunk: usize,
     /// `sendmsg` calls made (including those that found the socket full).
     send_calls: u64,
     /// Sends stored and not yet completed (blocked on `EPOLLOUT` or on a connect).
@@ -112,7 +110,6 @@ impl Epoll {
         let raw = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
         // SAFETY: epoll_create1 succeeded, so `raw` is a new descriptor nothing else owns.
         let epfd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let chunk = opts.send_chunk.unwrap_or(usize::MAX);
         Ok(Self {
             epfd,
             opts,
@@ -120,7 +117,6 @@ impl Epoll {
             listeners: Vec::new(),
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX],
             run: Vec::new(),
-            chunk,
             send_calls: 0,
             accept_pause: AcceptBackoff::new(),
             tx_waiting: 0,
@@ -146,9 +142,13 @@ impl Epoll {
     }
 
     /// Puts a new socket in a slot and registers it. On failure the socket is closed.
-    fn insert(&mut self, fd: OwnedFd, connecting: bool) -> io::Result<ConnId> {
+    fn insert(&mut self, fd: OwnedFd, connecting: bool, peer: &SocketAddr) -> io::Result<ConnId> {
         let raw = fd.as_raw_fd();
-        let idx = self.slots.insert(Io::new(fd, connecting));
+        let chunk = self.opts.send_chunk_for(peer);
+        let idx = self.slots.insert(Io {
+            chunk,
+            ..Io::new(fd, connecting)
+        });
         if let Err(e) = self.register(raw, self.slots.token(KIND_CONN, idx)) {
             self.slots.remove(idx);
             return Err(e);
@@ -215,7 +215,7 @@ impl Epoll {
                 out.push(Event::Connected { conn, result });
             }
             if s.send.busy() && s.io.writable {
-                if let Some(ev) = try_send(s, conn, self.chunk, &mut self.send_calls) {
+                if let Some(ev) = try_send(s, conn, &mut self.send_calls) {
                     out.push(ev);
                     self.tx_waiting -= 1;
                 }
@@ -244,7 +244,7 @@ impl Epoll {
                     Ok((fd, peer)) => {
                         self.accept_pause.accepted();
                         let made = sys::apply_opts(&SockRef::from(&fd), &self.opts, &peer)
-                            .and_then(|()| self.insert(fd, false));
+                            .and_then(|()| self.insert(fd, false, &peer));
                         out.push(match made {
                             Ok(conn) => Event::Accepted { conn, peer },
                             Err(e) => Event::AcceptError(e),
@@ -340,11 +340,11 @@ impl Backend for Epoll {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let started = SockRef::from(&fd).connect(&addr.into());
         match started {
-            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => self.insert(fd, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => self.insert(fd, true, &addr),
             // Loopback may finish (or refuse) at once; report it through poll like any other
             // completion, so the caller has one code path.
             result => {
-                let conn = self.insert(fd, false)?;
+                let conn = self.insert(fd, false, &addr)?;
                 if result.is_err() {
                     self.slots[conn.0 as usize].io.fail();
                 }
@@ -363,7 +363,7 @@ impl Backend for Epoll {
         // Write at once: on the latency path the socket is almost always writable, and the
         // completion still reaches the caller through `poll`.
         let done = if !s.io.connecting && s.io.writable {
-            try_send(s, conn, self.chunk, &mut self.send_calls)
+            try_send(s, conn, &mut self.send_calls)
         } else {
             None
         };
@@ -527,6 +527,8 @@ struct Io {
     connecting: bool,
     /// In `Epoll::run`.
     queued: bool,
+    /// Most bytes per `sendmsg` (`SockOpts::send_chunk_for`, `usize::MAX`: no limit).
+    chunk: usize,
 }
 
 impl Io {
@@ -539,6 +541,7 @@ impl Io {
             hup: false,
             connecting,
             queued: false,
+            chunk: usize::MAX,
         }
     }
 
@@ -575,8 +578,8 @@ fn has_work(s: &Slot<Io>) -> bool {
 
 /// Writes as much of the pending batch as the socket takes ([`SendOp::try_now`](super::op::SendOp::try_now)).
 /// Returns the completion when the send is over.
-fn try_send(s: &mut Slot<Io>, conn: ConnId, chunk: usize, calls: &mut u64) -> Option<Event> {
-    match s.send.try_now(s.io.raw_fd(), chunk, calls) {
+fn try_send(s: &mut Slot<Io>, conn: ConnId, calls: &mut u64) -> Option<Event> {
+    match s.send.try_now(s.io.raw_fd(), s.io.chunk, calls) {
         Attempt::Blocked => {
             s.io.writable = false;
             None

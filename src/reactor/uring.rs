@@ -136,6 +136,8 @@ struct Io {
     pausing: bool,
     /// Sends to this peer may use `SENDMSG_ZC` (configured, and not a loopback peer).
     zc: bool,
+    /// Most bytes per send (`SockOpts::send_chunk_for`, `usize::MAX`: no limit).
+    chunk: usize,
     /// Zero-copy notifications still to come: until then the kernel may read the
     /// batch's buffers, so the batch stays in the slot.
     zc_notifs: u32,
@@ -157,6 +159,7 @@ impl Io {
             starved: false,
             pausing: false,
             zc: false,
+            chunk: usize::MAX,
             zc_notifs: 0,
             zc_result: None,
             cancels: 0,
@@ -375,7 +378,7 @@ impl Uring {
             zerocopy: s.io.zc && self.opts.zerocopy_min.is_some_and(|m| left >= m),
             send_op: self.send_op,
         };
-        let chunk = self.opts.send_chunk.unwrap_or(usize::MAX);
+        let chunk = s.io.chunk;
         let entry = s
             .send
             .sqe(s.io.fd, chunk, how)
@@ -823,6 +826,7 @@ impl Backend for Uring {
         let (ptr, len) = (sa.as_ptr().cast::<libc::sockaddr>(), sa.len());
         let idx = self.slots.insert(Io {
             zc,
+            chunk: self.opts.send_chunk_for(&addr),
             connect: Some(sa),
             ..Io::new(fd)
         });
@@ -859,7 +863,7 @@ impl Backend for Uring {
             self.submit_send(idx);
             return;
         }
-        let chunk = self.opts.send_chunk.unwrap_or(usize::MAX);
+        let chunk = s.io.chunk;
         match s.send.try_now(s.io.fd, chunk, &mut self.send_direct) {
             Attempt::Done(result) => {
                 // Invariant: the batch was started above.

@@ -67,7 +67,11 @@ impl Uring {
             match setup {
                 Ok(peer) => {
                     let zc = self.zerocopy_for(&peer);
-                    let idx = self.slots.insert(Io { zc, ..Io::new(fd) });
+                    let idx = self.slots.insert(Io {
+                        zc,
+                        chunk: self.opts.send_chunk_for(&peer),
+                        ..Io::new(fd)
+                    });
                     out.push(Event::Accepted {
                         conn: ConnId(idx as u32),
                         peer,
