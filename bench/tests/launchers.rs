@@ -16,66 +16,23 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use common::process::{run_bounded, Ran as Run};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringbtl-bench");
 /// A job that has not finished by then is killed and fails the test.
 const LIMIT: Duration = Duration::from_secs(120);
 
-struct Run {
-    ok: bool,
-    status: String,
-    stdout: String,
-    stderr: String,
-}
-
 /// Runs `cmd` to completion or kills it after [`LIMIT`].
 fn run(mut cmd: Command) -> Run {
-    let what = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let drain = |mut r: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + LIMIT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{what} did not finish within {LIMIT:?}; stdout: {}; stderr: {}",
-                out.join().unwrap(),
-                err.join().unwrap()
-            );
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
-    Run {
-        ok: status.success(),
-        status: status.to_string(),
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    }
+    run_bounded(&mut cmd, LIMIT)
 }
 
 /// Whether `prog --version` runs and mentions `needle`; otherwise the test is skipped

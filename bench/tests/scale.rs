@@ -10,13 +10,13 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use common::process::run_bounded;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringbtl-bench");
 /// A job that has not finished by then is killed and fails the test.
@@ -66,34 +66,9 @@ fn alltoall(np: u32, args: &[&str]) -> (bool, String, String) {
         .args(["-np", &np.to_string()])
         .args(["-x", "RINGBTL_IF_INCLUDE=lo"])
         .args([BIN, "alltoall", "--sizes", "8", "--timeout", JOB_TIMEOUT])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let what = format!("{c:?}");
-    let mut child = c.spawn().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let drain = |mut r: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + LIMIT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not finish within {LIMIT:?}");
-        }
-        thread::sleep(Duration::from_millis(50));
-    };
-    (status.success(), out.join().unwrap(), err.join().unwrap())
+        .args(args);
+    let r = run_bounded(&mut c, LIMIT);
+    (r.ok, r.stdout, r.stderr)
 }
 
 /// The job succeeded with `np` ranks in block mode, every message checked, on loopback
