@@ -528,6 +528,45 @@ impl Side {
         )
     }
 
+    /// After a fault (`what`, injected `since` ago): this side's connection failed with
+    /// one of the OS errors `errno`, every send completed exactly once and some were still
+    /// pending; then the peer's own account: exactly once, one failure. Returns the peer's
+    /// report and output.
+    fn assert_failed_by(
+        &mut self,
+        peer: Peer,
+        what: &str,
+        since: Duration,
+        errno: &[i32],
+    ) -> (Report, String) {
+        let mine = self.report();
+        println!(
+            "  failed {:.2} s after {what}: {} of {} sends ok, {} failed, {} messages received",
+            since.as_secs_f64(),
+            mine.ok,
+            mine.sent,
+            mine.sent - mine.ok,
+            mine.got
+        );
+        mine.assert_exactly_once("here");
+        assert!(
+            mine.ok < mine.sent,
+            "no send was pending at {what}: {mine:?}"
+        );
+        self.assert_lost_with(errno);
+        let (theirs, out) = peer.finish();
+        print!(
+            "{}",
+            out.lines()
+                .filter(|l| l.starts_with("FAILURE"))
+                .map(|l| format!("  peer: {l}\n"))
+                .collect::<String>()
+        );
+        theirs.assert_exactly_once("peer");
+        assert_eq!(theirs.failures, 1, "{out}");
+        (theirs, out)
+    }
+
     /// The connection failed with the OS error `errno` (on reading or writing).
     fn assert_lost_with(&self, errno: &[i32]) {
         let fails = self.fails.borrow();
@@ -629,31 +668,7 @@ fn sigstop_past_user_timeout_fails_each_send_once(kind: BackendKind) -> bool {
     );
     assert!(refused.is_err(), "a send to the failed peer was accepted");
     peer.signal(libc::SIGCONT);
-    let mine = me.report();
-    println!(
-        "  failed {:.2} s after SIGSTOP: {} of {} sends ok, {} failed, {} messages received",
-        failed_after.as_secs_f64(),
-        mine.ok,
-        mine.sent,
-        mine.sent - mine.ok,
-        mine.got
-    );
-    mine.assert_exactly_once("here");
-    assert!(
-        mine.ok < mine.sent,
-        "no send was pending when the connection failed: {mine:?}"
-    );
-    me.assert_lost_with(&[libc::ETIMEDOUT]);
-    let (theirs, out) = peer.finish();
-    print!(
-        "{}",
-        out.lines()
-            .filter(|l| l.starts_with("FAILURE"))
-            .map(|l| format!("  peer: {l}\n"))
-            .collect::<String>()
-    );
-    theirs.assert_exactly_once("peer");
-    assert_eq!(theirs.failures, 1, "{out}");
+    me.assert_failed_by(peer, "SIGSTOP", failed_after, &[libc::ETIMEDOUT]);
     true
 }
 
@@ -706,24 +721,12 @@ fn rst_in_namespace(kind: BackendKind, ns: &str) {
         s.failed() && s.completed() >= s.sent
     });
     let failed_after = injected.elapsed();
-    let mine = me.report();
-    println!(
-        "  failed {:.2} s after the rule: {} of {} sends ok, {} failed, {} messages received",
-        failed_after.as_secs_f64(),
-        mine.ok,
-        mine.sent,
-        mine.sent - mine.ok,
-        mine.got
+    let (theirs, out) = me.assert_failed_by(
+        peer,
+        "the rule",
+        failed_after,
+        &[libc::ECONNRESET, libc::EPIPE],
     );
-    mine.assert_exactly_once("here");
-    assert!(
-        mine.ok < mine.sent,
-        "no send was pending at the reset: {mine:?}"
-    );
-    me.assert_lost_with(&[libc::ECONNRESET, libc::EPIPE]);
-    let (theirs, out) = peer.finish();
-    theirs.assert_exactly_once("peer");
-    assert_eq!(theirs.failures, 1, "{out}");
     assert!(
         theirs.got < N,
         "the peer received everything despite the reset: {out}"
@@ -811,32 +814,8 @@ fn link_down_across(kind: BackendKind, far: &str) {
         s.failed() && s.completed() >= s.sent
     });
     let failed_after = down.elapsed();
-    let mine = me.report();
-    println!(
-        "  failed {:.2} s after the link went down: {} of {} sends ok, {} failed, {} messages \
-         received",
-        failed_after.as_secs_f64(),
-        mine.ok,
-        mine.sent,
-        mine.sent - mine.ok,
-        mine.got
-    );
-    mine.assert_exactly_once("here");
-    assert!(
-        mine.ok < mine.sent,
-        "no send was pending when the link went down: {mine:?}"
-    );
-    me.assert_lost_with(&[libc::ETIMEDOUT]);
-    let (theirs, out) = peer.finish();
-    print!(
-        "{}",
-        out.lines()
-            .filter(|l| l.starts_with("FAILURE"))
-            .map(|l| format!("  peer: {l}\n"))
-            .collect::<String>()
-    );
-    theirs.assert_exactly_once("peer");
-    assert_eq!(theirs.failures, 1, "{out}");
+    let (_, out) =
+        me.assert_failed_by(peer, "the link went down", failed_after, &[libc::ETIMEDOUT]);
     assert!(
         ["timed out", "unreachable"].iter().any(|w| out.contains(w)),
         "the peer failed for another reason: {out}"
