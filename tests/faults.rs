@@ -35,7 +35,6 @@ mod common;
 
 use std::cell::RefCell;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::rc::Rc;
 use std::thread::{self, JoinHandle};
@@ -67,8 +66,6 @@ const SOCKET_BUF: usize = 256 << 10;
 const STALL: Duration = Duration::from_secs(1);
 /// The job key of both sides: the connections are authenticated, as in a real job.
 const JOB_KEY: &str = "6661756c74732d6d61747269782d6a6f622d6b65792d666f722d74657374732e";
-/// Every namespace made here is `rbtlf<pid>t<n>` (as in `bench/tests/netns.rs`).
-const NS_PREFIX: &str = "rbtlf";
 
 /// A case: its name, and its body, which returns whether it ran (not skipped).
 type Case = (&'static str, fn(BackendKind) -> bool);
@@ -116,7 +113,7 @@ fn main() {
         if !common::usable(kind) {
             continue;
         }
-        let backend = backend_name(kind);
+        let backend = kind.to_string();
         for (name, f) in cases {
             let full = format!("{backend}::{name}");
             if !filters.is_empty() && !filters.iter().any(|f| full.contains(f.as_str())) {
@@ -149,15 +146,6 @@ fn main() {
         std::process::exit(1);
     }
 }
-
-fn backend_name(kind: BackendKind) -> &'static str {
-    match kind {
-        BackendKind::Uring => "uring",
-        BackendKind::Epoll => "epoll",
-        BackendKind::Auto => "auto",
-    }
-}
-
 /// What the peer printed at the end of its run.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Report {
@@ -323,7 +311,7 @@ impl Peer {
         };
         let mut child = cmd
             .env("RINGBTL_FAULT_CHILD", "1")
-            .env("RINGBTL_BACKEND", backend_name(kind))
+            .env("RINGBTL_BACKEND", kind.to_string())
             .env("RINGBTL_TCP_USER_TIMEOUT_MS", &ms)
             .env("RINGBTL_RECV_MULTISHOT", "0")
             .env("RINGBTL_JOB_KEY", JOB_KEY)
@@ -858,7 +846,6 @@ struct Netns {
 impl Netns {
     /// Makes one, or says why it cannot ([`common::skip`]) and returns `None`.
     fn new() -> Option<Self> {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } != 0 {
             common::skip("needs root (network namespace, nftables)");
@@ -873,13 +860,10 @@ impl Netns {
                 }
             }
         }
-        remove_stale();
-        let name = format!(
-            "{NS_PREFIX}{}t{}",
-            std::process::id(),
-            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        let ns = Self { name };
+        common::netns::remove_stale();
+        let ns = Self {
+            name: common::netns::fresh_name(),
+        };
         let add = ip(&["netns", "add", &ns.name]);
         if !add.0 {
             common::skip(format_args!(
@@ -914,27 +898,4 @@ fn ip(args: &[&str]) -> (bool, String) {
         o.status.success(),
         String::from_utf8_lossy(&o.stderr).trim().to_owned(),
     )
-}
-
-/// Removes the namespaces of test processes that ended without cleaning up: every
-/// `rbtlf<pid>t...` whose process is gone.
-fn remove_stale() {
-    let Ok(dir) = std::fs::read_dir("/run/netns") else {
-        return;
-    };
-    for name in dir
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-    {
-        let pid = name
-            .strip_prefix(NS_PREFIX)
-            .and_then(|r| r.split_once('t'))
-            .and_then(|(p, _)| p.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-                eprintln!("removing {name}, left by process {pid}");
-                let _ = ip(&["netns", "delete", &name]);
-            }
-        }
-    }
 }

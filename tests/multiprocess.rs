@@ -43,9 +43,9 @@ fn main() {
     for (kind, multishot) in kinds {
         common::set_multishot(multishot);
         let name = if multishot {
-            "uring_multishot"
+            "uring_multishot".to_owned()
         } else {
-            backend_name(kind)
+            kind.to_string()
         };
         if !common::usable(kind) {
             continue;
@@ -69,15 +69,6 @@ fn main() {
         std::process::exit(1);
     }
 }
-
-fn backend_name(kind: BackendKind) -> &'static str {
-    match kind {
-        BackendKind::Uring => "uring",
-        BackendKind::Epoll => "epoll",
-        BackendKind::Auto => "auto",
-    }
-}
-
 /// Starts the peer process; returns it, its stdin (to send our address) and its address.
 fn spawn_child(
     mode: &str,
@@ -85,7 +76,7 @@ fn spawn_child(
 ) -> (Child, std::process::ChildStdin, std::net::SocketAddr) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .env("RINGBTL_MP_CHILD", mode)
-        .env("RINGBTL_BACKEND", backend_name(kind))
+        .env("RINGBTL_BACKEND", kind.to_string())
         .env(
             "RINGBTL_RECV_MULTISHOT",
             if common::multishot() { "1" } else { "0" },

@@ -24,9 +24,7 @@
 //! create network namespaces, veth pairs or bridges.
 
 use std::io::Read;
-use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -48,11 +46,6 @@ const ALLTOALL_BYTES_PER_RANK: u64 = 3 * (8 + (64 << 10) + (1 << 20));
 /// The job key of every rank: the connections and the rendezvous are authenticated, as
 /// in a real job.
 const JOB_KEY: &str = "6e616d6573706163652d686f7374732d6a6f622d6b65792d666f722d74657374";
-
-/// Every namespace these tests make is named `rbtlf<pid>t...`: apart from those of
-/// `tools/ompi-netns.sh` (`rbtlompi`) and of a manual `tools/netns.sh up` (`rbtl`), so
-/// that the clean-up of stale test networks never touches them.
-const NS_PREFIX: &str = "rbtlf";
 
 /// One test at a time: the link-down timing and the counters are then not disturbed by
 /// another test's ranks competing for the CPUs.
@@ -81,7 +74,7 @@ fn unsupported() -> Option<String> {
         Ok(o) if o.status.success() => {}
         _ => return Some("`ip` (iproute2) is not installed".into()),
     }
-    let ns = format!("{NS_PREFIX}{}tprobe", std::process::id());
+    let ns = common::netns::name("probe");
     let add = ip(&["netns", "add", &ns]);
     if !add.status.success() {
         return Some(format!(
@@ -122,7 +115,7 @@ fn prepare() -> Option<std::sync::MutexGuard<'static, ()>> {
     let why = UNSUPPORTED.get_or_init(|| {
         let why = unsupported();
         if why.is_none() {
-            remove_stale();
+            common::netns::remove_stale();
         }
         why
     });
@@ -133,29 +126,6 @@ fn prepare() -> Option<std::sync::MutexGuard<'static, ()>> {
     Some(ONE.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// Removes the namespaces of test processes that ended without cleaning up (killed by
-/// a time limit, say): every `rbtlf<pid>t...` whose process is gone.
-fn remove_stale() {
-    let Ok(dir) = std::fs::read_dir("/run/netns") else {
-        return;
-    };
-    for name in dir
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-    {
-        let pid = name
-            .strip_prefix(NS_PREFIX)
-            .and_then(|r| r.split_once('t'))
-            .and_then(|(p, _)| p.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-                eprintln!("removing {name}, left by process {pid}");
-                let _ = ip(&["netns", "delete", &name]);
-            }
-        }
-    }
-}
-
 /// A test network made by `tools/netns.sh up PREFIX`, removed on drop.
 struct Net {
     prefix: String,
@@ -163,12 +133,7 @@ struct Net {
 
 impl Net {
     fn up() -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let prefix = format!(
-            "{NS_PREFIX}{}t{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
+        let prefix = common::netns::fresh_name();
         // Created before the script runs, so that a half-made network is removed too.
         let net = Self { prefix };
         let o = Command::new("bash")
@@ -527,7 +492,7 @@ fn no_nft() -> Option<String> {
         Ok(o) => return Some(format!("`nft --version` failed: {}", text(&o.stderr))),
         Err(e) => return Some(format!("nftables (`nft`) is not installed: {e}")),
     }
-    let ns = format!("{NS_PREFIX}{}tnft", std::process::id());
+    let ns = common::netns::name("nft");
     let add = ip(&["netns", "add", &ns]);
     if !add.status.success() {
         return Some(format!("cannot create a namespace: {}", text(&add.stderr)));
