@@ -122,6 +122,7 @@ pub mod wireup;
 #[path = "../tests/common/skip.rs"]
 pub(crate) mod skip;
 
+pub use buf::RegionError;
 pub use config::{
     Config, Congestion, CoreConfig, Keepalive, ProgressMode, Setting, SocketConfig, WireupConfig,
 };
@@ -132,7 +133,7 @@ pub use param::Origin;
 pub use reactor::testing;
 pub use reactor::BackendKind;
 pub use transport::{Am, Completion, Stats, Transport};
-pub use wire::{PeerId, Tag};
+pub use wire::{PeerId, PutTarget, Tag};
 
 #[cfg(not(any(feature = "uring", feature = "epoll")))]
 compile_error!("ringbtl needs a backend: enable the `uring` and/or `epoll` cargo feature");

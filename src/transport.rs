@@ -13,12 +13,13 @@ use std::fmt;
 use std::io;
 use std::mem;
 use std::net::SocketAddr;
+use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::auth::JobKey;
-use crate::buf::RxBuf;
+use crate::buf::{RegionError, RxBuf};
 use crate::config::{Config, Congestion};
 use crate::error::{Errno, Error, FailReason, SendError};
 use crate::proto::am::AmTable;
@@ -27,7 +28,7 @@ use crate::proto::core::{
     Action, ConnKey, Core, CoreEvent, EndpointState, InputStep, Source, Step,
 };
 use crate::reactor::{AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry};
-use crate::wire::{PeerId, Tag};
+use crate::wire::{PeerId, PutTarget, Tag};
 use crate::wireup::ifaces::{self, Interface};
 use crate::wireup::{route, uri};
 
@@ -97,6 +98,8 @@ pub struct Stats {
     /// bytes were read straight into their buffer (the connection's multishot receive
     /// paused meanwhile) instead of being copied out of provided buffers.
     pub recv_direct: u64,
+    /// Puts from peers whose data was placed in a registered region.
+    pub puts_placed: u64,
 }
 
 type Handler = Box<dyn FnMut(&mut Transport, &Am<'_>)>;
@@ -435,6 +438,49 @@ impl Transport {
         self.core.send(self.last_now, peer, tag, segs, cookie)
     }
 
+    /// Queues a put of the concatenated `segs` for `peer`: the bytes go straight into the
+    /// memory of a region that `peer` registered ([`register_region`](Self::register_region))
+    /// and told us about out of band, at `target.addr`, and no handler runs there. The
+    /// peer checks the whole write against its region and treats a write outside it as
+    /// a protocol error on the connection. Completion, errors, would-block and ordering
+    /// are those of [`send`](Self::send): a message sent after a put reaches the peer
+    /// after the put's data is in place, which is how the peer learns it.
+    #[inline]
+    pub fn put(
+        &mut self,
+        peer: PeerId,
+        target: PutTarget,
+        segs: &[Bytes],
+        cookie: u64,
+    ) -> Result<(), SendError> {
+        self.core.put(peer, target, segs, cookie)
+    }
+
+    /// Registers `len` bytes at `base` as memory that peers may [`put`](Self::put) into,
+    /// and returns the key they name it by (the region's owner hands it to them, with
+    /// addresses inside the region, through its own messages).
+    ///
+    /// # Safety
+    ///
+    /// Until [`deregister_region`](Self::deregister_region) returns `Ok` for the key (or
+    /// the transport is dropped), the memory must stay valid for writes and must not be
+    /// read or written by anyone else while a put may land in it: the kernel writes into it
+    /// during this transport's progress calls (and, with io_uring, between them while a
+    /// receive is in flight).
+    #[allow(unsafe_code)]
+    pub unsafe fn register_region(&mut self, base: NonNull<u8>, len: usize) -> u64 {
+        // SAFETY: the caller's contract is `Regions::register`'s, word for word.
+        unsafe { self.core.regions_mut().register(base, len) }
+    }
+
+    /// Takes a registered region back. Refused with [`RegionError::InUse`] while a
+    /// peer's put is being received into it: the memory stays the transport's until a
+    /// later call succeeds (a progress call in between lets the put finish, or the
+    /// connection fail).
+    pub fn deregister_region(&mut self, key: u64) -> Result<(), RegionError> {
+        self.core.regions_mut().deregister(key)
+    }
+
     /// One non-blocking pass: submit what is queued, reap what completed, dispatch.
     /// Returns the number of reactor events handled.
     #[inline]
@@ -620,6 +666,7 @@ impl Transport {
             send_calls: k.send_calls,
             recv_starved: k.recv_starved,
             recv_direct: c.recv_direct,
+            puts_placed: c.puts_placed,
         }
     }
 

@@ -61,9 +61,28 @@
 //!  +-----+-----+--------+----------------+
 //! ```
 //!
-//! `kind` is [`FrameKind::Send`] (an active message for `tag`) or [`FrameKind::Fin`] (the
-//! sender closes cleanly; no payload). A length above the receiver's configured maximum
-//! frame size is a protocol error on that connection, never an allocation.
+//! `kind` is [`FrameKind::Send`] (an active message for `tag`), [`FrameKind::Put`] (data
+//! for a region the receiver registered; see below) or [`FrameKind::Fin`] (the sender
+//! closes cleanly; no payload). A length above the receiver's configured maximum frame
+//! size is a protocol error on that connection, never an allocation.
+//!
+//! # Put (one-sided write into registered memory)
+//!
+//! ```text
+//!  0        8                16               24
+//!  +--------+----------------+----------------+-------------------
+//!  | header | region key     | address        | data (length - 16)
+//!  | kind 2 | u64            | u64            |
+//!  | tag 0  |                |                |
+//!  +--------+----------------+----------------+-------------------
+//! ```
+//!
+//! The receiver wrote nothing to memory it did not register: the key must name one of
+//! its live regions (index and generation, [`PutTarget`]) and `address .. address + data`
+//! must lie inside it, or the frame is a protocol error on that connection. The data goes
+//! from the socket straight into the region; no handler runs on the receiver. Frames to
+//! one peer keep their order, so a message sent after a put tells the receiver that the
+//! put's data is in place.
 
 /// Malformed bytes in a handshake record or frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -105,13 +124,31 @@ pub enum WireError {
     /// A FIN frame announced a payload.
     #[error("FIN frame with a {0}-byte payload")]
     FinWithPayload(u32),
+    /// A PUT frame whose target is not inside memory the receiver registered.
+    #[error("PUT of {len} bytes at {addr:#x} for region {key:#x}: not inside a registered region")]
+    PutOutsideRegions {
+        /// The target's region key.
+        key: u64,
+        /// The target's address.
+        addr: u64,
+        /// Data bytes.
+        len: u64,
+    },
+    /// A PUT frame too short for its target, or with a tag.
+    #[error("PUT frame with a {len}-byte payload and tag {tag} (a target of 16 bytes and tag 0 expected)")]
+    BadPut {
+        /// Announced length.
+        len: u32,
+        /// Tag byte.
+        tag: u8,
+    },
 }
 
 /// The magic that opens every ringbtl handshake record.
 pub const MAGIC: [u8; 8] = *b"RINGBTL\0";
-/// Protocol version this build speaks (2: the authenticated handshake; 1 had a 24-byte
-/// record that carried the job token).
-pub const VERSION: u16 = 0x0002;
+/// Protocol version this build speaks (3: PUT frames; 2: the authenticated handshake;
+/// 1 had a 24-byte record that carried the job token).
+pub const VERSION: u16 = 0x0003;
 /// Length of the handshake record.
 pub const HELLO_LEN: usize = 84;
 /// Bytes of a handshake record that identify its protocol: magic and version.
@@ -326,13 +363,52 @@ impl Hello {
 pub enum FrameKind {
     /// An active message for the header's tag.
     Send,
+    /// Data for a registered region of the receiver: a [`PutTarget`], then the data.
+    Put,
     /// Clean close: the sender sends nothing more on this connection.
     Fin,
 }
 
 impl FrameKind {
     const SEND: u8 = 0x01;
+    const PUT: u8 = 0x02;
     const FIN: u8 = 0x04;
+}
+
+/// Length of a [`PutTarget`] on the wire (the first bytes of a PUT frame's payload).
+pub const PUT_TARGET_LEN: usize = 16;
+
+/// Where a PUT frame's data goes: a region the receiver registered, named by its key,
+/// and an address inside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutTarget {
+    /// The region's key, as the receiver handed it out.
+    pub key: u64,
+    /// Address of the first byte written, in the receiver's address space.
+    pub addr: u64,
+}
+
+impl PutTarget {
+    /// Encodes the target.
+    pub fn to_bytes(&self) -> [u8; PUT_TARGET_LEN] {
+        let mut b = [0; PUT_TARGET_LEN];
+        b[..8].copy_from_slice(&self.key.to_be_bytes());
+        b[8..].copy_from_slice(&self.addr.to_be_bytes());
+        b
+    }
+
+    /// Parses a target from the first [`PUT_TARGET_LEN`] bytes of `buf`.
+    pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
+        let b: &[u8; PUT_TARGET_LEN] = buf
+            .get(..PUT_TARGET_LEN)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(WireError::Truncated)?;
+        let (k, a) = b.split_at(8);
+        Ok(Self {
+            key: u64::from_be_bytes(k.try_into().expect("8 bytes")),
+            addr: u64::from_be_bytes(a.try_into().expect("8 bytes")),
+        })
+    }
 }
 
 /// A parsed frame header: `len` is within the maximum it was parsed against.
@@ -350,8 +426,8 @@ impl Header {
     /// Length of the encoded header.
     pub const LEN: usize = HEADER_LEN;
 
-    /// Parses a header, rejecting unknown kinds, nonzero flags, a FIN with a payload and
-    /// any length above `max_len`.
+    /// Parses a header, rejecting unknown kinds, nonzero flags, a FIN with a payload, a
+    /// PUT without room for its target or with a tag, and any length above `max_len`.
     pub fn parse(buf: &[u8], max_len: u32) -> Result<Self, WireError> {
         let b: &[u8; HEADER_LEN] = buf
             .get(..HEADER_LEN)
@@ -359,6 +435,7 @@ impl Header {
             .ok_or(WireError::Truncated)?;
         let kind = match b[0] {
             FrameKind::SEND => FrameKind::Send,
+            FrameKind::PUT => FrameKind::Put,
             FrameKind::FIN => FrameKind::Fin,
             k => return Err(WireError::BadFrameKind(k)),
         };
@@ -373,6 +450,9 @@ impl Header {
         if kind == FrameKind::Fin && len != 0 {
             return Err(WireError::FinWithPayload(len));
         }
+        if kind == FrameKind::Put && ((len as usize) < PUT_TARGET_LEN || b[1] != 0) {
+            return Err(WireError::BadPut { len, tag: b[1] });
+        }
         Ok(Self {
             kind,
             tag: Tag(b[1]),
@@ -384,6 +464,7 @@ impl Header {
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
         let k = match self.kind {
             FrameKind::Send => FrameKind::SEND,
+            FrameKind::Put => FrameKind::PUT,
             FrameKind::Fin => FrameKind::FIN,
         };
         let l = self.len.to_be_bytes();
@@ -506,6 +587,23 @@ mod tests {
         }
         .to_bytes();
         assert_eq!(Header::parse(&fin, 100), Err(WireError::FinWithPayload(5)));
+        let put = |tag: u8, len: u32| {
+            let mut x = Header {
+                kind: FrameKind::Put,
+                tag: Tag(0),
+                len,
+            }
+            .to_bytes();
+            x[1] = tag;
+            Header::parse(&x, 100)
+        };
+        assert_eq!(
+            put(0, 15),
+            Err(WireError::BadPut { len: 15, tag: 0 }),
+            "no room for the target"
+        );
+        assert_eq!(put(7, 16), Err(WireError::BadPut { len: 16, tag: 7 }));
+        assert!(put(0, 16).is_ok(), "a put of no data");
         // u32::MAX length against the largest maximum is still only an error value.
         let mut x = b;
         x[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
@@ -514,13 +612,19 @@ mod tests {
 
     proptest! {
         #[test]
-        fn header_round_trip(tag: u8, len: u32, fin: bool) {
-            let h = Header {
-                kind: if fin { FrameKind::Fin } else { FrameKind::Send },
-                tag: Tag(tag),
-                len: if fin { 0 } else { len },
+        fn header_round_trip(tag: u8, len: u32, kind in 0..3u8) {
+            let h = match kind {
+                0 => Header { kind: FrameKind::Send, tag: Tag(tag), len },
+                1 => Header { kind: FrameKind::Fin, tag: Tag(0), len: 0 },
+                _ => Header { kind: FrameKind::Put, tag: Tag(0), len: len.max(16) },
             };
             prop_assert_eq!(Header::parse(&h.to_bytes(), u32::MAX), Ok(h));
+        }
+
+        #[test]
+        fn put_target_round_trip(key: u64, addr: u64) {
+            let t = PutTarget { key, addr };
+            prop_assert_eq!(PutTarget::parse(&t.to_bytes()), Ok(t));
         }
 
         #[test]

@@ -7,7 +7,9 @@
 
 use arbitrary::Arbitrary;
 use ringbtl::error::WireError;
-use ringbtl::wire::{FrameKind, Header, Hello, HelloKind, Tag, HEADER_LEN, HELLO_LEN, PREFIX_LEN};
+use ringbtl::wire::{
+    FrameKind, Header, Hello, HelloKind, Tag, HEADER_LEN, HELLO_LEN, PREFIX_LEN, PUT_TARGET_LEN,
+};
 
 /// One fuzz case.
 #[derive(Debug, Arbitrary)]
@@ -36,8 +38,12 @@ fn check_header_bytes(b: &[u8], max_len: u32) {
     let Ok(h) = parsed else { return };
     assert!(h.len <= max_len, "{h:?} parsed against {max_len}");
     assert!(
-        h.kind == FrameKind::Send || h.len == 0,
+        h.kind != FrameKind::Fin || h.len == 0,
         "FIN with payload: {h:?}"
+    );
+    assert!(
+        h.kind != FrameKind::Put || (h.len as usize >= PUT_TARGET_LEN && h.tag == Tag(0)),
+        "PUT without its target or with a tag: {h:?}"
     );
     let enc = h.to_bytes();
     assert_eq!(

@@ -70,7 +70,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use crate::auth::{JobKey, PUBLIC_KEY};
-use crate::buf::{RxBuf, TxBatch};
+use crate::buf::{Regions, RxBuf, TxBatch};
 use crate::error::{Cause, FailReason, ProtoError, SendError};
 pub use crate::proto::config::CoreConfig;
 use crate::proto::conn::{Conn, Stage};
@@ -208,6 +208,8 @@ pub struct Counters {
     /// Multishot receive: large payloads whose rest was read straight into their buffer
     /// (the multishot receive paused meanwhile).
     pub recv_direct: u64,
+    /// PUT frames whose data was placed in a registered region.
+    pub puts_placed: u64,
 }
 
 /// What [`Core::recv_step`] found.
@@ -283,6 +285,8 @@ pub struct Core {
     /// The job key of the handshake's MACs ([`PUBLIC_KEY`] without one).
     pub(super) key: JobKey,
     pub(super) nonces: NonceSource,
+    /// Memory that peers' PUT frames may write into.
+    pub(super) regions: Regions,
 }
 
 impl Core {
@@ -298,6 +302,7 @@ impl Core {
         Self {
             key,
             nonces,
+            regions: Regions::default(),
             cfg,
             endpoints: Vec::new(),
             conns: Vec::new(),

@@ -22,8 +22,10 @@
 use std::mem;
 use std::ops::Range;
 
-use crate::buf::RxBuf;
-use crate::wire::{Header, Hello, WireError, HEADER_LEN, HELLO_LEN};
+use crate::buf::{Regions, RxBuf};
+use crate::wire::{
+    FrameKind, Header, Hello, PutTarget, WireError, HEADER_LEN, HELLO_LEN, PUT_TARGET_LEN,
+};
 
 /// Whole large-payload buffers above this size are released after use (others are kept).
 const LARGE_KEEP: usize = 16 << 20;
@@ -172,6 +174,12 @@ impl Deframer {
     /// The next frame of `rx` followed by `input[*at..]` (an empty `input` in the own-cache
     /// mode). `Ok(None)`: more bytes are needed; the input is used up (its tail is kept in
     /// `rx`), and `rx` may now be a large-payload buffer that wants the rest of its payload.
+    ///
+    /// A PUT frame's data goes to the region of `regions` its target names, whatever its
+    /// size: once the header and the target are in, `rx` becomes a whole buffer placed in
+    /// the region (the bytes already received are copied there, the rest is read straight
+    /// into it), and the frame comes out when its data is complete, as `Source::Cache`
+    /// over the region's bytes. A target outside every region is an error.
     #[inline]
     pub fn frame(
         &mut self,
@@ -179,6 +187,7 @@ impl Deframer {
         input: &[u8],
         at: &mut usize,
         max: u32,
+        regions: &Regions,
     ) -> Result<Option<(Header, Source)>, WireError> {
         loop {
             let rest = &input[(*at).min(input.len())..];
@@ -208,7 +217,7 @@ impl Deframer {
                 if rest.len() >= HEADER_LEN {
                     let h = Header::parse(rest, max)?;
                     let need = HEADER_LEN + h.len as usize;
-                    if rest.len() >= need {
+                    if rest.len() >= need && h.kind != FrameKind::Put {
                         let start = *at + HEADER_LEN;
                         *at += need;
                         return Ok(Some((h, Source::Input(start..start + h.len as usize))));
@@ -222,6 +231,26 @@ impl Deframer {
             let Some(h) = rx.peek_header(max)? else {
                 return Ok(None);
             };
+            if h.kind == FrameKind::Put {
+                let rest = &input[(*at).min(input.len())..];
+                *at += rx.append_upto(rest, HEADER_LEN + PUT_TARGET_LEN);
+                if rx.pending() < HEADER_LEN + PUT_TARGET_LEN {
+                    return Ok(None);
+                }
+                let t = PutTarget::parse(&rx.unread()[HEADER_LEN..])?;
+                let len = h.len as usize - PUT_TARGET_LEN;
+                let claim = regions.claim(t.key, t.addr, len).map_err(|_| {
+                    WireError::PutOutsideRegions {
+                        key: t.key,
+                        addr: t.addr,
+                        len: len as u64,
+                    }
+                })?;
+                rx.consume(HEADER_LEN + PUT_TARGET_LEN);
+                let placed = rx.split_placed(u64::from_be_bytes(h.to_bytes()), claim);
+                self.parked = Some(mem::replace(rx, placed));
+                continue;
+            }
             let need = HEADER_LEN + h.len as usize;
             if need > rx.capacity() {
                 // Larger than the cache: continue in the large-payload buffer.
@@ -253,6 +282,10 @@ impl Deframer {
         // alone, so that such a payload is read straight into its buffer rather than
         // through the cache and a copy (a small frame next costs one more read).
         rx.cap_next_read(HEADER_LEN);
+        if large.is_placed() {
+            // The region's memory goes back to its owner; the spare stays as it was.
+            return;
+        }
         large.reset_large();
         large.trim(LARGE_KEEP);
         self.spare_large = Some(large);
@@ -265,6 +298,7 @@ mod tests {
     use crate::buf::WHOLE_FIRST;
     use crate::wire::{FrameKind, Tag};
     use proptest::prelude::*;
+    use std::ptr::NonNull;
 
     fn frame(tag: u8, payload: &[u8]) -> Vec<u8> {
         let mut v = Header {
@@ -335,6 +369,18 @@ mod tests {
     /// Feeds `stream` through [`Deframer::frame`], own-cache mode (`lent == false`: reads
     /// into the buffer, empty inputs) or lent-input mode (inputs of the given sizes).
     fn deframe(cap: usize, stream: &[u8], cuts: &[usize], lent: bool) -> Vec<(u8, Vec<u8>)> {
+        deframe_into(cap, stream, cuts, lent, &Regions::default()).unwrap()
+    }
+
+    /// [`deframe`] with PUT frames placed in `regions` (they yield no entry); the first
+    /// error ends the walk.
+    fn deframe_into(
+        cap: usize,
+        stream: &[u8],
+        cuts: &[usize],
+        lent: bool,
+        regions: &Regions,
+    ) -> Result<Vec<(u8, Vec<u8>)>, WireError> {
         let mut d = Deframer::default();
         let mut rx = cache(cap);
         let mut out = Vec::new();
@@ -353,7 +399,10 @@ mod tests {
             };
             let input = if lent { &stream[off..off + n] } else { &[][..] };
             let mut at = 0;
-            while let Some((h, src)) = d.frame(&mut rx, input, &mut at, 1 << 24).unwrap() {
+            while let Some((h, src)) = d.frame(&mut rx, input, &mut at, 1 << 24, regions)? {
+                if h.kind == FrameKind::Put {
+                    continue;
+                }
                 let p = match src {
                     Source::Input(r) => input[r].to_vec(),
                     Source::Cache(r) => rx.bytes(r).to_vec(),
@@ -366,7 +415,32 @@ mod tests {
             }
             off += n;
         }
-        out
+        Ok(out)
+    }
+
+    fn put_frame(key: u64, addr: u64, data: &[u8]) -> Vec<u8> {
+        let mut v = Header {
+            kind: FrameKind::Put,
+            tag: Tag(0),
+            len: (PUT_TARGET_LEN + data.len()) as u32,
+        }
+        .to_bytes()
+        .to_vec();
+        v.extend_from_slice(&PutTarget { key, addr }.to_bytes());
+        v.extend_from_slice(data);
+        v
+    }
+
+    /// A region over a fresh zeroed buffer (boxed: its address stays put).
+    fn region(len: usize) -> (Regions, Box<[u8]>, u64) {
+        let mut mem = vec![0u8; len].into_boxed_slice();
+        let mut regions = Regions::default();
+        let base = NonNull::new(mem.as_mut_ptr()).expect("boxed slice");
+        // SAFETY: moving the box does not move its heap memory; every caller keeps `mem`
+        // alive past its last walk and touches it only when no placed buffer is left.
+        #[allow(unsafe_code)]
+        let key = unsafe { regions.register(base, len) };
+        (regions, mem, key)
     }
 
     #[test]
@@ -423,7 +497,10 @@ mod tests {
             rx.commit(n);
             off += n;
             let mut at = 0;
-            while let Some((h, src)) = d.frame(&mut rx, &[], &mut at, 1 << 24).unwrap() {
+            while let Some((h, src)) = d
+                .frame(&mut rx, &[], &mut at, 1 << 24, &Regions::default())
+                .unwrap()
+            {
                 let Source::Cache(r) = src else {
                     panic!("no input given")
                 };
@@ -489,7 +566,10 @@ mod tests {
                 };
                 let input = if lent { &stream[off..off + n] } else { &[][..] };
                 let mut at = 0;
-                if let Some((h, src)) = d.frame(&mut rx, input, &mut at, 1 << 30).unwrap() {
+                if let Some((h, src)) = d
+                    .frame(&mut rx, input, &mut at, 1 << 30, &Regions::default())
+                    .unwrap()
+                {
                     let Source::Cache(r) = src else {
                         panic!("a large payload is delivered from its buffer");
                     };
@@ -550,5 +630,74 @@ mod tests {
             prop_assert_eq!(&deframe(cap, &s, &cuts, false), &want);
             prop_assert_eq!(&deframe(cap, &s, &cuts, true), &want);
         }
+
+        /// Puts of any size, between messages, land in their region at their address
+        /// however the stream is cut, in both receive modes, and the messages around
+        /// them come out unchanged.
+        #[test]
+        fn puts_land_in_place_across_any_cuts(
+            ops in proptest::collection::vec((0usize..3000, 0usize..6000, 0usize..300), 1..20),
+            cuts in proptest::collection::vec(1usize..900, 0..200),
+            cap in 32usize..1024,
+            lent: bool,
+        ) {
+            const LEN: usize = 9000;
+            let (mut regions, mut mem, key) = region(LEN);
+            let base = mem.as_ptr() as u64;
+            let mut model = vec![0u8; LEN];
+            let (mut s, mut want) = (Vec::new(), Vec::new());
+            for (i, &(n, at, m)) in ops.iter().enumerate() {
+                let at = at.min(LEN - n);
+                let data: Vec<u8> = (0..n).map(|j| (i * 131 + j * 7 + 1) as u8).collect();
+                model[at..at + n].copy_from_slice(&data);
+                s.extend(put_frame(key, base + at as u64, &data));
+                let p: Vec<u8> = (0..m).map(|j| (i + j) as u8).collect();
+                s.extend(frame(i as u8, &p));
+                want.push((i as u8, p));
+            }
+            prop_assert_eq!(&deframe_into(cap, &s, &cuts, lent, &regions).unwrap(), &want);
+            prop_assert!(mem[..] == model[..], "region differs from the model");
+            prop_assert!(regions.deregister(key).is_ok(), "no claim outlives its put");
+            mem.fill(0);
+        }
+    }
+
+    /// A put outside every region is an error before any byte is written: beyond the
+    /// end, before the start, with a stale or unknown key, and with an address whose
+    /// end wraps around.
+    #[test]
+    fn put_outside_its_region_is_an_error() {
+        let (mut regions, mem, key) = region(100);
+        let base = mem.as_ptr() as u64;
+        let cases = [
+            (key, base + 90, 20usize),
+            (key, base - 1, 1),
+            (key ^ 1, base, 10),
+            (key + (1 << 32), base, 10),
+            (key, u64::MAX - 4, 10),
+        ];
+        for (k, addr, n) in cases {
+            let s = put_frame(k, addr, &vec![0xAB; n]);
+            for lent in [false, true] {
+                let r = deframe_into(64, &s, &[usize::MAX], lent, &regions);
+                assert_eq!(
+                    r,
+                    Err(WireError::PutOutsideRegions {
+                        key: k,
+                        addr,
+                        len: n as u64
+                    }),
+                    "key {k:#x} addr {addr:#x} len {n}"
+                );
+            }
+        }
+        assert!(mem.iter().all(|&b| b == 0), "nothing written");
+        regions.deregister(key).unwrap();
+        let s = put_frame(key, base, &[1]);
+        assert!(
+            deframe_into(64, &s, &[usize::MAX], false, &regions).is_err(),
+            "a deregistered region takes no put"
+        );
+        assert_eq!(mem[0], 0);
     }
 }

@@ -12,7 +12,10 @@ use bytes::Bytes;
 use crate::error::{Cause, Errno, FailReason, ProtoError, SendError};
 use crate::proto::conn::{Conn, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo, MAX_PEERS, MAX_SEGMENTS};
-use crate::wire::{FrameKind, Header, Hello, HelloKind, PeerId, RejectReason, Tag, HELLO_LEN};
+use crate::wire::{
+    FrameKind, Header, Hello, HelloKind, PeerId, PutTarget, RejectReason, Tag, HELLO_LEN,
+    PUT_TARGET_LEN,
+};
 
 /// One queued message.
 #[derive(Debug)]
@@ -22,6 +25,8 @@ pub(super) struct Frag {
     pub(super) nsegs: u8,
     /// `None` for control frames (FIN).
     pub(super) cookie: Option<u64>,
+    /// For a PUT: where its data goes (sent right after the header).
+    pub(super) target: Option<PutTarget>,
 }
 
 impl Frag {
@@ -35,6 +40,7 @@ impl Frag {
             segs: Default::default(),
             nsegs: 0,
             cookie: None,
+            target: None,
         }
     }
 
@@ -123,6 +129,43 @@ impl Core {
         segs: &[Bytes],
         cookie: u64,
     ) -> Result<(), SendError> {
+        let hdr = Header {
+            kind: FrameKind::Send,
+            tag,
+            len: 0,
+        };
+        self.enqueue(peer, hdr, None, segs, cookie)
+    }
+
+    /// Queues a put: the concatenated `segs` go to `target`, inside a region `peer`
+    /// registered ([`Regions`](crate::buf::Regions)); no handler runs there. Completes,
+    /// errors and orders exactly like [`send`](Self::send): a message sent after the put
+    /// arrives after its data is in place.
+    pub fn put(
+        &mut self,
+        peer: PeerId,
+        target: PutTarget,
+        segs: &[Bytes],
+        cookie: u64,
+    ) -> Result<(), SendError> {
+        let hdr = Header {
+            kind: FrameKind::Put,
+            tag: Tag(0),
+            len: PUT_TARGET_LEN as u32,
+        };
+        self.enqueue(peer, hdr, Some(target), segs, cookie)
+    }
+
+    /// Queues a frame of `hdr`'s kind and tag (its length: `hdr.len` plus the segments').
+    #[inline]
+    fn enqueue(
+        &mut self,
+        peer: PeerId,
+        mut hdr: Header,
+        target: Option<PutTarget>,
+        segs: &[Bytes],
+        cookie: u64,
+    ) -> Result<(), SendError> {
         if self.shutting_down {
             return Err(SendError::ShuttingDown);
         }
@@ -132,7 +175,7 @@ impl Core {
                 max: MAX_SEGMENTS,
             });
         }
-        let len: usize = segs.iter().map(Bytes::len).sum();
+        let len = hdr.len as usize + segs.iter().map(Bytes::len).sum::<usize>();
         if len > self.cfg.max_frame as usize {
             return Err(SendError::TooLarge {
                 len,
@@ -149,15 +192,13 @@ impl Core {
             return Err(SendError::WouldBlock(peer));
         }
         ep.queued_bytes += wire;
+        hdr.len = len as u32;
         let mut frag = Frag {
-            hdr: Header {
-                kind: FrameKind::Send,
-                tag,
-                len: len as u32,
-            },
+            hdr,
             segs: Default::default(),
             nsegs: segs.len() as u8,
             cookie: Some(cookie),
+            target,
         };
         for (d, s) in frag.segs.iter_mut().zip(segs) {
             *d = s.clone();

@@ -5,14 +5,19 @@
 
 use std::time::Instant;
 
-use crate::buf::RxBuf;
+use crate::buf::{Regions, RxBuf};
 use crate::error::{Cause, Errno, FailReason, ProtoError, WireError};
 use crate::proto::conn::Stage;
-use crate::proto::core::{ConnKey, Core, InputStep, Step, Todo};
+use crate::proto::core::{slot, ConnKey, Core, InputStep, Step, Todo};
 use crate::proto::deframe::Source;
 use crate::wire::{FrameKind, Hello};
 
 impl Core {
+    /// The regions peers' PUT frames may write into.
+    pub fn regions_mut(&mut self) -> &mut Regions {
+        &mut self.regions
+    }
+
     /// Walks the bytes a [`Receive`](super::core::Action::Receive) read into `rx`. Call
     /// until it returns [`Step::Rearm`] or [`Step::Drop`]; deliver each [`Step::Deliver`]
     /// payload from `rx` before the next call.
@@ -214,8 +219,8 @@ impl Core {
                     if unread && self.data_after_fin(peer) {
                         return InputStep::Drop;
                     }
-                    let c = self.conn_mut(conn).expect("conn exists");
-                    match c.deframer.frame(rx, input, at, max) {
+                    let c = slot(&mut self.conns, conn.0).expect("conn exists");
+                    match c.deframer.frame(rx, input, at, max, &self.regions) {
                         Ok(Some((h, src))) => match h.kind {
                             FrameKind::Send => {
                                 return InputStep::Deliver {
@@ -224,6 +229,9 @@ impl Core {
                                     src,
                                 }
                             }
+                            // The data is in place; the receiver learns it from what the
+                            // peer sends next.
+                            FrameKind::Put => self.counters.puts_placed += 1,
                             FrameKind::Fin => self.on_fin(peer, conn),
                         },
                         Ok(None) if c.unconfirmed => return InputStep::Done,

@@ -141,8 +141,12 @@ impl Core {
                 segs,
                 nsegs,
                 cookie,
+                target,
             } = ep.queue.pop_front().expect("front exists");
             batch.push_copy(&hdr.to_bytes());
+            if let Some(t) = target {
+                batch.push_copy(&t.to_bytes());
+            }
             if hdr.len as usize <= inline {
                 // Small: copied next to its header, so runs of small frames form one
                 // contiguous iovec.
