@@ -559,15 +559,30 @@ impl TxBatch {
         }
         let start = self.arena.len();
         self.arena.extend_from_slice(bytes);
+        self.note_arena(start, bytes.len());
+    }
+
+    /// Records `n` bytes appended to the arena at `start` as the batch's next piece.
+    #[inline]
+    fn note_arena(&mut self, start: usize, n: usize) {
         match self.parts.last_mut() {
             // Contiguous with the previous arena piece: one iovec covers both.
-            Some(Part::Arena { start: s, len }) if *s + *len == start => *len += bytes.len(),
-            _ => self.parts.push(Part::Arena {
-                start,
-                len: bytes.len(),
-            }),
+            Some(Part::Arena { start: s, len }) if *s + *len == start => *len += n,
+            _ => self.parts.push(Part::Arena { start, len: n }),
         }
-        self.total += bytes.len();
+        self.total += n;
+    }
+
+    /// Appends the first `len` bytes of `wire` (a header and a small payload) to the
+    /// arena, as [`push_copy`](Self::push_copy) does, with one copy of fixed size (no
+    /// call to `memcpy` for a few bytes).
+    #[inline]
+    pub fn push_small<const N: usize>(&mut self, wire: &[u8; N], len: usize) {
+        let len = len.min(N);
+        let start = self.arena.len();
+        self.arena.extend_from_slice(wire);
+        self.arena.truncate(start + len);
+        self.note_arena(start, len);
     }
 
     /// Appends a payload segment by reference (no copy of its bytes).

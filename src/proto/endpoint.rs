@@ -17,30 +17,57 @@ use crate::wire::{
     PUT_TARGET_LEN,
 };
 
-/// One queued message.
+/// One queued message (or FIN), 72 bytes: its header already encoded (a PUT's target
+/// too), then a payload of at most [`FRAG_INLINE`] bytes (the target counted) copied at
+/// [`Core::send`], so that a small message costs no reference count on the caller's
+/// buffer and moves into the batch with one fixed-size copy; or else the count of its
+/// segments, which wait in [`Endpoint::segs`] in queue order.
 #[derive(Debug)]
 pub(super) struct Frag {
     pub(super) hdr: Header,
-    pub(super) segs: [Bytes; MAX_SEGMENTS],
+    /// The encoded header (and a PUT's target), followed by the payload when it is
+    /// inline.
+    pub(super) wire: [u8; FRAG_WIRE],
+    /// Bytes of `wire` the header and target take.
+    pub(super) head: u8,
+    /// Segments of the payload in `Endpoint::segs` (0: inline or empty).
     pub(super) nsegs: u8,
     /// `None` for control frames (FIN).
     pub(super) cookie: Option<u64>,
-    /// For a PUT: where its data goes (sent right after the header).
-    pub(super) target: Option<PutTarget>,
 }
+
+/// Largest frame body (payload, and a PUT's target) a queued frame holds in place.
+pub(super) const FRAG_INLINE: usize = 32;
+/// Bytes of a queued frame's encoded header and inline body.
+pub(super) const FRAG_WIRE: usize = Header::LEN + FRAG_INLINE;
 
 impl Frag {
     pub(super) fn fin() -> Self {
+        let hdr = Header {
+            kind: FrameKind::Fin,
+            tag: Tag(0),
+            len: 0,
+        };
+        Self::new(hdr, None, None)
+    }
+
+    /// A frame of `hdr` (and a PUT's `target`) without payload bytes yet (the caller
+    /// adds them).
+    #[inline]
+    fn new(hdr: Header, target: Option<&PutTarget>, cookie: Option<u64>) -> Self {
+        let mut wire = [0u8; FRAG_WIRE];
+        wire[..Header::LEN].copy_from_slice(&hdr.to_bytes());
+        let mut head = Header::LEN;
+        if let Some(t) = target {
+            wire[head..head + PUT_TARGET_LEN].copy_from_slice(&t.to_bytes());
+            head += PUT_TARGET_LEN;
+        }
         Self {
-            hdr: Header {
-                kind: FrameKind::Fin,
-                tag: Tag(0),
-                len: 0,
-            },
-            segs: Default::default(),
+            hdr,
+            wire,
+            head: head as u8,
             nsegs: 0,
-            cookie: None,
-            target: None,
+            cookie,
         }
     }
 
@@ -76,6 +103,8 @@ pub(super) struct Endpoint {
     pub(super) binds: Vec<Option<SocketAddr>>,
     pub(super) state: EpState,
     pub(super) queue: VecDeque<Frag>,
+    /// The payload segments of the frames in `queue` that are not inline, in order.
+    pub(super) segs: VecDeque<Bytes>,
     /// Wire bytes of the messages in `queue` (control frames aside), capped by
     /// `max_queued_bytes`.
     pub(super) queued_bytes: u64,
@@ -100,6 +129,7 @@ impl Endpoint {
             binds,
             state: EpState::Closed,
             queue: VecDeque::new(),
+            segs: VecDeque::new(),
             queued_bytes: 0,
             inflight: VecDeque::new(),
             orphaned: 0,
@@ -183,7 +213,8 @@ impl Core {
             });
         }
         let cap = self.cfg.max_queued_bytes;
-        let ep = self.ep_mut(peer).ok_or(SendError::UnknownPeer(peer))?;
+        let inline = len <= FRAG_INLINE && len <= self.cfg.inline_limit;
+        let ep = slot(&mut self.endpoints, peer.0).ok_or(SendError::UnknownPeer(peer))?;
         if matches!(ep.state, EpState::Failed) || ep.fin_sent {
             return Err(SendError::Unreachable(peer));
         }
@@ -193,15 +224,19 @@ impl Core {
         }
         ep.queued_bytes += wire;
         hdr.len = len as u32;
-        let mut frag = Frag {
-            hdr,
-            segs: Default::default(),
-            nsegs: segs.len() as u8,
-            cookie: Some(cookie),
-            target,
-        };
-        for (d, s) in frag.segs.iter_mut().zip(segs) {
-            *d = s.clone();
+        let mut frag = Frag::new(hdr, target.as_ref(), Some(cookie));
+        if inline {
+            // Small: copied now, so the queue holds no reference to the caller's buffer.
+            let mut at = frag.head as usize;
+            for s in segs {
+                frag.wire[at..at + s.len()].copy_from_slice(s);
+                at += s.len();
+            }
+        } else {
+            for s in segs.iter().filter(|s| !s.is_empty()) {
+                ep.segs.push_back(s.clone());
+                frag.nsegs += 1;
+            }
         }
         ep.queue.push_back(frag);
         match ep.state {
@@ -682,6 +717,7 @@ impl Core {
             });
         }
         ep.queued_bytes = 0;
+        ep.segs.clear();
         for f in ep.queue.drain(..) {
             if let Some(cookie) = f.cookie {
                 self.events.push_back(CoreEvent::Completed {

@@ -11,7 +11,7 @@ use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason};
 use crate::proto::conn::{Orphans, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
-use crate::proto::endpoint::{EpState, Frag};
+use crate::proto::endpoint::EpState;
 use crate::wire::{Header, PeerId};
 
 impl Core {
@@ -136,27 +136,24 @@ impl Core {
             if !first && (batch.len() + f.wire_len() > budget || parts > max_iov) {
                 break;
             }
-            let Frag {
-                hdr,
-                segs,
-                nsegs,
-                cookie,
-                target,
-            } = ep.queue.pop_front().expect("front exists");
-            batch.push_copy(&hdr.to_bytes());
-            if let Some(t) = target {
-                batch.push_copy(&t.to_bytes());
-            }
-            if hdr.len as usize <= inline {
-                // Small: copied next to its header, so runs of small frames form one
-                // contiguous iovec.
-                for s in &segs[..nsegs as usize] {
-                    batch.push_copy(s);
-                }
+            let f = ep.queue.pop_front().expect("front exists");
+            let (hdr, cookie) = (f.hdr, f.cookie);
+            if f.nsegs == 0 {
+                // Header (and target) and inline payload, if any: one fixed-size copy.
+                batch.push_small(&f.wire, f.wire_len());
             } else {
-                // Large: the caller's buffers go out by reference.
-                for s in segs.into_iter().take(nsegs as usize) {
-                    batch.push_ext(s);
+                batch.push_copy(&f.wire[..f.head as usize]);
+                let small = hdr.len as usize <= inline;
+                for _ in 0..f.nsegs {
+                    let Some(s) = ep.segs.pop_front() else { break };
+                    if small {
+                        // Small: copied next to its header, so runs of small frames form
+                        // one contiguous iovec.
+                        batch.push_copy(&s);
+                    } else {
+                        // Large: the caller's buffers go out by reference.
+                        batch.push_ext(s);
+                    }
                 }
             }
             batch.add_frame();
