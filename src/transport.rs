@@ -910,7 +910,24 @@ impl Transport {
     }
 
     fn deliver_core_events_once(&mut self, resolved: &mut bool) {
-        while let Some(e) = self.core.poll_event() {
+        loop {
+            // Sends completed together: one walk over their cookies, no event each.
+            if let Some((peer, cookies)) = self.core.poll_sent() {
+                if let Some(cb) = self.on_complete.as_mut() {
+                    for &cookie in cookies.iter().flatten() {
+                        cb(Completion {
+                            peer,
+                            cookie,
+                            result: Ok(()),
+                        });
+                    }
+                }
+                self.core.recycle_sent(cookies);
+                continue;
+            }
+            let Some(e) = self.core.poll_event() else {
+                return;
+            };
             match e {
                 CoreEvent::UnknownPeer { conn, peer } => {
                     self.resolve(conn, peer);

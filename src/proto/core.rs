@@ -77,6 +77,7 @@ use crate::proto::conn::{Conn, Stage};
 pub use crate::proto::deframe::Source;
 use crate::proto::endpoint::{Endpoint, EpState, Frag};
 pub use crate::proto::handshake::NonceSource;
+use crate::proto::tx::SentRuns;
 use crate::wire::{PeerId, Tag};
 
 /// Most payload segments (iovecs) one message may have.
@@ -273,6 +274,8 @@ pub struct Core {
     pub(super) conns: Vec<Option<Conn>>,
     pub(super) todo: VecDeque<Todo>,
     pub(super) events: VecDeque<CoreEvent>,
+    /// Sends completed without error, a run per batch, in order with `events`.
+    pub(super) sent: SentRuns,
     pub(super) dirty: Vec<PeerId>,
     /// Earliest time any timer may fire (a lower bound: conservative is fine).
     pub(super) next_timer: Option<Instant>,
@@ -308,6 +311,7 @@ impl Core {
             conns: Vec::new(),
             todo: VecDeque::with_capacity(64),
             events: VecDeque::with_capacity(256),
+            sent: SentRuns::default(),
             dirty: Vec::with_capacity(64),
             next_timer: None,
             shutting_down: false,
@@ -449,10 +453,16 @@ impl Core {
         None
     }
 
-    /// Next event for the application.
+    /// Next event for the application (sends completed together come one by one; see
+    /// [`poll_sent`](Self::poll_sent) for them as a run).
     #[must_use]
     pub fn poll_event(&mut self) -> Option<CoreEvent> {
-        self.events.pop_front()
+        if let Some(e) = self.next_sent() {
+            return Some(e);
+        }
+        let e = self.events.pop_front()?;
+        self.sent.popped += 1;
+        Some(e)
     }
 
     /// Earliest instant at which [`handle_timeout`](Self::handle_timeout) has work.

@@ -246,7 +246,11 @@ impl Core {
                 ep.connect_deadline = None;
                 self.dial_next(peer);
             }
-            EpState::Connected { .. } => self.mark_dirty(peer),
+            // As `mark_dirty`, without looking the endpoint up again.
+            EpState::Connected { .. } if !ep.dirty => {
+                ep.dirty = true;
+                self.dirty.push(peer);
+            }
             _ => {}
         }
         Ok(())

@@ -4,6 +4,7 @@
 //! batch comes back. At most one batch per connection is out at a time: the batch is
 //! simply not here while it is. No I/O here.
 
+use std::collections::VecDeque;
 use std::mem;
 use std::time::Instant;
 
@@ -209,18 +210,101 @@ impl Core {
         }
     }
 
+    /// The first `frames` sends in flight to `peer` completed without error: their
+    /// cookies become one run of completions (no event per message), due after the
+    /// events queued before it.
     fn complete_frames(&mut self, peer: PeerId, frames: usize) {
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
-        for _ in 0..frames {
-            if let Some(Some(cookie)) = ep.inflight.pop_front() {
-                self.events.push_back(CoreEvent::Completed {
-                    peer,
-                    cookie,
-                    result: Ok(()),
-                });
+        let spare = self.sent.spare.pop().unwrap_or_default();
+        let cookies = if frames >= ep.inflight.len() {
+            // The usual case: the batch carried every send in flight.
+            mem::replace(&mut ep.inflight, spare)
+        } else {
+            let mut run = spare;
+            run.extend(ep.inflight.drain(..frames));
+            run
+        };
+        if cookies.iter().all(Option::is_none) {
+            self.sent.recycle(cookies);
+            return;
+        }
+        self.sent.runs.push_back(SentRun {
+            due: self.sent.popped + self.events.len() as u64,
+            peer,
+            cookies,
+        });
+    }
+
+    /// The next run of sends to one peer that completed without error, once every event
+    /// queued before it was taken with [`poll_event`](Self::poll_event): the peer and the
+    /// cookies in send order (`None` for a control frame, which completes nothing). Give
+    /// the cookies back with [`recycle_sent`](Self::recycle_sent), so that steady state
+    /// allocates nothing. A driver that takes runs here calls the application once per
+    /// cookie without an event per message; `poll_event` alone reports the same sends one
+    /// [`CoreEvent::Completed`] at a time.
+    pub fn poll_sent(&mut self) -> Option<(PeerId, VecDeque<Option<u64>>)> {
+        if self.sent.runs.front()?.due != self.sent.popped {
+            return None;
+        }
+        let run = self.sent.runs.pop_front()?;
+        Some((run.peer, run.cookies))
+    }
+
+    /// Takes back the cookies of a run from [`poll_sent`](Self::poll_sent) (for reuse).
+    pub fn recycle_sent(&mut self, cookies: VecDeque<Option<u64>>) {
+        self.sent.recycle(cookies);
+    }
+
+    /// For [`poll_event`](Self::poll_event): the next completion of a due run.
+    pub(super) fn next_sent(&mut self) -> Option<CoreEvent> {
+        loop {
+            let run = self.sent.runs.front_mut()?;
+            if run.due != self.sent.popped {
+                return None;
+            }
+            match run.cookies.pop_front() {
+                Some(Some(cookie)) => {
+                    return Some(CoreEvent::Completed {
+                        peer: run.peer,
+                        cookie,
+                        result: Ok(()),
+                    })
+                }
+                Some(None) => {}
+                None => {
+                    let run = self.sent.runs.pop_front().expect("front exists");
+                    self.sent.recycle(run.cookies);
+                }
             }
         }
+    }
+}
+
+/// Sends completed without error and not yet reported, a run per batch. A run is due
+/// once the events queued before it were taken: `popped` counts the events taken so
+/// far, and a run made when `n` events waited is due at `popped + n`, so completions
+/// and other events reach the application in the order they happened.
+#[derive(Debug, Default)]
+pub(crate) struct SentRuns {
+    runs: VecDeque<SentRun>,
+    /// Events taken with `poll_event` so far.
+    pub(super) popped: u64,
+    /// Emptied cookie queues, for reuse.
+    spare: Vec<VecDeque<Option<u64>>>,
+}
+
+#[derive(Debug)]
+struct SentRun {
+    due: u64,
+    peer: PeerId,
+    cookies: VecDeque<Option<u64>>,
+}
+
+impl SentRuns {
+    fn recycle(&mut self, mut cookies: VecDeque<Option<u64>>) {
+        cookies.clear();
+        self.spare.push(cookies);
     }
 }
