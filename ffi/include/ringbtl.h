@@ -24,14 +24,17 @@
  *   pointer kept past the next failing call shows the newer message;
  * - after RINGBTL_ERR_INTERNAL the transport's state is unknown: destroy it;
  * - ringbtl_flush (added without a version bump: it only adds a symbol);
- * - ringbtl_on_unknown_peer, ringbtl_generate_job_key, ringbtl_set_job_key (likewise).
+ * - ringbtl_on_unknown_peer, ringbtl_generate_job_key, ringbtl_set_job_key (likewise);
+ * - ringbtl_put, ringbtl_register_region, ringbtl_deregister_region and the status
+ *   RINGBTL_ERR_BUSY (likewise: added symbols and a new code).
  *
  * Threads: one thread drives a transport. Every function taking a ringbtl_t must be
  * called on the thread that drives it, and every callback runs on that thread, from
  * inside ringbtl_progress / ringbtl_wait / ringbtl_destroy. There are no locks inside;
  * a program with several threads serializes the calls itself.
  *
- * Callbacks may call ringbtl_send, ringbtl_progress (which then returns 0 and does
+ * Callbacks may call ringbtl_send, ringbtl_put, ringbtl_register_region,
+ * ringbtl_deregister_region, ringbtl_progress (which then returns 0 and does
  * nothing), ringbtl_wait (likewise), ringbtl_register, ringbtl_unregister, ringbtl_add_peer,
  * ringbtl_on_complete, ringbtl_on_error, ringbtl_on_unknown_peer, ringbtl_pending and the
  * accessors. ringbtl_destroy
@@ -87,6 +90,8 @@ enum {
     RINGBTL_ERR_NO_BACKEND = -12,
     RINGBTL_ERR_PEER_CLOSED = -13,     /* completion status: peer closed cleanly (FIN) first */
     RINGBTL_ERR_PROTOCOL = -14,        /* completion status: the peer broke the protocol */
+    RINGBTL_ERR_BUSY = -15,            /* ringbtl_deregister_region: a put is being received
+                                        * into the region: progress, then try again */
     RINGBTL_ERR_INTERNAL = -99         /* a Rust panic was caught at the boundary */
 };
 const char *ringbtl_strerror(int status);   /* static string, never NULL */
@@ -165,6 +170,24 @@ void ringbtl_on_unknown_peer(ringbtl_t *t, ringbtl_resolve_fn fn, void *ctx);
  * progress (outside callbacks), then send it again. Allowed inside any callback. */
 int  ringbtl_send(ringbtl_t *t, uint32_t peer, uint8_t tag,
                   const ringbtl_iov_t *iov, size_t iovcnt, uint64_t cookie);
+
+/* One-sided put: queues the concatenation of iov[0..iovcnt] to be written at `addr` in the
+ * region `key` that `peer` registered with ringbtl_register_region (the peer told us both,
+ * in its own messages). The peer's kernel writes the bytes straight into that memory; no
+ * callback runs there. The peer checks the whole write against its regions: one outside
+ * them is a protocol error that fails the connection (RINGBTL_ERR_PROTOCOL on both sides).
+ * Memory, completion, RINGBTL_ERR_WOULD_BLOCK and order are those of ringbtl_send: a message
+ * sent after the put arrives after its data is in place, which is how the peer learns it. */
+int  ringbtl_put(ringbtl_t *t, uint32_t peer, uint64_t key, uint64_t addr,
+                 const ringbtl_iov_t *iov, size_t iovcnt, uint64_t cookie);
+/* Registers `len` bytes at `base` as memory peers may put into; the key for them goes to
+ * *key. The memory must stay valid, and nothing else may read or write it while a put may
+ * land there, until ringbtl_deregister_region returns RINGBTL_OK for the key (or the
+ * transport is destroyed). */
+int  ringbtl_register_region(ringbtl_t *t, void *base, size_t len, uint64_t *key);
+/* Takes a region back: RINGBTL_ERR_INVALID for a key that names none, RINGBTL_ERR_BUSY while
+ * a put is being received into it (it stays registered: progress, then try again). */
+int  ringbtl_deregister_region(ringbtl_t *t, uint64_t key);
 
 /* Hands every message queued so far to the kernel now, without reaping completions or
  * running any callback (they wait for the next ringbtl_progress / ringbtl_wait). Sends are

@@ -18,18 +18,20 @@
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::ptr;
+use std::ptr::{self, NonNull};
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use ringbtl::proto::core::MAX_SEGMENTS;
-use ringbtl::{Completion, Error, FailReason, PeerId, SendError, Tag, Transport};
+use ringbtl::{
+    Completion, Error, FailReason, PeerId, PutTarget, RegionError, SendError, Tag, Transport,
+};
 
 use crate::config::RingbtlConfig;
 use crate::status::{
-    fail, fail_code, fail_with, guard, send_code, RINGBTL_ERR_INTERNAL, RINGBTL_ERR_INVALID,
-    RINGBTL_ERR_UNREACHABLE, RINGBTL_OK,
+    fail, fail_code, fail_with, guard, send_code, RINGBTL_ERR_BUSY, RINGBTL_ERR_INTERNAL,
+    RINGBTL_ERR_INVALID, RINGBTL_ERR_UNREACHABLE, RINGBTL_OK,
 };
 
 /// A received active message (`ringbtl_recv_fn`).
@@ -607,40 +609,10 @@ pub unsafe extern "C" fn ringbtl_send(
         let Some(h) = (unsafe { handle(t) }) else {
             return null_handle("ringbtl_send");
         };
-        if iovcnt > MAX_SEGMENTS {
-            let e = SendError::TooManySegments {
-                got: iovcnt,
-                max: MAX_SEGMENTS,
-            };
-            return fail(send_code(&e), e);
-        }
-        if iov.is_null() && iovcnt > 0 {
-            return fail(RINGBTL_ERR_INVALID, "ringbtl_send: iov is NULL");
-        }
-        let iovs: &[RingbtlIov] = if iovcnt == 0 {
-            &[]
-        } else {
-            // SAFETY: `iov` is non-null and points to `iovcnt` elements (the caller's
-            // contract); they are read during this call only.
-            unsafe { std::slice::from_raw_parts(iov, iovcnt) }
-        };
         let mut segs: [Bytes; MAX_SEGMENTS] = Default::default();
-        for (s, v) in segs.iter_mut().zip(iovs) {
-            if v.len == 0 {
-                continue;
-            }
-            if v.base.is_null() {
-                return fail(RINGBTL_ERR_INVALID, "ringbtl_send: NULL base with a length");
-            }
-            // SAFETY: `base` points to `len` readable bytes that stay valid and unchanged
-            // until the completion for `cookie` has run (the caller's contract). A static
-            // `Bytes` never frees, so dropping it early or late cannot touch the caller's
-            // memory; and the library runs the completion of a send only after the kernel
-            // handed back the batch that carries it (a batch rented to the kernel when its
-            // peer fails completes when it comes back), so no read of the bytes happens
-            // after the completion.
-            let bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(v.base.cast(), v.len) };
-            *s = Bytes::from_static(bytes);
+        // SAFETY: the caller's contract is `segments`'.
+        if let Err(code) = unsafe { segments("ringbtl_send", iov, iovcnt, &mut segs) } {
+            return code;
         }
         match h
             .transport()
@@ -650,6 +622,149 @@ pub unsafe extern "C" fn ringbtl_send(
             Err(e) => fail(send_code(&e), e),
         }
     })
+}
+
+/// Queues a put of the concatenation of `iov[0..iovcnt]` to `addr` in the region `key`
+/// that `peer` registered; exactly one completion with `cookie` follows when it returns
+/// RINGBTL_OK.
+///
+/// # Safety
+/// As [`ringbtl_send`].
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_put(
+    t: *mut Ringbtl,
+    peer: u32,
+    key: u64,
+    addr: u64,
+    iov: *const RingbtlIov,
+    iovcnt: usize,
+    cookie: u64,
+) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return null_handle("ringbtl_put");
+        };
+        let mut segs: [Bytes; MAX_SEGMENTS] = Default::default();
+        // SAFETY: the caller's contract is `segments`'.
+        if let Err(code) = unsafe { segments("ringbtl_put", iov, iovcnt, &mut segs) } {
+            return code;
+        }
+        let target = PutTarget { key, addr };
+        match h
+            .transport()
+            .put(PeerId(peer), target, &segs[..iovcnt], cookie)
+        {
+            Ok(()) => RINGBTL_OK,
+            Err(e) => fail(send_code(&e), e),
+        }
+    })
+}
+
+/// Registers `len` bytes at `base` that peers may put into; the key goes to `*key`.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `key` is NULL or writable; `base` points to `len`
+/// writable bytes that stay valid, and that nothing else reads or writes while a put may
+/// land there, until `ringbtl_deregister_region` returns RINGBTL_OK for the key or the
+/// transport is destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_register_region(
+    t: *mut Ringbtl,
+    base: *mut c_void,
+    len: usize,
+    key: *mut u64,
+) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return null_handle("ringbtl_register_region");
+        };
+        let Some(base) = NonNull::new(base.cast::<u8>()) else {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_register_region: base is NULL");
+        };
+        if key.is_null() {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_register_region: key is NULL");
+        }
+        // SAFETY: the memory's contract is the caller's (above), word for word the
+        // transport's.
+        let k = unsafe { h.transport().register_region(base, len) };
+        // SAFETY: `key` is non-null and writable (the caller's contract).
+        unsafe { key.write(k) };
+        RINGBTL_OK
+    })
+}
+
+/// Takes a region back: RINGBTL_ERR_INVALID for a key that names none, RINGBTL_ERR_BUSY
+/// while a put is being received into it.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_deregister_region(t: *mut Ringbtl, key: u64) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return null_handle("ringbtl_deregister_region");
+        };
+        match h.transport().deregister_region(key) {
+            Ok(()) => RINGBTL_OK,
+            Err(e @ RegionError::InUse(_)) => fail(RINGBTL_ERR_BUSY, e),
+            Err(e) => fail(RINGBTL_ERR_INVALID, e),
+        }
+    })
+}
+
+/// Turns a C gather list into segments over the caller's memory, without copying.
+///
+/// # Safety
+/// `iov` is NULL (with `iovcnt` 0) or points to `iovcnt` elements whose `base` points to
+/// `len` readable bytes that stay valid and unchanged until the completion of the
+/// operation the segments are given to has run.
+unsafe fn segments(
+    what: &str,
+    iov: *const RingbtlIov,
+    iovcnt: usize,
+    segs: &mut [Bytes; MAX_SEGMENTS],
+) -> Result<(), c_int> {
+    if iovcnt > MAX_SEGMENTS {
+        let e = SendError::TooManySegments {
+            got: iovcnt,
+            max: MAX_SEGMENTS,
+        };
+        return Err(fail(send_code(&e), e));
+    }
+    if iov.is_null() && iovcnt > 0 {
+        return Err(fail(RINGBTL_ERR_INVALID, format!("{what}: iov is NULL")));
+    }
+    let iovs: &[RingbtlIov] = if iovcnt == 0 {
+        &[]
+    } else {
+        // SAFETY: `iov` is non-null and points to `iovcnt` elements (the caller's
+        // contract); they are read during this call only.
+        unsafe { std::slice::from_raw_parts(iov, iovcnt) }
+    };
+    for (s, v) in segs.iter_mut().zip(iovs) {
+        if v.len == 0 {
+            continue;
+        }
+        if v.base.is_null() {
+            return Err(fail(
+                RINGBTL_ERR_INVALID,
+                format!("{what}: NULL base with a length"),
+            ));
+        }
+        // SAFETY: `base` points to `len` readable bytes that stay valid and unchanged
+        // until the completion for `cookie` has run (the caller's contract). A static
+        // `Bytes` never frees, so dropping it early or late cannot touch the caller's
+        // memory; and the library runs the completion of a send only after the kernel
+        // handed back the batch that carries it (a batch rented to the kernel when its
+        // peer fails completes when it comes back), so no read of the bytes happens
+        // after the completion.
+        let bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(v.base.cast(), v.len) };
+        *s = Bytes::from_static(bytes);
+    }
+    Ok(())
 }
 
 /// Hands every queued send to the kernel now; runs no callback.

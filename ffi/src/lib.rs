@@ -27,6 +27,10 @@
 //!   `ringbtl_max_segments()` pieces, sent without copying (small pieces are copied next
 //!   to their header). The completion callback runs exactly once per accepted send, and
 //!   only after the kernel is done with the bytes.
+//! - `ringbtl_put(peer, key, addr, iov, iovcnt, cookie)`: the same gather list, written
+//!   straight into a region the peer registered (`ringbtl_register_region`, which hands
+//!   out the key; `ringbtl_deregister_region` takes it back). Completes like a send; a
+//!   message sent after it arrives after its data is in place.
 //! - `ringbtl_flush`: hands the queued sends to the kernel now, running no callback (for
 //!   a caller that may block outside ringbtl right after sending).
 //! - `ringbtl_progress` / `ringbtl_wait`: one pass; called from inside a callback they
@@ -66,11 +70,12 @@ pub use config::{
     RingbtlConfig,
 };
 pub use handle::{
-    ringbtl_add_peer, ringbtl_backend_name, ringbtl_create, ringbtl_destroy, ringbtl_flush,
-    ringbtl_generate_job_key, ringbtl_local_id, ringbtl_max_frame, ringbtl_max_segments,
-    ringbtl_on_complete, ringbtl_on_error, ringbtl_on_unknown_peer, ringbtl_pending,
-    ringbtl_progress, ringbtl_register, ringbtl_send, ringbtl_set_job_key, ringbtl_unregister,
-    ringbtl_uris, ringbtl_wait, CompleteFn, ErrorFn, RecvFn, ResolveFn, Ringbtl, RingbtlIov,
+    ringbtl_add_peer, ringbtl_backend_name, ringbtl_create, ringbtl_deregister_region,
+    ringbtl_destroy, ringbtl_flush, ringbtl_generate_job_key, ringbtl_local_id, ringbtl_max_frame,
+    ringbtl_max_segments, ringbtl_on_complete, ringbtl_on_error, ringbtl_on_unknown_peer,
+    ringbtl_pending, ringbtl_progress, ringbtl_put, ringbtl_register, ringbtl_register_region,
+    ringbtl_send, ringbtl_set_job_key, ringbtl_unregister, ringbtl_uris, ringbtl_wait, CompleteFn,
+    ErrorFn, RecvFn, ResolveFn, Ringbtl, RingbtlIov,
 };
 pub use status::*;
 

@@ -39,6 +39,9 @@ pub const RINGBTL_ERR_NO_BACKEND: c_int = -12;
 pub const RINGBTL_ERR_PEER_CLOSED: c_int = -13;
 /// Completion status: the peer broke the protocol.
 pub const RINGBTL_ERR_PROTOCOL: c_int = -14;
+/// `ringbtl_deregister_region`: a put is being received into the region; it stays
+/// registered (progress, then try again).
+pub const RINGBTL_ERR_BUSY: c_int = -15;
 /// A Rust panic was caught at the boundary.
 pub const RINGBTL_ERR_INTERNAL: c_int = -99;
 
@@ -86,6 +89,7 @@ pub(crate) fn strerror(status: c_int) -> &'static CStr {
         RINGBTL_ERR_NO_BACKEND => c"no usable backend",
         RINGBTL_ERR_PEER_CLOSED => c"peer closed the connection",
         RINGBTL_ERR_PROTOCOL => c"peer broke the protocol",
+        RINGBTL_ERR_BUSY => c"region in use",
         RINGBTL_ERR_INTERNAL => c"internal error (panic caught)",
         _ => c"unknown status code",
     }
@@ -196,6 +200,7 @@ mod tests {
             RINGBTL_ERR_NO_BACKEND,
             RINGBTL_ERR_PEER_CLOSED,
             RINGBTL_ERR_PROTOCOL,
+            RINGBTL_ERR_BUSY,
             RINGBTL_ERR_INTERNAL,
         ];
         let texts: std::collections::HashSet<_> = codes.iter().map(|&c| strerror(c)).collect();

@@ -51,6 +51,10 @@ fn run(exe: &Path, b: &str, multishot: &str, what: &str) {
         out.status
     );
     assert!(stdout.contains(&format!("({b})")), "ran on {b}: {stdout}");
+    assert!(
+        stdout.contains("ok: puts placed in a registered region"),
+        "{stdout}"
+    );
     assert!(stdout.contains("ok: destroyed"), "{stdout}");
 }
 

@@ -115,6 +115,7 @@ fn codes_and_version_match_the_header() {
         ("RINGBTL_ERR_NO_BACKEND", RINGBTL_ERR_NO_BACKEND),
         ("RINGBTL_ERR_PEER_CLOSED", RINGBTL_ERR_PEER_CLOSED),
         ("RINGBTL_ERR_PROTOCOL", RINGBTL_ERR_PROTOCOL),
+        ("RINGBTL_ERR_BUSY", RINGBTL_ERR_BUSY),
         ("RINGBTL_ERR_INTERNAL", RINGBTL_ERR_INTERNAL),
     ];
     let ours: BTreeMap<String, i32> = ours.iter().map(|(k, v)| (k.to_string(), *v)).collect();

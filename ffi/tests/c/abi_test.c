@@ -9,6 +9,8 @@
  * - error codes and messages for bad input;
  * - a job key drawn by the library, set on live transports (and in the configuration of
  *   the later ones): every connection below is authenticated with it;
+ * - puts into a region B registered, in one and in several segments: every byte in place
+ *   when the message sent after them arrives; bad region arguments; deregistration;
  * - lazy add: a process A was never told about connects; A's resolver adds it and
  *   accepts, and its messages arrive; a declining resolver refuses another;
  * - a peer destroyed while sends to it are in flight: every send still completes once;
@@ -48,6 +50,8 @@ enum {
     TAG_LATE = 9,        /* sent from inside a completion callback */
     TAG_ONCE = 10,       /* its callback unregisters itself */
     TAG_LAZY = 11,       /* from processes A was never told about */
+    TAG_PUT_DONE = 12,   /* sent after the puts: they are in place */
+    REGION_LEN = 256 * 1024,
     NLAZY = 10,
     MAX_FRAME = 64 * 1024,
     COOKIE_REPLY = 100000,
@@ -276,6 +280,36 @@ static int reregistered_done(void) {
     return b_once == 2;
 }
 
+static unsigned char *region;  /* B's registered region */
+static unsigned put_checked;
+
+/* Byte `j` of the region after the puts of section 2d. */
+static unsigned char region_want(size_t j) {
+    if (j >= 10 && j < 110) {
+        return (unsigned char)(j * 3 + 1);
+    }
+    if (j >= 1000 && j < 61000) {
+        return (unsigned char)(j / 7 + j);
+    }
+    return 0;
+}
+
+static void b_on_put_done(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
+    (void)ctx;
+    (void)data;
+    CHECK(src == 0 && tag == TAG_PUT_DONE && len == 1, "put marker");
+    for (size_t j = 0; j < REGION_LEN; j++) {
+        CHECK(region[j] == region_want(j), "region byte %zu: %u, want %u", j, region[j],
+              region_want(j));
+    }
+    put_checked++;
+}
+
+static int put_done(void) {
+    return put_checked == 1 && a_completed[COOKIE_ONCE + 10] == 1 &&
+           a_completed[COOKIE_ONCE + 11] == 1 && a_completed[COOKIE_ONCE + 12] == 1;
+}
+
 static int fail_done(void) {
     for (unsigned i = 0; i < NFAIL; i++) {
         if (a_completed[COOKIE_FAIL + i] == 0) {
@@ -460,6 +494,43 @@ int main(void) {
     }
     CHECK(a_completed[COOKIE_ONCE + 4] == 0, "no completion runs inside flush");
     printf("ok: flush without progress on the sender\n");
+
+    /* 2d. puts into a region B registered: 100 B in one segment, 60,000 B in three */
+    region = calloc(REGION_LEN, 1);
+    CHECK(region != NULL, "calloc");
+    uint64_t key = 0;
+    CHECK(ringbtl_register_region(B, NULL, 10, &key) == RINGBTL_ERR_INVALID, "NULL base");
+    CHECK(ringbtl_register_region(B, region, 10, NULL) == RINGBTL_ERR_INVALID, "NULL key");
+    CHECK(ringbtl_register_region(NULL, region, 10, &key) == RINGBTL_ERR_INVALID, "NULL t");
+    CHECK(ringbtl_register_region(B, region, REGION_LEN, &key) == RINGBTL_OK, "register");
+    CHECK(ringbtl_deregister_region(B, key + 1) == RINGBTL_ERR_INVALID, "unknown key");
+    CHECK(strstr(ringbtl_last_error(), "region") != NULL, "%s", ringbtl_last_error());
+    CHECK(ringbtl_register(B, TAG_PUT_DONE, b_on_put_done, NULL) == RINGBTL_OK, "register");
+    static unsigned char small[100], big[60000];
+    for (size_t j = 0; j < sizeof small; j++) {
+        small[j] = region_want(10 + j);
+    }
+    for (size_t j = 0; j < sizeof big; j++) {
+        big[j] = region_want(1000 + j);
+    }
+    uint64_t at = (uint64_t)(uintptr_t)region;
+    ringbtl_iov_t one_seg = {small, sizeof small};
+    CHECK(ringbtl_put(A, 1, key, at + 10, &one_seg, 1, COOKIE_ONCE + 10) == RINGBTL_OK,
+          "put 100 B");
+    ringbtl_iov_t three[3] = {{big, 1}, {big + 1, 30000}, {big + 30001, sizeof big - 30001}};
+    CHECK(ringbtl_put(A, 1, key, at + 1000, three, 3, COOKIE_ONCE + 11) == RINGBTL_OK,
+          "put 60,000 B");
+    CHECK(ringbtl_put(A, 1, key, at, three, 9, COOKIE_ONCE + 13) == RINGBTL_ERR_TOO_MANY_SEGMENTS,
+          "nine segments");
+    CHECK(ringbtl_send(A, 1, TAG_PUT_DONE, &iov, 1, COOKIE_ONCE + 12) == RINGBTL_OK, "marker");
+    drive(put_done, "puts", 1);
+    for (unsigned k = 10; k < 13; k++) {
+        CHECK(a_status[COOKIE_ONCE + k] == RINGBTL_OK, "put %u: %d", k, a_status[COOKIE_ONCE + k]);
+    }
+    CHECK(ringbtl_deregister_region(B, key) == RINGBTL_OK, "deregister");
+    CHECK(ringbtl_deregister_region(B, key) == RINGBTL_ERR_INVALID, "deregister twice");
+    free(region);
+    printf("ok: puts placed in a registered region before the next message\n");
 
     /* 2c. lazy add: processes 2 and 3 know A, A knows neither; A's resolver adds 2 and
      * accepts it, and declines 3 */
