@@ -4,8 +4,9 @@
  *
  * One module per process. The module owns one ringbtl transport whose process id is
  * this process's vpid; peers are the processes of the same job (same jobid), addressed
- * by vpid. Send only (MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE): no put/get, so
- * ob1 runs its copy-based rendezvous over send/recv.
+ * by vpid. Send (in place) and put: ob1 sends eager and rendezvous headers as messages,
+ * and moves the body of a large message with puts straight into the receiver's buffer,
+ * which it registered with us (ringbtl_register_region); no get.
  */
 #ifndef MCA_BTL_RINGBTL_H
 #define MCA_BTL_RINGBTL_H
@@ -40,6 +41,26 @@ struct mca_btl_base_endpoint_t {
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_ringbtl_endpoint_t;
 
+/* A registration: the ringbtl region key that peers name it by in their puts, or
+ * RINGBTL_NO_REGION for memory registered for local use only (not writable by peers). */
+struct mca_btl_base_registration_handle_t {
+    uint64_t key;
+};
+#define RINGBTL_NO_REGION UINT64_MAX
+
+/* A put in flight: what its completion callback needs. Its address (low bit set) is the
+ * ringbtl cookie, which tells it from a send fragment's. */
+typedef struct {
+    opal_free_list_item_t super;
+    struct mca_btl_base_endpoint_t *ep;
+    void *local_address;
+    struct mca_btl_base_registration_handle_t *local_handle;
+    mca_btl_base_rdma_completion_fn_t cbfunc;
+    void *cbcontext;
+    void *cbdata;
+} mca_btl_ringbtl_put_t;
+OBJ_CLASS_DECLARATION(mca_btl_ringbtl_put_t);
+
 typedef struct {
     mca_btl_base_module_t super;
     ringbtl_t *rt;
@@ -49,6 +70,8 @@ typedef struct {
     uint32_t nendpoints;
     opal_free_list_t eager_frags; /* capacity: btl_eager_limit */
     opal_free_list_t max_frags;   /* capacity: btl_max_send_size */
+    opal_free_list_t puts;        /* mca_btl_ringbtl_put_t */
+    uint64_t puts_sent, regions_registered; /* btl_ringbtl_verbose */
     /* Aligned copy of a received frame whose bytes are not 8-byte aligned. */
     void *scratch;
     size_t scratch_len;

@@ -114,6 +114,10 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
  * above btl tcp (latency 100, bandwidth 100) for ob1's scheduling. */
 #define RINGBTL_DEFAULT_EAGER_LIMIT (128 * 1024)
 #define RINGBTL_DEFAULT_MAX_SEND (1024 * 1024)
+/* Large messages: after the rendezvous, this much goes as messages, the rest as puts of
+ * at most RINGBTL_DEFAULT_PUT_FRAG bytes straight into the receiver's buffer. */
+#define RINGBTL_DEFAULT_PIPELINE_SEND (128 * 1024)
+#define RINGBTL_DEFAULT_PUT_FRAG (1024 * 1024)
 #define RINGBTL_DEFAULT_LATENCY 90
 #define RINGBTL_DEFAULT_BANDWIDTH 10000
 
@@ -206,10 +210,14 @@ static int component_register(void)
     b->btl_eager_limit = RINGBTL_DEFAULT_EAGER_LIMIT;
     b->btl_rndv_eager_limit = RINGBTL_DEFAULT_EAGER_LIMIT;
     b->btl_max_send_size = RINGBTL_DEFAULT_MAX_SEND;
-    b->btl_rdma_pipeline_send_length = RINGBTL_DEFAULT_MAX_SEND;
-    b->btl_rdma_pipeline_frag_size = RINGBTL_DEFAULT_MAX_SEND;
+    b->btl_rdma_pipeline_send_length = RINGBTL_DEFAULT_PIPELINE_SEND;
+    b->btl_rdma_pipeline_frag_size = RINGBTL_DEFAULT_PUT_FRAG;
     b->btl_min_rdma_pipeline_size = 0;
-    b->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE;
+    b->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE | MCA_BTL_FLAGS_PUT;
+    b->btl_registration_handle_size = sizeof(mca_btl_base_registration_handle_t);
+    b->btl_put_limit = SIZE_MAX;     /* lowered to ringbtl's max frame at init */
+    b->btl_put_alignment = 0;
+    b->btl_put_local_registration_threshold = SIZE_MAX; /* the source needs none */
     b->btl_latency = RINGBTL_DEFAULT_LATENCY;
     b->btl_bandwidth = RINGBTL_DEFAULT_BANDWIDTH;
     return mca_btl_base_param_register(c, b);

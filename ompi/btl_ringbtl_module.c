@@ -1,6 +1,7 @@
 /*
  * mca_btl_ringbtl module: peers (add_procs/del_procs), descriptors (alloc/free/
- * prepare_src), send/sendi, completion and receive callbacks, error reporting, finalize.
+ * prepare_src), send/sendi, put and memory registration, completion and receive
+ * callbacks, error reporting, finalize.
  */
 #include "btl_ringbtl.h"
 
@@ -24,6 +25,7 @@ static void frag_construct(mca_btl_ringbtl_frag_t *f)
     f->base.des_segment_count = 1;
 }
 OBJ_CLASS_INSTANCE(mca_btl_ringbtl_frag_t, mca_btl_base_descriptor_t, frag_construct, NULL);
+OBJ_CLASS_INSTANCE(mca_btl_ringbtl_put_t, opal_free_list_item_t, NULL, NULL);
 
 /* ---- ringbtl status -> Open MPI status ------------------------------------------------ */
 
@@ -46,6 +48,13 @@ static int status_to_opal(int rc)
     default:
         return OPAL_ERROR;
     }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
 /* ---- fragments ------------------------------------------------------------------------ */
@@ -111,12 +120,30 @@ static void complete_frag(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_frag_t *f
     }
 }
 
+/* Exactly once per accepted ringbtl_put: the data left (or never will). */
+static void complete_put(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_put_t *p, int status)
+{
+    if (!m->closing && NULL != p->cbfunc) {
+        p->cbfunc(&m->super, p->ep, p->local_address, p->local_handle, p->cbcontext,
+                  p->cbdata, status_to_opal(status));
+    }
+    opal_free_list_return(&m->puts, &p->super);
+}
+
+/* A put's cookie is its descriptor's address with the low bit set (descriptors are
+ * aligned); a send's is its fragment's. */
+#define PUT_COOKIE 1u
+
 static void on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
 {
     mca_btl_ringbtl_module_t *m = ctx;
-    mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) (uintptr_t) cookie;
     (void) peer;
-    complete_frag(m, f, status);
+    if (cookie & PUT_COOKIE) {
+        complete_put(m, (mca_btl_ringbtl_put_t *) (uintptr_t) (cookie & ~(uint64_t) PUT_COOKIE),
+                     status);
+        return;
+    }
+    complete_frag(m, (mca_btl_ringbtl_frag_t *) (uintptr_t) cookie, status);
 }
 
 static void deliver(mca_btl_ringbtl_module_t *m, uint32_t src, uint8_t tag, const void *data,
@@ -621,6 +648,120 @@ static int btl_sendi(struct mca_btl_base_module_t *btl,
     return OPAL_SUCCESS;
 }
 
+/* ---- put and registration ------------------------------------------------------------ */
+
+/* Memory a peer may put into becomes a ringbtl region: the peer's puts are checked against
+ * it, and their bytes go from the socket straight into it. ob1 registers each pipeline
+ * fragment of a large receive buffer (remote write), sends its handle to the sender, and
+ * deregisters it when the sender's FIN for that fragment arrives, which ringbtl delivers
+ * only after the put's data (one connection per peer, frames in order). Memory registered
+ * for local use only is not exposed. */
+static mca_btl_base_registration_handle_t *btl_register_mem(struct mca_btl_base_module_t *btl,
+                                                           struct mca_btl_base_endpoint_t *ep,
+                                                           void *base, size_t size,
+                                                           uint32_t flags)
+{
+    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
+    mca_btl_base_registration_handle_t *h = malloc(sizeof(*h));
+    (void) ep;
+    if (NULL == h) {
+        return NULL;
+    }
+    h->key = RINGBTL_NO_REGION;
+    if (0 == (flags & MCA_BTL_REG_FLAG_REMOTE_WRITE)) {
+        return h;
+    }
+    RINGBTL_LOCK(m);
+    const int rc = ringbtl_register_region(m->rt, base, size, &h->key);
+    if (RINGBTL_OK == rc) {
+        m->regions_registered++;
+    }
+    RINGBTL_UNLOCK(m);
+    if (RINGBTL_OK != rc) {
+        if (mca_btl_ringbtl_component.verbose > 0) {
+            opal_output(0, "btl ringbtl: %zu bytes at %p not registered: %s", size, base,
+                        ringbtl_last_error());
+        }
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+/* Refused by ringbtl only while a put is being received into the region, which ob1's
+ * order (deregistration after the FIN that follows the data) rules out; progress lets such
+ * a put finish, for a bounded time. A region that stays busy stays registered (its memory
+ * must then not be reused, which is reported). */
+static int btl_deregister_mem(struct mca_btl_base_module_t *btl,
+                              mca_btl_base_registration_handle_t *h)
+{
+    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
+    int rc = RINGBTL_OK;
+    if (RINGBTL_NO_REGION != h->key) {
+        RINGBTL_LOCK(m);
+        const double deadline = now_s() + mca_btl_ringbtl_component.finalize_timeout_ms / 1e3;
+        while (RINGBTL_ERR_BUSY == (rc = ringbtl_deregister_region(m->rt, h->key))
+               && !m->progressing && now_s() < deadline) {
+            (void) ringbtl_progress(m->rt);
+        }
+        RINGBTL_UNLOCK(m);
+        if (RINGBTL_OK != rc) {
+            opal_output(0, "btl ringbtl: a registration could not be released: %s",
+                        ringbtl_last_error());
+            return OPAL_ERROR;
+        }
+    }
+    free(h);
+    return OPAL_SUCCESS;
+}
+
+/* One ringbtl put: the peer's kernel writes the bytes straight into the registered
+ * buffer. Completes (cbfunc) once the data is in our kernel, like a send. */
+static int btl_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
+                   void *local_address, uint64_t remote_address,
+                   struct mca_btl_base_registration_handle_t *local_handle,
+                   struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                   int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
+                   void *cbcontext, void *cbdata)
+{
+    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
+    (void) flags;
+    (void) order;
+    if (OPAL_UNLIKELY(endpoint->failed)) {
+        return OPAL_ERR_UNREACH;
+    }
+    if (OPAL_UNLIKELY(NULL == remote_handle || RINGBTL_NO_REGION == remote_handle->key)) {
+        return OPAL_ERR_BAD_PARAM;
+    }
+    if (OPAL_UNLIKELY(size > m->super.btl_put_limit)) {
+        return OPAL_ERR_NOT_AVAILABLE;
+    }
+    mca_btl_ringbtl_put_t *p = (mca_btl_ringbtl_put_t *) opal_free_list_get(&m->puts);
+    if (OPAL_UNLIKELY(NULL == p)) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    p->ep = endpoint;
+    p->local_address = local_address;
+    p->local_handle = local_handle;
+    p->cbfunc = cbfunc;
+    p->cbcontext = cbcontext;
+    p->cbdata = cbdata;
+    ringbtl_iov_t iov = {.base = local_address, .len = size};
+    RINGBTL_LOCK(m);
+    const int rc = ringbtl_put(m->rt, endpoint->peer, remote_handle->key, remote_address, &iov,
+                               1, (uint64_t) (uintptr_t) p | PUT_COOKIE);
+    if (RINGBTL_OK == rc) {
+        m->puts_sent++;
+        flush(m);
+    }
+    RINGBTL_UNLOCK(m);
+    if (RINGBTL_OK != rc) {
+        opal_free_list_return(&m->puts, &p->super);
+        return status_to_opal(rc);
+    }
+    return OPAL_SUCCESS;
+}
+
 /* ---- blocking outside MPI ------------------------------------------------------------- */
 
 /* A send may wait in ringbtl's queue until the next progress (btl_ringbtl_flush_batch), so
@@ -644,13 +785,6 @@ static struct {
     opal_pmix_base_module_unpublish_fn_t unpublish;
     opal_pmix_base_module_spawn_fn_t spawn;
 } pmix_orig;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 /* Sends accepted and not completed yet, over every peer. */
 static size_t unsent(mca_btl_ringbtl_module_t *m)
@@ -770,6 +904,9 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
                     (unsigned long long) m->rx_frames, (unsigned long long) m->rx_bytes,
                     (unsigned long long) m->rx_copied_frames,
                     (unsigned long long) m->rx_copied_bytes);
+        opal_output(0, "btl ringbtl: puts sent %llu; regions registered %llu",
+                    (unsigned long long) m->puts_sent,
+                    (unsigned long long) m->regions_registered);
     }
     rc = ringbtl_destroy(m->rt, mca_btl_ringbtl_component.finalize_timeout_ms);
     if (RINGBTL_OK != rc && mca_btl_ringbtl_component.verbose > 0) {
@@ -789,6 +926,7 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
     m->scratch_len = 0;
     OBJ_DESTRUCT(&m->eager_frags);
     OBJ_DESTRUCT(&m->max_frags);
+    OBJ_DESTRUCT(&m->puts);
     if (m->threads) {
         pthread_mutex_destroy(&m->lock);
     }
@@ -809,6 +947,9 @@ mca_btl_ringbtl_module_t mca_btl_ringbtl_module = {
             .btl_prepare_src = btl_prepare_src,
             .btl_send = btl_send,
             .btl_sendi = btl_sendi,
+            .btl_put = btl_put,
+            .btl_register_mem = btl_register_mem,
+            .btl_deregister_mem = btl_deregister_mem,
             .btl_register_error = btl_register_error,
         },
 };
@@ -832,6 +973,13 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     if (m->super.btl_rndv_eager_limit > m->super.btl_eager_limit) {
         m->super.btl_rndv_eager_limit = m->super.btl_eager_limit;
     }
+    /* A put is one ringbtl frame: its data and the 16-byte target. */
+    if (m->super.btl_put_limit > frame - 16) {
+        m->super.btl_put_limit = frame - 16;
+    }
+    if (m->super.btl_rdma_pipeline_frag_size > m->super.btl_put_limit) {
+        m->super.btl_rdma_pipeline_frag_size = m->super.btl_put_limit;
+    }
 
     m->rt = rt;
     m->closing = false;
@@ -843,6 +991,7 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->rx_frames = m->rx_bytes = m->rx_copied_frames = m->rx_copied_bytes = 0;
     m->sent_since_progress = 0;
     m->progressing = false;
+    m->puts_sent = m->regions_registered = 0;
     /* key_pending / key_failed are set by btl_init before this. */
     m->threads = threads;
     if (threads) {
@@ -855,6 +1004,7 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
 
     OBJ_CONSTRUCT(&m->eager_frags, opal_free_list_t);
     OBJ_CONSTRUCT(&m->max_frags, opal_free_list_t);
+    OBJ_CONSTRUCT(&m->puts, opal_free_list_t);
     rc = opal_free_list_init(&m->eager_frags,
                              sizeof(mca_btl_ringbtl_frag_t) + m->super.btl_eager_limit,
                              opal_cache_line_size, OBJ_CLASS(mca_btl_ringbtl_frag_t), 0,
@@ -868,10 +1018,17 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
                                  c->free_list_inc, NULL, 0, NULL, frag_item_init,
                                  &m->max_frags);
     }
+    if (OPAL_SUCCESS == rc) {
+        rc = opal_free_list_init(&m->puts, sizeof(mca_btl_ringbtl_put_t), opal_cache_line_size,
+                                 OBJ_CLASS(mca_btl_ringbtl_put_t), 0, opal_cache_line_size,
+                                 c->free_list_num, c->free_list_max, c->free_list_inc, NULL, 0,
+                                 NULL, NULL, NULL);
+    }
     if (OPAL_SUCCESS != rc) {
         opal_output(0, "btl ringbtl: fragment lists not created (%d)", rc);
         OBJ_DESTRUCT(&m->eager_frags);
         OBJ_DESTRUCT(&m->max_frags);
+        OBJ_DESTRUCT(&m->puts);
         m->rt = NULL;
         return rc;
     }

@@ -50,6 +50,12 @@ n=$(grep -c "job key of rank 0 read from the modex" <<<"$out" || true)
 [ "$n" = 3 ] || { echo "$out" >&2; echo "ranks 1-3 read rank 0's key: $n of 3" >&2; exit 1; }
 ! grep -qi "unauthenticated" <<<"$out" || { echo "$out" >&2; echo "ran unauthenticated" >&2; exit 1; }
 echo "ranks 1-3 read rank 0's job key; connections authenticated"
+# The large messages' bodies moved as puts into the receivers' registered buffers.
+n=$(grep -cE "puts sent [1-9][0-9]*; regions registered [1-9]" <<<"$out" || true)
+[ "$n" = 4 ] || { echo "$out" >&2; echo "ranks that put and registered: $n of 4" >&2; exit 1; }
+echo "every rank moved large messages with puts into registered buffers"
+check ringbtl_check "self,ringbtl, 4 ranks, put disabled (send/receive only)" --mca btl self,ringbtl \
+  --mca btl_ringbtl_flags send,inplace -np 4
 
 # MPI_THREAD_MULTIPLE: four threads per rank exchanging at once (serialised, epoll).
 check ringbtl_threads "MPI_THREAD_MULTIPLE, self,ringbtl, 4 ranks" --mca btl self,ringbtl -np 4
