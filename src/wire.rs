@@ -26,9 +26,16 @@
 //!                                                                    nonce Na, MAC_a)
 //!  verifies MAC_a, then
 //!  AUTH      (pid_d, addressee pid_a, MAC_d)         ──▶
+//!  [first frames, when pid_d < pid_a]                ──▶
 //!                                                         verifies MAC_d, then decides:
 //!                                                    ◀──  ACCEPT, or REJECT(reason)
 //! ```
+//!
+//! A dialer whose id is below the acceptor's (the side whose dial survives a simultaneous
+//! connect) writes its first frames right behind its AUTH instead of a round trip later;
+//! the acceptor reads them only once MAC_d verified and it adopted the connection, and a
+//! connection it refuses is closed with them unread (the dialer sends them again on its
+//! next connection).
 //!
 //! `MAC_x = HMAC-SHA-256(K, label_x | version | token | Nd | Na | pid_d | pid_a)` (see
 //! [`auth::handshake_mac`](crate::auth::handshake_mac)), with `K` the job key,

@@ -104,6 +104,11 @@ pub(super) struct Conn {
     /// frames wait until one comes: the dialer may have given up on this dial before it
     /// read our ACCEPT (see [`Core::unconfirmed_lost`]).
     pub(super) unconfirmed: bool,
+    /// Dialer: the frames at the front of the endpoint's queue that were written right
+    /// behind our AUTH on this connection (see [`Core::send_early`]). They stay queued
+    /// until the acceptor's answer: ACCEPT completes them, anything else leaves them to
+    /// the next connection.
+    pub(super) early: u32,
 }
 
 impl Conn {
@@ -125,6 +130,7 @@ impl Conn {
             hs: None,
             held: Vec::new(),
             unconfirmed: false,
+            early: 0,
         }
     }
 

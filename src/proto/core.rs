@@ -45,8 +45,9 @@
 //!
 //! Simultaneous connect: when both processes dial each other, the connection dialed by
 //! the process with the *lower* id survives. The higher-id side adopts the incoming
-//! connection and closes its own dial (no frame was ever sent on it: frames flow only once
-//! an endpoint is Connected). The lower-id side answers the losing dial with an explicit
+//! connection and closes its own dial (no frame was ever sent on it: only the lower-id
+//! side writes frames behind its AUTH, see `Core::send_early`; the other's flow once its
+//! endpoint is Connected). The lower-id side answers the losing dial with an explicit
 //! `REJECT(Simultaneous)`, so the loser knows to wait for the winner instead of adopting
 //! a socket that is about to die. No queued frame is lost or sent twice: frames stay in
 //! the endpoint's queue until exactly one connection is adopted.
@@ -54,7 +55,8 @@
 //! A dial can outlive its dialer's interest: its HELLO may wait in the acceptor's queue
 //! past the dialer's handshake deadline, and the dialer then closes it. So the acceptor
 //! sends only the ACCEPT on a connection it adopted, and its frames follow the dialer's
-//! first bytes (a dialer always has a frame to send: it dialed to send one); a connection
+//! first bytes (a dialer always has a frame to send: it dialed to send one, and a lower-id
+//! dialer's first frames come right behind its AUTH); a connection
 //! that ends before them was a failed handshake, not a lost peer, and the endpoint
 //! connects again with nothing lost (`Core::unconfirmed_lost`).
 //!
@@ -433,12 +435,23 @@ impl Core {
                 }
                 Todo::Receive(k) => {
                     let multishot = self.cfg.multishot;
+                    let ask_unknown = self.ask_unknown;
                     let Some(c) = self.conn_mut(k) else { continue };
-                    if c.stage == Stage::Dead {
+                    // No read while the driver decides about an unknown process id: the
+                    // dialer's first frames may follow its AUTH, and they wait in the
+                    // socket until the connection is adopted (`resolve_unknown` reads
+                    // again) or refused.
+                    if matches!(c.stage, Stage::Dead | Stage::Resolving) {
                         continue;
                     }
                     let Some(buf) = c.rx.take() else { continue };
-                    if multishot && !buf.wants_all() {
+                    // When unknown process ids are asked about, a connection in its
+                    // handshake reads its records one at a time into its own
+                    // handshake-sized buffer, so that no frame behind the AUTH is taken
+                    // while the driver decides; the multishot receive is armed once the
+                    // connection is adopted.
+                    let one_record = ask_unknown && c.stage != Stage::Open;
+                    if multishot && !buf.wants_all() && !one_record {
                         // The receive stays armed on the shared provided buffers; the
                         // cache stays here, for records cut between two of them.
                         c.rx = Some(buf);
@@ -488,6 +501,15 @@ impl Core {
                 continue;
             }
             let (stage, peer) = (c.stage, c.peer);
+            if stage == Stage::ExpectAccept && c.early > 0 {
+                // Frames went behind our AUTH, so the acceptor, which proved the key, may
+                // have delivered them: its answer decides whether they go again, and
+                // only it can give it (it closes the connection unadopted once its own
+                // handshake deadline passes). Wait for the answer, as for a connected
+                // peer's.
+                self.conns[i].as_mut().expect("checked").deadline = None;
+                continue;
+            }
             // The first-bytes deadline, when it is the shorter one, fired.
             let silent =
                 c.awaiting_first_bytes && self.cfg.first_bytes_timeout < self.cfg.handshake_timeout;

@@ -450,6 +450,8 @@ impl Core {
         c.stage = Stage::ExpectHello;
         if accept && self.ep(peer).is_some() && !self.shutting_down {
             self.claim(conn, peer);
+            // Reading paused while the driver decided (frames may follow the AUTH).
+            self.todo.push_back(Todo::Receive(conn));
             return;
         }
         let reason = if self.shutting_down {
@@ -504,14 +506,21 @@ impl Core {
             }
             return refuse(self, reason, ProtoError::Rejected(reason));
         }
-        // Abandon our own dial, if any: no frame was ever sent on it.
+        // Abandon our own dial, if any: no frame was ever sent on it (a dial that carries
+        // frames behind its AUTH is one of a lower id than the peer's, which is never
+        // abandoned for the peer's: see `send_early`).
         let old = match ep.state {
             EpState::Connecting { conn, .. } | EpState::ConnectAck { conn, .. } => conn,
             _ => None,
         };
+
         ep.state = EpState::Connected { conn };
         ep.fin_rcvd = false;
         if let Some(old) = old {
+            debug_assert!(
+                self.conn_mut(old).is_none_or(|c| c.early == 0),
+                "a dial with early frames abandoned"
+            );
             self.counters.simultaneous += 1;
             self.kill_conn(old);
         }
@@ -618,6 +627,8 @@ impl Core {
                 let ep = self.ep_mut(peer).expect("dialing endpoint");
                 ep.state = EpState::Connected { conn };
                 ep.fin_rcvd = false;
+                // The frames that went behind our AUTH were delivered.
+                self.early_accepted(peer, conn);
                 self.mark_dirty(peer);
                 self.events.push_back(CoreEvent::Connected(peer));
             }

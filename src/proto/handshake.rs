@@ -7,13 +7,14 @@
 //! the [`NonceSource`] the engine was built with.
 
 use std::fmt;
+use std::mem;
 use std::time::Instant;
 
 use crate::auth::{self, Side, Transcript};
 use crate::error::{Cause, FailReason, ProtoError};
 use crate::proto::conn::Stage;
-use crate::proto::core::{ConnKey, Core, CoreEvent};
-use crate::wire::{Hello, HelloKind, PeerId, RejectReason, NONCE_LEN};
+use crate::proto::core::{slot, ConnKey, Core, CoreEvent};
+use crate::wire::{FrameKind, Hello, HelloKind, PeerId, RejectReason, NONCE_LEN};
 
 /// Where the handshake's nonces come from. The transport uses the operating system's
 /// random numbers ([`NonceSource::os`]); tests inject their own to stay deterministic.
@@ -159,7 +160,8 @@ impl Core {
     }
 
     /// Dialer: the acceptor's CHALLENGE (or an early REJECT). Nothing is sent before its
-    /// MAC verifies; then our AUTH.
+    /// MAC verifies; then our AUTH, with our first frames right behind it when the rule of
+    /// [`send_early`](Self::send_early) allows.
     pub(super) fn on_challenge(&mut self, now: Instant, conn: ConnKey, h: Hello) {
         let Some(c) = self.conn_mut(conn) else { return };
         let peer = c.peer.expect("dialer knows its peer");
@@ -185,6 +187,7 @@ impl Core {
                     let c = self.conn_mut(conn).expect("conn exists");
                     c.stage = Stage::ExpectAccept;
                     c.write_record(&rec);
+                    self.send_early(peer, conn);
                     self.submit_tx(conn);
                     return;
                 }
@@ -198,6 +201,98 @@ impl Core {
         self.kill_conn(conn);
         if self.ep_dialing_on(peer, conn) {
             self.fail_endpoint(peer, FailReason::Protocol { peer, err });
+        }
+    }
+
+    /// Dialer: writes the frames queued for `peer` right behind our AUTH on `conn`, so
+    /// that they reach the acceptor one round trip before its ACCEPT would let them
+    /// leave. The acceptor reads them only once our AUTH verified and it adopted the
+    /// connection (a connection it refuses is closed with them unread); so they stay at
+    /// the front of the queue, counted in `Conn::early`, until the answer:
+    /// ACCEPT completes them ([`early_accepted`](Self::early_accepted)), a REJECT, a close
+    /// or a failed send leaves them queued for the next connection, where they go once.
+    ///
+    /// Only a dialer whose dial wins a simultaneous connect sends early (our id below the
+    /// peer's): the acceptor then never refuses this dial in favour of its own, and we
+    /// never abandon it for the peer's (`claim`), so frames written on it are never
+    /// written again on another connection the acceptor also adopts. Only frames copied
+    /// into the batch (at most `inline_limit` bytes of payload, within the batch budget)
+    /// go early: the batch then holds no memory of the caller's, and the frames may
+    /// complete (or fail) before it comes back.
+    pub(super) fn send_early(&mut self, peer: PeerId, conn: ConnKey) {
+        if peer < self.cfg.pid || !self.ep_dialing_on(peer, conn) {
+            return;
+        }
+        let (budget, max_iov, inline) = (
+            self.cfg.coalesce_bytes,
+            self.cfg.max_iov,
+            self.cfg.inline_limit,
+        );
+        let (Some(c), Some(ep)) = (
+            slot(&mut self.conns, conn.0),
+            slot(&mut self.endpoints, peer.0),
+        ) else {
+            return;
+        };
+        // The batch is out (our HELLO's send has not come back): the AUTH waits in
+        // `held`, and the frames wait for the ACCEPT as they always did.
+        let Some(batch) = c.tx.as_mut() else { return };
+        let (mut n, mut seg) = (0u32, 0usize);
+        for f in ep.queue.iter() {
+            let small = f.hdr.len as usize <= inline;
+            let fits = batch.len() + f.wire_len() <= budget && batch.parts() + 2 <= max_iov;
+            if f.hdr.kind != FrameKind::Send || f.cookie.is_none() || !small || !fits {
+                break;
+            }
+            if f.nsegs == 0 {
+                batch.push_small(&f.wire, f.wire_len());
+            } else {
+                // Its segments are the next ones of the endpoint's segment queue; they
+                // stay there (copied here) until the answer.
+                batch.push_copy(&f.wire[..f.head as usize]);
+                for s in ep.segs.iter().skip(seg).take(f.nsegs as usize) {
+                    batch.push_copy(s);
+                }
+                seg += f.nsegs as usize;
+            }
+            batch.add_frame();
+            n += 1;
+        }
+        c.early = n;
+        if n > 0 {
+            self.counters.batches += 1;
+            self.counters.frames += u64::from(n);
+        }
+    }
+
+    /// Dialer: the ACCEPT of `conn`, which carried `Conn::early` frames behind our AUTH:
+    /// the acceptor delivered them, so they leave the queue for the in-flight list, and
+    /// complete now if their batch is back (else when it comes back, as any batch's).
+    pub(super) fn early_accepted(&mut self, peer: PeerId, conn: ConnKey) {
+        let Some(c) = slot(&mut self.conns, conn.0) else {
+            return;
+        };
+        let n = mem::take(&mut c.early) as usize;
+        let back = c.tx.is_some();
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        for _ in 0..n {
+            let Some(f) = ep.queue.pop_front() else { break };
+            ep.segs.drain(..(f.nsegs as usize).min(ep.segs.len()));
+            ep.queued_bytes -= f.wire_len() as u64;
+            ep.inflight.push_back(f.cookie);
+        }
+        if back {
+            for _ in 0..n {
+                if let Some(Some(cookie)) = ep.inflight.pop_front() {
+                    self.events.push_back(CoreEvent::Completed {
+                        peer,
+                        cookie,
+                        result: Ok(()),
+                    });
+                }
+            }
         }
     }
 

@@ -127,27 +127,59 @@ fn unanswered_unknown_peer_times_out_and_a_late_answer_is_ignored() {
     assert!(net.nodes[0].keys.is_empty());
 }
 
+/// Frames a dialer writes right behind its AUTH (as a dialer does with its first frames)
+/// wait unread while the driver decides about the unknown process id: delivered once,
+/// after the ACCEPT, when it accepts; never read, and the connection refused, when it
+/// declines. With the multishot receive too (the handshake then reads one record at a
+/// time).
 #[test]
-fn bytes_before_the_answer_are_garbage() {
-    let mut net = Net::pair(6);
-    net.core(0).ask_unknown(true);
-    let r = net.raw_dial(0);
-    net.raw_join(r, 9);
-    net.run(false);
-    let conn = unknown_event(&net, 0, 9);
-    net.raw_write(r, &frame(FrameKind::Send, 1, b"too early"));
-    net.run(false);
-    assert!(net.raw_eof(r));
-    assert!(net.raw_read(r).is_empty());
-    let why = ProtoError::UnexpectedHello { state: "Resolving" };
-    assert_eq!(
-        net.count_events(0, |e| *e == CoreEvent::Refused { why: why.clone() }),
-        1
-    );
-    net.core(0).add_peer(PeerId(9), vec![addr(9)]).unwrap();
-    net.core(0).resolve_unknown(conn, true);
-    net.drive();
-    assert_eq!(net.core(0).state(PeerId(9)), Some(EndpointState::Closed));
+fn frames_behind_the_auth_wait_for_the_answer() {
+    for (seed, accept, multishot) in [
+        (6, true, false),
+        (7, false, false),
+        (8, true, true),
+        (9, false, true),
+    ] {
+        let cfg0 = CoreConfig {
+            multishot,
+            ..cfg(0)
+        };
+        let mut net = Net::new(seed, vec![cfg0, cfg(1)]);
+        net.core(0).ask_unknown(true);
+        let r = net.raw_dial(0);
+        net.raw_join(r, 9);
+        net.raw_write(r, &frame(FrameKind::Send, 1, b"early"));
+        net.run(false);
+        let conn = unknown_event(&net, 0, 9);
+        net.raw_write(r, &frame(FrameKind::Send, 2, b"later"));
+        net.run(false);
+        // Nothing read, nothing answered, nothing refused yet.
+        assert!(!net.raw_eof(r), "seed {seed}");
+        assert!(net.raw_read(r).is_empty(), "seed {seed}");
+        assert!(net.nodes[0].got.is_empty(), "seed {seed}");
+        assert_eq!(net.core(0).counters().refused, 0);
+        if accept {
+            net.core(0).add_peer(PeerId(9), vec![addr(9)]).unwrap();
+        }
+        net.core(0).resolve_unknown(conn, accept);
+        net.drive();
+        let h = Hello::parse(&net.raw_read(r)).expect("an answer record");
+        if accept {
+            assert_eq!(h.kind, HelloKind::Accept, "seed {seed}");
+            assert_eq!(
+                net.received(0, 9),
+                vec![(1, b"early".to_vec()), (2, b"later".to_vec())],
+                "seed {seed}"
+            );
+            assert!(connected(&net, 0, 9));
+        } else {
+            assert_eq!(h.kind, HelloKind::Reject(RejectReason::UnknownPeer));
+            assert!(net.raw_eof(r), "seed {seed}");
+            assert!(net.nodes[0].got.is_empty(), "seed {seed}");
+            assert_eq!(net.core(0).state(PeerId(9)), None);
+            assert_eq!(net.core(0).counters().refused, 1);
+        }
+    }
 }
 
 #[test]

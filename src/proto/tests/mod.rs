@@ -31,6 +31,7 @@ mod admit;
 mod auth_handshake;
 mod close;
 mod connect;
+mod early;
 mod garbage;
 mod input;
 mod lazy;
