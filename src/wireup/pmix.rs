@@ -4,8 +4,13 @@
 //! The client library talks to the PMIx server of the launcher's daemon on this node
 //! (found through `PMIX_SERVER_URI*` in the environment). The exchange is the one MPI
 //! libraries do at start-up: `PMIx_Put` of this rank's URI list with global scope,
-//! `PMIx_Commit`, a `PMIx_Fence` over the namespace that collects the data, then one
-//! `PMIx_Get` per rank, answered from the local copy the fence brought.
+//! `PMIx_Commit`, a `PMIx_Fence` over the namespace that collects the data, then the
+//! value of every rank, answered from the local copy the fence brought. Those are asked
+//! all at once (`PMIx_Get_nb`, one answer callback each) and awaited together: the client
+//! library answers each request on its own progress thread, so one blocking `PMIx_Get`
+//! per rank costs two thread switches per rank, which on an oversubscribed node (64
+//! processes on 2 CPUs) took up to 90 ms per rank and left ranks that many milliseconds
+//! behind the others when the connections start.
 //!
 //! **Finding the library.** Nothing is linked at build time: a plain build runs under
 //! every launcher. The first exchange opens `libpmix.so.2` (the runtime library, Debian:
@@ -26,12 +31,12 @@
 //! (Debian: `libpmix-dev`) are there.
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::mem::{align_of, size_of};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
 
@@ -49,6 +54,10 @@ const NSPACE_LEN: usize = 256;
 /// `PMIX_MAX_KEYLEN + 1`.
 const KEY_LEN: usize = 512;
 const PMIX_SUCCESS: c_int = 0;
+/// `PMIX_ERR_NOT_FOUND`.
+const PMIX_ERR_NOT_FOUND: c_int = -46;
+/// `PMIX_ERR_TYPE_MISMATCH`.
+const PMIX_ERR_TYPE_MISMATCH: c_int = -18;
 const PMIX_BOOL: u16 = 1;
 const PMIX_STRING: u16 = 3;
 const PMIX_INT: u16 = 6;
@@ -122,10 +131,74 @@ struct Api {
         ninfo: usize,
         val: *mut *mut Value,
     ) -> c_int,
+    get_nb: unsafe extern "C" fn(
+        proc_: *const Proc,
+        key: *const c_char,
+        info: *const Info,
+        ninfo: usize,
+        cbfunc: ValueCb,
+        cbdata: *mut c_void,
+    ) -> c_int,
     value_destruct: unsafe extern "C" fn(val: *mut Value),
     error_string: unsafe extern "C" fn(status: c_int) -> *const c_char,
     /// Keeps the function pointers above valid; never closed (see the module docs).
     _lib: Library,
+}
+
+/// `pmix_value_cbfunc_t`: the answer to a `PMIx_Get_nb`; `kv` belongs to the library and
+/// is valid during the call only.
+type ValueCb = unsafe extern "C" fn(status: c_int, kv: *mut Value, cbdata: *mut c_void);
+
+/// The answers to a batch of `PMIx_Get_nb` requests: how many came, and one slot per
+/// request (`None` until answered, then the string or the PMIx status).
+type Got = (usize, Vec<Option<Result<String, c_int>>>);
+
+/// The answers to a batch of `PMIx_Get_nb` requests, and the signal that all came.
+struct Answers {
+    got: Mutex<Got>,
+    all: Condvar,
+}
+
+/// The `cbdata` of one request: where its answer goes. Freed by the caller once every
+/// answer came, leaked if the wait ran out of time (an answer may still come).
+struct Request {
+    answers: Arc<Answers>,
+    index: usize,
+}
+
+/// The answer callback of [`PmixModex::get_strs`]: copies the string out and counts the
+/// answer. Runs on the library's progress thread (or within `PMIx_Get_nb`).
+unsafe extern "C" fn string_answer(status: c_int, kv: *mut Value, cbdata: *mut c_void) {
+    // SAFETY: `cbdata` is the `Request` passed with this request, kept alive until every
+    // answer came (or leaked); the library calls back once per request.
+    let req = unsafe { &*cbdata.cast::<Request>() };
+    let answer = if status != PMIX_SUCCESS {
+        Err(status)
+    } else if kv.is_null() {
+        Err(PMIX_ERR_NOT_FOUND)
+    } else {
+        // SAFETY: `kv` is a valid pmix_value_t during the call; the string member is read
+        // only under the PMIX_STRING tag, and is then NUL-terminated or NULL (checked);
+        // it is copied before returning.
+        unsafe {
+            let v = &*kv;
+            if v.kind == PMIX_STRING && !v.data.string.is_null() {
+                Ok(CStr::from_ptr(v.data.string).to_string_lossy().into_owned())
+            } else {
+                Err(PMIX_ERR_TYPE_MISMATCH)
+            }
+        }
+    };
+    let mut g = req.answers.got.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(slot) = g.1.get_mut(req.index) {
+        if slot.is_none() {
+            *slot = Some(answer);
+            g.0 += 1;
+        }
+    }
+    if g.0 == g.1.len() {
+        req.answers.all.notify_all();
+    }
 }
 
 /// Libraries opened so far, by name; leaked on purpose, they stay loaded.
@@ -191,6 +264,7 @@ impl Api {
             commit: sym!("PMIx_Commit"),
             fence: sym!("PMIx_Fence"),
             get: sym!("PMIx_Get"),
+            get_nb: sym!("PMIx_Get_nb"),
             value_destruct: sym!("PMIx_Value_destruct"),
             error_string: sym!("PMIx_Error_string"),
             _lib: lib,
@@ -384,6 +458,92 @@ impl PmixModex {
         }
     }
 
+    /// The strings `asks` names (rank, key), asked all at once with `PMIx_Get_nb` and
+    /// awaited together (within the exchange's timeout); one answer per ask, in order. A
+    /// request the library refuses at once is asked again with the blocking `PMIx_Get`.
+    fn get_strs(&self, asks: &[(u32, &CStr)]) -> Result<Vec<Result<String, Error>>, Error> {
+        let answers = Arc::new(Answers {
+            got: Mutex::new((0, vec![None; asks.len()])),
+            all: Condvar::new(),
+        });
+        let reqs: Vec<Box<Request>> = (0..asks.len())
+            .map(|index| {
+                Box::new(Request {
+                    answers: answers.clone(),
+                    index,
+                })
+            })
+            .collect();
+        let mut refused = Vec::new();
+        for (i, &(rank, key)) in asks.iter().enumerate() {
+            let who = Proc { rank, ..self.me };
+            let cbdata: *const Request = &*reqs[i];
+            // SAFETY: `who` and `key` are valid for the call (the library copies them);
+            // no info array; `string_answer` has the pmix_value_cbfunc_t signature, and
+            // `cbdata` points to a `Request` that stays alive until its answer came (the
+            // boxes are freed only after every answer, or leaked).
+            let rc = unsafe {
+                (self.api.get_nb)(
+                    &who,
+                    key.as_ptr(),
+                    ptr::null(),
+                    0,
+                    string_answer,
+                    cbdata.cast_mut().cast(),
+                )
+            };
+            if rc != PMIX_SUCCESS {
+                refused.push(i);
+            }
+        }
+        // Requests refused at once get no callback: they count as answered here.
+        {
+            let mut g = answers.got.lock().unwrap_or_else(|e| e.into_inner());
+            for &i in &refused {
+                if g.1[i].is_none() {
+                    g.1[i] = Some(Err(PMIX_ERR_NOT_FOUND));
+                    g.0 += 1;
+                }
+            }
+        }
+        let deadline = Instant::now() + self.timeout;
+        let mut g = answers.got.lock().unwrap_or_else(|e| e.into_inner());
+        while g.0 < g.1.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                drop(g);
+                // Answers may still come: their requests must stay valid.
+                std::mem::forget(reqs);
+                return Err(Error::Wireup(format!(
+                    "PMIx_Get_nb: no answer within {:?}",
+                    self.timeout
+                )));
+            }
+            g = answers
+                .all
+                .wait_timeout(g, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let got = std::mem::take(&mut g.1);
+        drop(g);
+        drop(reqs);
+        Ok(got
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| match a {
+                Some(Ok(s)) => Ok(s),
+                _ if refused.contains(&i) => self.get_str(asks[i].0, asks[i].1),
+                Some(Err(rc)) => Err(Error::Wireup(format!(
+                    "PMIx_Get_nb({}): {}",
+                    asks[i].1.to_string_lossy(),
+                    self.api.status_text(rc)
+                ))),
+                None => unreachable!("every request was answered"),
+            })
+            .collect())
+    }
+
     fn get(&self, who: &Proc, key: &CStr) -> Result<Owned, Error> {
         let mut out: *mut Value = ptr::null_mut();
         // SAFETY: `who` and `key` are valid for the call (a pmix_proc_t and a
@@ -443,20 +603,24 @@ impl Modex for PmixModex {
             ),
             rc,
         )?;
+        // Every rank's addresses, and the job key after them when not known yet, asked
+        // at once.
+        let mut asks: Vec<(u32, &CStr)> = (0..self.size).map(|r| (r, key.as_c_str())).collect();
         if self.job_key.is_none() {
-            let hex = self
-                .get_str(0, JOB_KEY)
-                .map_err(|e| Error::Wireup(format!("job key of rank 0: {e}")))?;
+            asks.push((0, JOB_KEY));
+        }
+        let mut got = self.get_strs(&asks)?.into_iter();
+        let table = (0..self.size)
+            .zip(got.by_ref())
+            .map(|(r, v)| v.map_err(|e| Error::Wireup(format!("addresses of rank {r}: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(hex) = got.next() {
+            let hex = hex.map_err(|e| Error::Wireup(format!("job key of rank 0: {e}")))?;
             let k = JobKey::from_hex(&hex)
                 .map_err(|e| Error::Wireup(format!("job key of rank 0 from PMIx: {e}")))?;
             self.job_key = Some(k);
         }
-        (0..self.size)
-            .map(|r| {
-                self.get_str(r, &key)
-                    .map_err(|e| Error::Wireup(format!("addresses of rank {r}: {e}")))
-            })
-            .collect()
+        Ok(table)
     }
 
     fn job_key(&self) -> Option<JobKey> {
@@ -519,12 +683,12 @@ mod tests {
 #include <stdio.h>
 #include <pmix.h>
 int main(void) {
-    printf("%zu %zu %zu %zu %zu %d %d %d %d %d %d %d %d %u %s %s %s\n",
+    printf("%zu %zu %zu %zu %zu %d %d %d %d %d %d %d %d %u %s %s %s %d %d\n",
         sizeof(pmix_proc_t), sizeof(pmix_value_t), _Alignof(pmix_value_t),
         sizeof(pmix_info_t), offsetof(pmix_info_t, value),
         PMIX_MAX_NSLEN + 1, PMIX_MAX_KEYLEN + 1, PMIX_SUCCESS, PMIX_BOOL, PMIX_STRING,
         PMIX_INT, PMIX_UINT32, PMIX_GLOBAL, (unsigned)PMIX_RANK_WILDCARD, PMIX_JOB_SIZE,
-        PMIX_COLLECT_DATA, PMIX_TIMEOUT);
+        PMIX_COLLECT_DATA, PMIX_TIMEOUT, PMIX_ERR_NOT_FOUND, PMIX_ERR_TYPE_MISMATCH);
     return 0;
 }
 "#,
@@ -551,7 +715,8 @@ int main(void) {
         let got = String::from_utf8(out.stdout).unwrap();
         let want = format!(
             "{} {} {} {} {} {NSPACE_LEN} {KEY_LEN} {PMIX_SUCCESS} {PMIX_BOOL} {PMIX_STRING} \
-             {PMIX_INT} {PMIX_UINT32} {PMIX_GLOBAL} {PMIX_RANK_WILDCARD} {} {} {}",
+             {PMIX_INT} {PMIX_UINT32} {PMIX_GLOBAL} {PMIX_RANK_WILDCARD} {} {} {} \
+             {PMIX_ERR_NOT_FOUND} {PMIX_ERR_TYPE_MISMATCH}",
             size_of::<Proc>(),
             size_of::<Value>(),
             align_of::<Value>(),
