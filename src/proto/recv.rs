@@ -10,7 +10,7 @@ use crate::error::{Cause, Errno, FailReason, ProtoError, WireError};
 use crate::proto::conn::Stage;
 use crate::proto::core::{slot, ConnKey, Core, InputStep, Step, Todo};
 use crate::proto::deframe::Source;
-use crate::wire::{FrameKind, Hello};
+use crate::wire::{FrameKind, Header, Hello, HEADER_LEN};
 
 impl Core {
     /// The regions peers' PUT frames may write into.
@@ -168,10 +168,11 @@ impl Core {
         input: &[u8],
         at: &mut usize,
     ) -> InputStep {
-        let (max, cache, stall) = (
+        let (max, cache, stall, multishot) = (
             self.cfg.max_frame,
             self.cfg.recv_cache,
             self.cfg.frame_stall,
+            self.cfg.multishot,
         );
         if self.conn_mut(conn).is_some_and(|c| c.awaiting_first_bytes) {
             self.first_bytes(conn);
@@ -208,8 +209,14 @@ impl Core {
                 Stage::Open => {
                     let peer = c.peer.expect("open conn knows its peer");
                     // An adopted connection trades its handshake-sized buffer for the
-                    // full cache.
-                    if !rx.wants_all() && rx.capacity() < cache {
+                    // full cache: at once with provided buffers; reading into its own
+                    // cache, once a read fills the small buffer or a frame needs more
+                    // room (zeroing a full cache for each of the 63 connections of a
+                    // 64-rank wire-up, whose frames are small, was a quarter of its CPU).
+                    if !rx.wants_all()
+                        && rx.capacity() < cache
+                        && (multishot || needs_room(rx, max))
+                    {
                         rx.grow(cache);
                     }
                     let unread = *at < input.len() || (!rx.wants_all() && rx.pending() > 0);
@@ -287,4 +294,18 @@ impl Core {
             }
         }
     }
+}
+
+/// Whether an adopted connection's handshake-sized buffer is too small for what comes:
+/// a read filled it, or the frame it holds the header of is longer than the buffer.
+fn needs_room(rx: &RxBuf, max: u32) -> bool {
+    let pending = rx.pending();
+    if pending >= rx.capacity() {
+        return true;
+    }
+    if pending < HEADER_LEN {
+        return false;
+    }
+    // A header the deframer refuses is its to report.
+    Header::parse(rx.unread(), max).is_ok_and(|h| HEADER_LEN + h.len as usize > rx.capacity())
 }

@@ -229,3 +229,37 @@ fn both_ways_at_once_deliver_everything_once() {
         }
     }
 }
+
+/// Reading into its own cache, an adopted connection keeps its handshake-sized buffer
+/// while small frames come, and takes the full cache once a frame needs more room or a
+/// read fills the small buffer: frames of every size arrive, in order, once.
+#[test]
+fn the_full_cache_comes_when_needed() {
+    for seed in 0..8 {
+        let mut net = Net::pair(40 + seed);
+        net.send(0, 1, 1, b"hi".to_vec()).unwrap();
+        net.drive();
+        // The receive buffer of node 1's connection, with the engine or in a read.
+        let cap = |net: &Net| {
+            let open: Vec<usize> = net.open_socks(1);
+            assert_eq!(open.len(), 1, "seed {seed}");
+            let k = net.socks[open[0]].key.expect("a node's end");
+            let with_core = net.nodes[1].core.conns[k.0 as usize]
+                .as_ref()
+                .and_then(|c| c.rx.as_ref());
+            with_core
+                .or(net.socks[open[0]].rx.as_ref())
+                .map(RxBuf::capacity)
+                .expect("the buffer is somewhere")
+        };
+        let small = cap(&net);
+        assert!(small <= HELLO_LEN, "seed {seed}: {small}");
+        for n in [3, 60, 83, 84, 85, 300, 5000, 70_000, 10] {
+            net.send(0, 1, 2, vec![n as u8; n]).unwrap();
+        }
+        net.drive();
+        net.assert_all_delivered(0, 1);
+        assert!(net.completions(0).values().all(Result::is_ok));
+        assert_eq!(cap(&net), cfg(1).recv_cache, "seed {seed}");
+    }
+}
