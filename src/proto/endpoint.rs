@@ -12,6 +12,7 @@ use bytes::Bytes;
 use crate::error::{Cause, Errno, FailReason, ProtoError, SendError};
 use crate::proto::conn::{Conn, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo, MAX_PEERS, MAX_SEGMENTS};
+use crate::proto::tx;
 use crate::wire::{
     FrameKind, Header, Hello, HelloKind, PeerId, PutTarget, RejectReason, Tag, HELLO_LEN,
     PUT_TARGET_LEN,
@@ -222,7 +223,6 @@ impl Core {
         if ep.queued_bytes + wire > cap && !ep.queue.is_empty() {
             return Err(SendError::WouldBlock(peer));
         }
-        ep.queued_bytes += wire;
         hdr.len = len as u32;
         let mut frag = Frag::new(hdr, target.as_ref(), Some(cookie));
         if inline {
@@ -232,7 +232,16 @@ impl Core {
                 frag.wire[at..at + s.len()].copy_from_slice(s);
                 at += s.len();
             }
-        } else {
+            if tx::batch_now(ep, &mut self.conns, &frag, &self.cfg) {
+                if !ep.dirty {
+                    ep.dirty = true;
+                    self.dirty.push(peer);
+                }
+                return Ok(());
+            }
+        }
+        ep.queued_bytes += wire;
+        if !inline {
             for s in segs.iter().filter(|s| !s.is_empty()) {
                 ep.segs.push_back(s.clone());
                 frag.nsegs += 1;

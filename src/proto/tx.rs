@@ -10,9 +10,10 @@ use std::time::Instant;
 
 use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason};
-use crate::proto::conn::{Orphans, Stage};
+use crate::proto::config::CoreConfig;
+use crate::proto::conn::{Conn, Orphans, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
-use crate::proto::endpoint::EpState;
+use crate::proto::endpoint::{Endpoint, EpState, Frag};
 use crate::wire::{Header, PeerId};
 
 impl Core {
@@ -280,6 +281,44 @@ impl Core {
             }
         }
     }
+}
+
+/// The fast path of a small send: with nothing queued for the peer and its connection's
+/// batch idle (not with the driver), the frame goes straight into the batch, as
+/// [`Core::flush`] would move it there (same budget), and its cookie joins the batch's.
+/// Returns false, changing nothing, when the frame must be queued instead.
+#[inline]
+pub(super) fn batch_now(
+    ep: &mut Endpoint,
+    conns: &mut [Option<Conn>],
+    f: &Frag,
+    cfg: &CoreConfig,
+) -> bool {
+    let EpState::Connected { conn } = ep.state else {
+        return false;
+    };
+    if !ep.queue.is_empty() {
+        return false;
+    }
+    let Some(c) = slot(conns, conn.0) else {
+        return false;
+    };
+    // Frames wait for the dialer's first bytes (`Core::confirm`).
+    if c.unconfirmed {
+        return false;
+    }
+    let Some(batch) = c.tx.as_mut() else {
+        return false;
+    };
+    if batch.frames() > 0
+        && (batch.len() + f.wire_len() > cfg.coalesce_bytes || batch.parts() + 1 > cfg.max_iov)
+    {
+        return false;
+    }
+    batch.push_small(&f.wire, f.wire_len());
+    batch.add_frame();
+    ep.inflight.push_back(f.cookie);
+    true
 }
 
 /// Sends completed without error and not yet reported, a run per batch. A run is due
