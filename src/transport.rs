@@ -833,7 +833,14 @@ impl Transport {
     /// Performs what the engine decided. The engine owns every decision (including
     /// when a large payload bypasses the provided buffers) and at most one send per
     /// connection is ever handed out; this only forwards.
+    #[inline]
     fn run_actions(&mut self) {
+        if self.core.has_actions() {
+            self.run_actions_now();
+        }
+    }
+
+    fn run_actions_now(&mut self) {
         while let Some(a) = self.core.poll_action() {
             match a {
                 Action::Transmit { conn, batch } => self.backend.send(conn_id(conn), batch),
@@ -896,7 +903,14 @@ impl Transport {
         self.core.resolve_unknown(conn, accept);
     }
 
+    #[inline]
     fn deliver_core_events(&mut self) {
+        if self.core.has_events() {
+            self.deliver_core_events_now();
+        }
+    }
+
+    fn deliver_core_events_now(&mut self) {
         loop {
             let mut resolved = false;
             self.deliver_core_events_once(&mut resolved);

@@ -419,6 +419,20 @@ impl Core {
     /// Next socket operation to perform, with the buffer it needs.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
+        if self.todo.is_empty() {
+            return None;
+        }
+        self.next_action()
+    }
+
+    /// Whether [`poll_action`](Self::poll_action) may have something (a driver's loop
+    /// checks this first, without a call).
+    #[inline]
+    pub fn has_actions(&self) -> bool {
+        !self.todo.is_empty()
+    }
+
+    fn next_action(&mut self) -> Option<Action> {
         while let Some(t) = self.todo.pop_front() {
             let a = match t {
                 Todo::Dial { peer, addr, bind } => Action::Dial { peer, addr, bind },

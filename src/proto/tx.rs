@@ -22,7 +22,16 @@ impl Core {
     /// connection. Returns whether frames of a connected peer stay queued (its batch is
     /// out, or was filled to its budget): they leave once the batch comes back
     /// ([`handle_sent`](Self::handle_sent)).
+    #[inline]
     pub fn flush(&mut self) -> bool {
+        if self.dirty.is_empty() {
+            // Every progress pass flushes, most of them with nothing new.
+            return false;
+        }
+        self.flush_dirty()
+    }
+
+    fn flush_dirty(&mut self) -> bool {
         let mut held = false;
         let mut dirty = mem::take(&mut self.dirty);
         for peer in dirty.drain(..) {
@@ -251,6 +260,13 @@ impl Core {
         }
         let run = self.sent.runs.pop_front()?;
         Some((run.peer, run.cookies))
+    }
+
+    /// Whether [`poll_event`](Self::poll_event) or [`poll_sent`](Self::poll_sent) has
+    /// something (checked without a call).
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty() || !self.sent.runs.is_empty()
     }
 
     /// Takes back the cookies of a run from [`poll_sent`](Self::poll_sent) (for reuse).
