@@ -221,11 +221,64 @@ fn window(c: &mut Criterion) {
     g.finish();
 }
 
+/// One idle progress pass of a connected transport (nothing arrives, nothing is queued):
+/// what a busy-polling rank spends between two looks at its sockets, so half of it is, on
+/// average, added to the latency of every message that arrives. Under callgrind,
+/// instructions per pass = total / passes printed.
+fn idle(c: &mut Criterion) {
+    let mut kinds = Vec::new();
+    if cfg!(feature = "uring") {
+        kinds.push(("uring", BackendKind::Uring));
+    }
+    if cfg!(feature = "epoll") {
+        kinds.push(("epoll", BackendKind::Epoll));
+    }
+    let mut g = c.benchmark_group("idle");
+    g.measurement_time(Duration::from_secs(3));
+    for (name, kind) in kinds {
+        let Some((mut a, mut b)) = pair(kind) else {
+            eprintln!("skipped: backend {name} unavailable here");
+            continue;
+        };
+        let got = Rc::new(Cell::new(0u64));
+        let g2 = got.clone();
+        b.register(Tag(1), move |_, _| g2.set(g2.get() + 1))
+            .expect("fresh tag");
+        let payload = Bytes::from(vec![1u8; 8]);
+        let passes = Cell::new(0u64);
+        g.bench_function(BenchmarkId::new(name, 0), |x| {
+            if passes.get() == 0 {
+                // Connect both ways (each side's first message), then stay idle.
+                a.send(PeerId(1), Tag(1), std::slice::from_ref(&payload), 0)
+                    .expect("send");
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while got.get() < 1 {
+                    a.progress().expect("progress");
+                    b.progress().expect("progress");
+                    assert!(Instant::now() < deadline, "connect stalled");
+                }
+                for _ in 0..100 {
+                    a.progress().expect("progress");
+                    b.progress().expect("progress");
+                }
+            }
+            x.iter(|| {
+                passes.set(passes.get() + 1);
+                b.progress().expect("progress")
+            })
+        });
+        if passes.get() > 100 {
+            eprintln!("idle/{name}/0: {} passes", passes.get());
+        }
+    }
+    g.finish();
+}
+
 // criterion_group! generates an undocumented function.
 #[allow(missing_docs)]
 mod group {
     use super::*;
-    criterion_group!(benches, pingpong, window);
+    criterion_group!(benches, pingpong, window, idle);
 }
 use group::benches;
 criterion_main!(benches);

@@ -6,10 +6,13 @@
 #   Ir/rt        user-space instructions per round trip (valgrind --tool=callgrind)
 #   syscalls/rt  system calls per round trip, by name (strace -c -f)
 # and, for the variants window-uring and window-epoll (the one-thread message-rate window:
-# 64 messages of 8 B, one answer), the same per message ("rt" then reads "message").
+# 64 messages of 8 B, one answer), the same per message ("rt" then reads "message"); for
+# idle-uring and idle-epoll (progress passes of a connected transport with no traffic: the
+# time between two looks at the sockets while busy-polling), the same per pass.
 #
 # Usage: tools/perf-count.sh [--secs S] [--sizes 8,65536]
-#                            [--variants plain,uring,epoll,window-uring,window-epoll]
+#                            [--variants plain,uring,epoll,window-uring,window-epoll,
+#                                        idle-uring,idle-epoll]
 #                            [--no-callgrind] [--no-strace]
 # Each variant runs `--profile-time S` (default 3) under the tool; the benchmark prints its
 # round-trip count (warm-up included), which divides the totals. Setup (connect, criterion)
@@ -44,12 +47,15 @@ rounds() {
     local w
     w=$(sed -n "s/^window\/.*: \([0-9]*\) windows of \([0-9]*\)$/\1 \2/p" "$1" | tail -1)
     if [ -n "$w" ]; then echo $(( ${w% *} * ${w#* } )); return; fi
+    w=$(sed -n "s/^idle\/.*: \([0-9]*\) passes$/\1/p" "$1" | tail -1)
+    if [ -n "$w" ]; then echo "$w"; return; fi
     sed -n "s/^pingpong\/.*: \([0-9]*\) round trips$/\1/p" "$1" | tail -1
 }
 # The criterion filter of a variant and size.
 filter() {
     case $1 in
         window-*) echo "window/${1#window-}/8\$" ;;
+        idle-*) echo "idle/${1#idle-}/0\$" ;;
         *) echo "pingpong/$1/$2\$" ;;
     esac
 }
@@ -57,7 +63,7 @@ printf '%-14s %12s %12s  %s\n' "variant/size" "Ir/rt" "syscalls/rt" "syscalls by
 for size in ${SIZES//,/ }; do
     for v in ${VARIANTS//,/ }; do
         # The window benchmark has one size (8 B): counted once, with the first size.
-        if [[ $v == window-* ]]; then [ "$size" = "${SIZES%%,*}" ] || continue; fi
+        if [[ $v == window-* || $v == idle-* ]]; then [ "$size" = "${SIZES%%,*}" ] || continue; fi
         ir="-" sc="-" names=""
         if [ "$CG" = 1 ] && command -v valgrind >/dev/null; then
             valgrind --tool=callgrind --callgrind-out-file="$TMP/cg" "$BIN" --bench \
@@ -86,7 +92,7 @@ PY
 )
             fi
         fi
-        label="$v/$size"; [[ $v == window-* ]] && label="$v/8"
+        label="$v/$size"; [[ $v == window-* ]] && label="$v/8"; [[ $v == idle-* ]] && label="$v"
         printf '%-14s %12s %12s  %s\n' "$label" "$ir" "$sc" "$names"
     done
 done
