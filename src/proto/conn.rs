@@ -5,8 +5,9 @@
 //! # Admission
 //!
 //! An accepted connection whose handshake is not complete is a *stranger*, whatever
-//! records the handshake exchanges: it holds a handshake-sized buffer and a slot, and
-//! nothing else, for a short fixed time. Strangers may not crowd out a legitimate peer:
+//! records the handshake exchanges: it holds a handshake-sized buffer (1 KiB once its
+//! HELLO is answered, for the AUTH and the frames behind it) and a slot, and nothing
+//! else, for a short fixed time. Strangers may not crowd out a legitimate peer:
 //!
 //! - a stranger must send its first bytes within
 //!   [`first_bytes_timeout`](crate::proto::config::CoreConfig::first_bytes_timeout), and

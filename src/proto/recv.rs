@@ -168,11 +168,12 @@ impl Core {
         input: &[u8],
         at: &mut usize,
     ) -> InputStep {
-        let (max, cache, stall, multishot) = (
+        let (max, cache, stall, multishot, ask_unknown) = (
             self.cfg.max_frame,
             self.cfg.recv_cache,
             self.cfg.frame_stall,
             self.cfg.multishot,
+            self.ask_unknown,
         );
         if self.conn_mut(conn).is_some_and(|c| c.awaiting_first_bytes) {
             self.first_bytes(conn);
@@ -199,6 +200,23 @@ impl Core {
                 | Stage::ExpectChallenge
                 | Stage::ExpectAccept => {
                     let stage = c.stage;
+                    // Reading into its own buffer, past the HELLO: the next record and
+                    // the first frames right behind it (a dialer's behind its AUTH, an
+                    // acceptor's behind its ACCEPT) come in one read, so that they are
+                    // handled, and answered, in one pass. Not while a resolver may have
+                    // to decide about the dialer (nothing behind an AUTH is read then).
+                    let next_and_frames = match stage {
+                        Stage::ExpectAuth => !ask_unknown,
+                        Stage::ExpectAccept => true,
+                        _ => false,
+                    };
+                    if next_and_frames
+                        && !multishot
+                        && !rx.wants_all()
+                        && rx.capacity() < HANDSHAKE_READ
+                    {
+                        rx.grow(HANDSHAKE_READ);
+                    }
                     let parsed = c.deframer.hello(rx, input, at);
                     match self.handshake_record(now, conn, stage, parsed) {
                         Some(true) => {}
@@ -309,3 +327,7 @@ fn needs_room(rx: &RxBuf, max: u32) -> bool {
     // A header the deframer refuses is its to report.
     Header::parse(rx.unread(), max).is_ok_and(|h| HEADER_LEN + h.len as usize > rx.capacity())
 }
+
+/// The buffer of a connection in its handshake once past the HELLO (see `walk`): a
+/// record and the first frames behind it. An acceptor's stranger holds this much at most.
+pub(super) const HANDSHAKE_READ: usize = 1024;
