@@ -191,6 +191,9 @@ struct Shared {
     hellos: u32,
     /// Connection hellos seen per source rank.
     hellos_from: Vec<bool>,
+    /// Answer the hello of a lower rank from its handler, on the connection it dialed
+    /// (set by [`Job::connect_all`]).
+    answer_hellos: bool,
     /// Barrier arrivals at rank 0 per epoch, releases seen elsewhere (highest epoch).
     arrivals: BTreeMap<u32, u32>,
     released: Option<u32>,
@@ -391,8 +394,8 @@ impl Job {
     /// both directions) when it returns.
     ///
     /// Each pair connects once: a rank sends first to the ranks above it (it dials them),
-    /// and answers each rank below it once that rank's message has come, on the
-    /// connection that rank dialed. Were both to send at once, both would dial, and one
+    /// and answers each rank below it once that rank's message has come (from the
+    /// message's handler), on the connection that rank dialed. Were both to send at once, both would dial, and one
     /// dial of every pair would be refused as a simultaneous connect: the transport
     /// settles that too, at twice the connections and handshakes (`--simultaneous` asks
     /// for it).
@@ -401,32 +404,17 @@ impl Job {
         let hello = [Bytes::from(self.rank.to_be_bytes().to_vec())];
         let deadline = Instant::now() + self.timeout;
         let all_at_once = self.simultaneous;
+        self.st.borrow_mut().answer_hellos = !all_at_once;
         for p in self.peers().filter(|&p| all_at_once || p > me) {
             self.tr
                 .send(PeerId(p), TAG_HELLO, &hello, 0)
                 .map_err(|e| format!("hello to rank {p}: {e}"))?;
         }
-        let mut answered = vec![all_at_once; me as usize];
-        while answered.iter().any(|a| !a) {
-            self.progress_until(deadline, "connecting to every rank", |s| {
-                s.hellos_from.iter().zip(&answered).any(|(&h, &a)| h && !a)
-            })?;
-            let came: Vec<u32> = {
-                let s = self.st.borrow();
-                (0..me)
-                    .filter(|&p| s.hellos_from[p as usize] && !answered[p as usize])
-                    .collect()
-            };
-            for p in came {
-                answered[p as usize] = true;
-                self.tr
-                    .send(PeerId(p), TAG_HELLO, &hello, 0)
-                    .map_err(|e| format!("hello to rank {p}: {e}"))?;
-            }
-        }
-        self.progress_until(deadline, "connecting to every rank", |s| {
-            s.hellos >= others && s.completed >= u64::from(others)
-        })
+        let r = self.progress_until(deadline, "connecting to every rank", |s| {
+            s.hellos >= others && s.completed >= u64::from(others) && s.deferred.is_empty()
+        });
+        self.st.borrow_mut().answer_hellos = false;
+        r
     }
 
     fn peers(&self) -> impl Iterator<Item = u32> {
@@ -857,11 +845,20 @@ fn check(src: u32, dst: u32, seq: u32, payload: &[u8], size: Option<usize>) -> R
 fn install_handlers(tr: &mut Transport, rank: u32, st: &Rc<RefCell<Shared>>) -> Result<(), String> {
     let reg = |e: ringbtl::Error| format!("registering a handler: {e}");
     let s = st.clone();
-    tr.register(TAG_HELLO, move |_, am| {
+    tr.register(TAG_HELLO, move |t: &mut Transport, am| {
         let mut s = s.borrow_mut();
         s.hellos += 1;
-        if let Some(h) = s.hellos_from.get_mut(am.src.0 as usize) {
-            *h = true;
+        let first = match s.hellos_from.get_mut(am.src.0 as usize) {
+            Some(h) => !std::mem::replace(h, true),
+            None => false,
+        };
+        // Answered right here, so that the answer leaves with what this pass sends on
+        // the connection (the ACCEPT of a connection adopted in this pass).
+        if first && s.answer_hellos && am.src.0 < rank {
+            let hello = [Bytes::from(rank.to_be_bytes().to_vec())];
+            if let Err(e) = s.deferred.send(t, am.src, TAG_HELLO, &hello, 0) {
+                s.fail(format!("hello to {}: {e}", am.src));
+            }
         }
     })
     .map_err(reg)?;
