@@ -32,8 +32,10 @@
 //!   (handshake with magic, version, process id and job token; simultaneous-connect
 //!   resolution; FIN on clean close; failure reported to every pending send), the send
 //!   queue and the receive cache. Pure data in, actions out: unit-tested without sockets.
-//! - **Wire format** ([`wire`]): a 24-byte handshake record and an 8-byte frame header,
-//!   big-endian, documented there.
+//! - **Wire format** ([`wire`]): an 84-byte handshake record (mutual challenge-response
+//!   over the job key) and an 8-byte frame header, big-endian, documented there. Frames are
+//!   active messages (SEND), one-sided puts into memory the receiver registered (PUT) and
+//!   FIN.
 //! - **Wire-up** ([`wireup`]): at start-up only. With [`WireupConfig::listen`] `None` the
 //!   transport selects interfaces (`RINGBTL_IF_INCLUDE` / `RINGBTL_IF_EXCLUDE`), listens
 //!   on the wildcard address of each family on one port (`RINGBTL_PORT` or ephemeral) and
@@ -72,7 +74,11 @@
 //!    during the handshake retries until `RINGBTL_CONNECT_TIMEOUT_MS`. Running out of
 //!    descriptors pauses accepting (no busy loop); the soft `RLIMIT_NOFILE` is raised
 //!    to the hard limit once per process.
-//! 6. A peer that stops reading cannot grow the send queue without bound: past
+//! 6. A put ([`Transport::put`]) writes only inside a region the receiver registered
+//!    ([`Transport::register_region`]): the whole write is checked against the region
+//!    before a byte lands, a write outside every region fails that peer, and a region
+//!    cannot be deregistered while a put is being received into it.
+//! 7. A peer that stops reading cannot grow the send queue without bound: past
 //!    `RINGBTL_MAX_QUEUED_BYTES` for one peer, [`Transport::send`] returns
 //!    [`SendError::WouldBlock`] and does not accept the message; progress, then send it
 //!    again.
