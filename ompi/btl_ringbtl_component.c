@@ -117,7 +117,7 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
 /* Large messages: after the rendezvous, this much goes as messages, the rest as puts of
  * at most RINGBTL_DEFAULT_PUT_FRAG bytes straight into the receiver's buffer. */
 #define RINGBTL_DEFAULT_PIPELINE_SEND (128 * 1024)
-#define RINGBTL_DEFAULT_PUT_FRAG (1024 * 1024)
+#define RINGBTL_DEFAULT_PUT_FRAG (4 * 1024 * 1024)
 #define RINGBTL_DEFAULT_LATENCY 90
 #define RINGBTL_DEFAULT_BANDWIDTH 10000
 
