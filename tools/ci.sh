@@ -51,6 +51,7 @@ fi
 # nightly: tools/fuzz.sh).
 step "fuzz checks (seeded, stable)"
 cargo fmt --check --manifest-path fuzz/Cargo.toml
+cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --no-default-features -- -D warnings
 cargo test --manifest-path fuzz/Cargo.toml --no-default-features
 
 # The Open MPI BTL component: built against the installed Open MPI, an MPI program over

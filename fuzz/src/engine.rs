@@ -477,7 +477,7 @@ impl Driver {
         if s.closing {
             return;
         }
-        if s.pausing && max % 2 == 0 {
+        if s.pausing && max.is_multiple_of(2) {
             // The pause takes effect before this read.
             s.pausing = false;
             self.core.handle_provided_paused(ACCEPTED);
