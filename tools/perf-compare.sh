@@ -22,7 +22,9 @@
 #
 # Measures: latency p50 at 8 B, 64 KiB, 1 MiB (one-way = round trip / 2; between hosts
 # ringbtl-bench reports the average only, so there every system's average is compared);
-# bandwidth (osu_bw windows of 64) at 1 MiB and 4 MiB; message rate at 8 B.
+# bandwidth (osu_bw windows of 64) at 1 MiB and 4 MiB; message rate at 8 B (windows of 64,
+# against Open MPI and UCX; on loopback also against the coalesced floor, tools/rate-floor.c,
+# at windows of 64 and of 256).
 #
 # Needs root (network namespaces: created here only, named rbtlp-*, removed on exit),
 # iproute2, cc, python3; Open MPI (mpicc, mpirun) and ucx_perftest are skipped, and named,
@@ -97,7 +99,9 @@ BENCH="${CARGO_TARGET_DIR:-$ROOT/target}/release/ringbtl-bench"
 [ -x "$BENCH" ] || die "no ringbtl-bench at $BENCH"
 FLOOR="$TMP/floor"
 cc -O2 -o "$FLOOR" "$HERE/floor.c"
-SYSTEMS=(floor)
+RATE_FLOOR="$TMP/rate-floor"
+cc -O2 -o "$RATE_FLOOR" "$HERE/rate-floor.c"
+SYSTEMS=(floor ratefloor)
 for b in ${BACKENDS//,/ }; do SYSTEMS+=("ringbtl-$b"); done
 MISSING=()
 OSU=""
@@ -125,6 +129,8 @@ chmod +x "$AGENT"
 DIV=1 Q="" OSUQ=""
 if [ "$QUICK" = 1 ]; then DIV=10; Q="--quick"; OSUQ="-q"; fi
 LAT_SIZES=8,65536,1048576 BW_SIZES=1048576,4194304 RATE_SIZES=8
+# Message rate against the coalesced floor (loopback): windows of 64 (osu_mbw_mr's) and 256.
+RATE_WINDOWS="64 256"
 STEP=300
 PORT=$((21000 + RANDOM % 8000))
 next_port() { PORT=$((PORT + 1)); }
@@ -179,6 +185,19 @@ run_floor() { # cc where run
     jsonpick $key <"$TMP/floor.out" | record floor "$1" "$2" lat "$3"
 }
 
+# The coalesced floor of the rate test (loopback only: the program pins and connects its
+# own two processes): metric rate (window 64) and rate256 (window 256), frames of 16 bytes
+# (ringbtl's 8-byte header and 8 bytes).
+run_ratefloor() { # cc run
+    local w metric windows=$((20000 / DIV))
+    for w in $RATE_WINDOWS; do
+        metric=rate; [ "$w" = 64 ] || metric=rate$w
+        in_ns "$NS_LO" 0 "$RATE_FLOOR" "$w" 16 "$windows" \
+            | python3 -c 'import json, sys; print(8, json.loads(sys.stdin.read())["msg_s"])' \
+            | record ratefloor "$1" lo "$metric" "$2" || echo "  rate floor ($w) failed" >&2
+    done
+}
+
 run_ringbtl() { # backend cc where run
     local be=$1 cc=$2 where=$3 run=$4
     export RINGBTL_TCP_CONGESTION=system RINGBTL_BACKEND=$be
@@ -189,6 +208,13 @@ run_ringbtl() { # backend cc where run
             | jsonpick mb_s bw | record "ringbtl-$be" "$cc" "$where" bw "$run" || true
         in_ns "$NS_LO" 0 "$BENCH" rate --pin --json $Q --backend "$be" --sizes "$RATE_SIZES" \
             --prewarm 0 | jsonpick msg_s rate | record "ringbtl-$be" "$cc" "$where" rate "$run" || true
+        local w
+        for w in $RATE_WINDOWS; do
+            [ "$w" = 64 ] && continue
+            in_ns "$NS_LO" 0 "$BENCH" rate --pin --json $Q --backend "$be" --sizes "$RATE_SIZES" \
+                --window "$w" --prewarm 0 | jsonpick msg_s rate \
+                | record "ringbtl-$be" "$cc" "$where" "rate$w" "$run" || true
+        done
     else
         local sub
         for sub in latency bw rate; do
@@ -289,6 +315,7 @@ for cc in ${CCS//,/ }; do
                 echo "# $cc $where run $run/$RUNS: $sys" >&2
                 case $sys in
                     floor) run_floor "$cc" "$where" "$run" || echo "  floor failed" >&2 ;;
+                    ratefloor) [ "$where" != lo ] || run_ratefloor "$cc" "$run" ;;
                     ringbtl-*) run_ringbtl "${sys#ringbtl-}" "$cc" "$where" "$run" ;;
                     ompi) run_ompi "$cc" "$where" "$run" ;;
                     ucx) run_ucx "$cc" "$where" "$run" ;;
@@ -313,7 +340,8 @@ def size_name(s):
 rows = [("lat", 8, "floor"), ("lat", 65536, "floor"), ("lat", 8, "ompi"),
         ("lat", 1048576, "ompi"), ("lat", 1048576, "floor"), ("lat", 8, "ucx"),
         ("lat", 1048576, "ucx"), ("bw", 1048576, "ompi"), ("bw", 4194304, "ompi"),
-        ("bw", 1048576, "ucx"), ("bw", 4194304, "ucx"), ("rate", 8, "ompi"), ("rate", 8, "ucx")]
+        ("bw", 1048576, "ucx"), ("bw", 4194304, "ucx"), ("rate", 8, "ompi"), ("rate", 8, "ucx"),
+        ("rate", 8, "ratefloor"), ("rate256", 8, "ratefloor")]
 ccs = sorted({k[1] for k in med}, key=lambda c: (c != "reno", c))
 wheres = [w for w in ("lo", "hosts") if any(k[2] == w for k in med)]
 print(f"<!-- tools/perf-compare.sh: medians of {runs} alternating runs"
@@ -329,7 +357,8 @@ for where in wheres:
     print("|---" * (len(cols) + 1) + "|")
     for metric, size, ref in rows:
         name = {"lat": f"latency {size_name(size)} / {ref}", "bw": f"bandwidth {size_name(size)} / {ref}",
-                "rate": f"rate {size_name(size)} / {ref}"}[metric]
+                "rate": f"rate {size_name(size)} / {ref}",
+                "rate256": f"rate {size_name(size)}, windows of 256 / {ref}"}[metric]
         cells = []
         for cc, b in cols:
             mine, theirs = med.get((f"ringbtl-{b}", cc, where, metric, size)), med.get((ref, cc, where, metric, size))
@@ -339,6 +368,8 @@ for where in wheres:
                 cells.append(f"{mine / theirs:.2f} ({mine:.2f} / {theirs:.2f} us)")
             elif metric == "bw":
                 cells.append(f"{mine / theirs:.2f} ({mine:.0f} / {theirs:.0f} MB/s)")
+            elif ref == "ratefloor":
+                cells.append(f"{mine / theirs:.2f} ({mine / 1e6:.2f} / {theirs / 1e6:.2f} M/s)")
             else:
                 cells.append(f"{mine / theirs:.1f} ({mine / 1e6:.2f} / {theirs / 1e6:.3f} M/s)")
         if any(c != "-" for c in cells):
