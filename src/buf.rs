@@ -32,11 +32,19 @@ use bytes::Bytes;
 /// caller's, not its own ([`split_placed`](Self::split_placed)), so the kernel writes the
 /// record straight where the caller wants it.
 ///
+/// An idle whole buffer may serve as a cache of the size of the record it last held
+/// ([`reuse_as_cache`](Self::reuse_as_cache)), so that the next record of that size comes
+/// in with its header, by one read, and is consumed where it lies; a record that turns out
+/// larger becomes, in place, a whole buffer whose record starts behind its header
+/// ([`cache_into_whole`](Self::cache_into_whole)).
+///
 /// Invariants: `pos <= filled <= limit <= ` the memory's length; for a whole buffer
-/// `limit <= target`; bytes `pos..filled` are received but not yet consumed. Nothing here
-/// allocates except [`cache`](Self::cache), [`grow`](Self::grow),
-/// [`split_whole`](Self::split_whole) and [`grow_whole`](Self::grow_whole) growing a
-/// reused buffer to a larger record than it held before.
+/// `base <= pos` and `limit <= base + target` (its record lies at `base..base + target`);
+/// bytes `pos..filled` are received but not yet consumed. Nothing here allocates except
+/// [`cache`](Self::cache), [`grow`](Self::grow), [`split_whole`](Self::split_whole),
+/// [`grow_whole`](Self::grow_whole), [`reuse_as_cache`](Self::reuse_as_cache) and
+/// [`cache_into_whole`](Self::cache_into_whole) growing a reused buffer to a larger record
+/// than it held before.
 #[derive(Debug)]
 pub struct RxBuf {
     data: Vec<u8>,
@@ -47,6 +55,11 @@ pub struct RxBuf {
     limit: usize,
     /// For a whole buffer: the record's length.
     target: usize,
+    /// For a whole buffer: where its record starts (0 unless it was a cache,
+    /// [`cache_into_whole`](Self::cache_into_whole)).
+    base: usize,
+    /// The next read may fill the spare region completely ([`fill_next_read`](Self::fill_next_read)).
+    fill: bool,
     /// For a whole buffer: the owner's note on what it holds (opaque here).
     whole: Option<u64>,
     /// The next read brings at most this many bytes ([`cap_next_read`](Self::cap_next_read));
@@ -64,6 +77,8 @@ impl RxBuf {
             filled: 0,
             limit: capacity,
             target: 0,
+            base: 0,
+            fill: false,
             whole: None,
             read_cap: None,
         }
@@ -78,6 +93,8 @@ impl RxBuf {
             filled: 0,
             limit: 0,
             target: 0,
+            base: 0,
+            fill: false,
             whole: None,
             read_cap: None,
         }
@@ -117,13 +134,42 @@ impl RxBuf {
         self.whole.is_some()
     }
 
+    /// Whether the reactor may fill the spare region completely with one receive
+    /// (`MSG_WAITALL`): a whole buffer, or a cache whose owner said that its spare region
+    /// belongs to one record ([`fill_next_read`](Self::fill_next_read)).
+    #[inline]
+    pub fn fills(&self) -> bool {
+        self.whole.is_some() || self.fill
+    }
+
+    /// Lets the reads fill the spare region completely until the record in progress is
+    /// consumed: the owner knows that every byte up to the end of the region belongs to
+    /// that record (once [`compact`](Self::compact)ed to the front).
+    #[inline]
+    pub fn fill_next_read(&mut self) {
+        self.fill = true;
+    }
+
     /// For a whole buffer: bytes still to arrive (0 for a cache).
     pub fn missing(&self) -> usize {
         if self.whole.is_some() {
-            self.target - self.filled
+            self.base + self.target - self.filled
         } else {
             0
         }
+    }
+
+    /// How many bytes the buffer can hold at once: its read window (for a cache, the
+    /// longest record it can hold).
+    #[inline]
+    pub fn room(&self) -> usize {
+        self.limit
+    }
+
+    /// Where the unconsumed bytes start.
+    #[inline]
+    pub fn unread_at(&self) -> usize {
+        self.pos
     }
 
     /// Received bytes not yet consumed.
@@ -144,6 +190,7 @@ impl RxBuf {
     pub fn consume(&mut self, n: usize) -> Range<usize> {
         let start = self.pos;
         self.pos += n.min(self.pending());
+        self.fill = false;
         start..self.pos
     }
 
@@ -236,6 +283,7 @@ impl RxBuf {
         large.filled = have;
         large.limit = window;
         large.target = len;
+        large.base = 0;
         large.whole = Some(note);
         large.read_cap = None;
         large
@@ -257,6 +305,8 @@ impl RxBuf {
             filled: 0,
             limit: len,
             target: len,
+            base: 0,
+            fill: false,
             whole: Some(note),
             read_cap: None,
         };
@@ -264,6 +314,19 @@ impl RxBuf {
         self.pos += have;
         placed.filled = have;
         placed
+    }
+
+    /// For a whole buffer: the length of its record.
+    #[inline]
+    pub fn record_len(&self) -> usize {
+        self.target
+    }
+
+    /// For a whole buffer: where its record starts in [`bytes`](Self::bytes) (0 unless it
+    /// was made by [`cache_into_whole`](Self::cache_into_whole)).
+    #[inline]
+    pub fn record_start(&self) -> usize {
+        self.base
     }
 
     /// True for a buffer over a registered region ([`split_placed`](Self::split_placed)):
@@ -276,10 +339,14 @@ impl RxBuf {
     /// window (at most to the record's length), growing the memory to exactly that, and
     /// returns true. Otherwise changes nothing and returns false.
     pub fn grow_whole(&mut self) -> bool {
-        if self.whole.is_none() || self.filled < self.limit || self.limit >= self.target {
+        let end = self.base + self.target;
+        if self.whole.is_none() || self.filled < self.limit || self.limit >= end {
             return false;
         }
-        let window = self.target.min((self.limit * 2).max(WHOLE_FIRST));
+        let window = self.base
+            + self
+                .target
+                .min(((self.limit - self.base) * 2).max(WHOLE_FIRST));
         if self.data.len() < window {
             // Exactly the window: a doubling reserve could hold twice the record.
             self.data.reserve_exact(window - self.data.len());
@@ -292,10 +359,56 @@ impl RxBuf {
     /// For a whole buffer: its note and its bytes once every byte has arrived.
     #[inline]
     pub fn whole_complete(&self) -> Option<(u64, &[u8])> {
+        let (base, end) = (self.base, self.base + self.target);
         match self.whole {
-            Some(note) if self.filled == self.target => Some((note, &self.mem()[..self.target])),
+            Some(note) if self.filled == end => Some((note, &self.mem()[base..end])),
             _ => None,
         }
+    }
+
+    /// Turns an idle whole buffer (after [`reset_whole`](Self::reset_whole)) into a cache
+    /// of exactly `len` bytes, keeping whatever memory it holds beyond them for later
+    /// records. False (and nothing changed) for a buffer holding no memory.
+    pub fn reuse_as_cache(&mut self, len: usize) -> bool {
+        debug_assert!(self.whole.is_none() && self.placed.is_none());
+        if self.data.is_empty() {
+            return false;
+        }
+        if self.data.len() < len {
+            self.data.resize(len, 0);
+        }
+        self.pos = 0;
+        self.filled = 0;
+        self.limit = len;
+        self.target = 0;
+        self.base = 0;
+        self.read_cap = None;
+        self.fill = false;
+        true
+    }
+
+    /// A cache whose unread bytes are a `hdr`-byte header and the start of a record of
+    /// `len` bytes longer than the cache becomes, in place and without moving a byte, the
+    /// whole buffer for that record (marked with `note`): the header is consumed, the
+    /// record lies right behind it, and the read window grows as in
+    /// [`split_whole`](Self::split_whole) (at first what the memory holds, or
+    /// [`WHOLE_FIRST`] bytes, at most the record).
+    pub fn cache_into_whole(&mut self, hdr: usize, len: usize, note: u64) {
+        debug_assert!(self.whole.is_none() && self.pending() >= hdr);
+        let base = self.pos + hdr;
+        let have = (self.filled - base).min(len);
+        let window = len.min(have.max(WHOLE_FIRST).max(self.data.len() - base));
+        if self.data.len() < base + window {
+            self.data.reserve_exact(base + window - self.data.len());
+            self.data.resize(base + window, 0);
+        }
+        self.pos = base;
+        self.base = base;
+        self.limit = base + window;
+        self.target = len;
+        self.whole = Some(note);
+        self.read_cap = None;
+        self.fill = false;
     }
 
     /// Turns a consumed whole buffer back into an idle spare.
@@ -306,6 +419,8 @@ impl RxBuf {
         self.filled = 0;
         self.limit = 0;
         self.target = 0;
+        self.base = 0;
+        self.fill = false;
     }
 
     /// Grows a cache to `capacity` bytes, keeping the unconsumed bytes (moved to the

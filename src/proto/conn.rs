@@ -113,7 +113,8 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    pub(super) fn new(stage: Stage, peer: Option<PeerId>, cache: usize) -> Self {
+    /// `own_cache`: the connection reads into its own cache (not into provided buffers).
+    pub(super) fn new(stage: Stage, peer: Option<PeerId>, cache: usize, own_cache: bool) -> Self {
         Self {
             stage,
             peer,
@@ -122,7 +123,11 @@ impl Conn {
             tx_ready: false,
             close_after_tx: false,
             rx: Some(deframe::cache(cache)),
-            deframer: Deframer::default(),
+            deframer: if own_cache {
+                Deframer::own_cache()
+            } else {
+                Deframer::default()
+            },
             pausing: false,
             deadline: None,
             accepted_at: None,
@@ -196,7 +201,7 @@ impl Core {
         }
         let deadline = now + self.cfg.first_bytes_timeout.min(self.cfg.handshake_timeout);
         // A handshake-sized buffer: the cache grows when the connection is adopted.
-        let mut c = Conn::new(Stage::ExpectHello, None, HELLO_LEN);
+        let mut c = Conn::new(Stage::ExpectHello, None, HELLO_LEN, !self.cfg.multishot);
         c.deadline = Some(deadline);
         self.accepts += 1;
         c.accepted_at = Some((now, self.accepts));

@@ -16,6 +16,13 @@
 //! payload is delivered: with the own cache the reactor reads straight into it, so it is
 //! copied once, by the kernel.
 //!
+//! With the own cache, that buffer then serves as the cache, sized to the frame it just
+//! held ([`Deframer::own_cache`]): a next frame of the same size (a ping-pong, a stream)
+//! comes in with its header by one read and is handed out where it lies; a smaller one is
+//! handed out there too, and the cache proper comes back once what was read is used up; a
+//! larger one becomes, in place, a whole buffer behind its header. No byte is copied in
+//! any of these cases, and a large frame costs no read of its header alone.
+//!
 //! The framing primitives over an [`RxBuf`] ([`Frames`]) are here too: the buffer itself
 //! is a neutral byte container ([`crate::buf`]). No I/O here.
 
@@ -150,9 +157,28 @@ pub struct Deframer {
     spare_large: Option<RxBuf>,
     /// The large payload in `rx` was handed out: next, the cache comes back.
     large_delivered: bool,
+    /// Own-cache mode: after a large payload, its buffer serves as the cache.
+    reuse_large: bool,
+    /// `rx` (or, under a placed buffer, `parked`) is the last large payload's buffer
+    /// serving as the cache; the cache proper waits in `home`.
+    big: bool,
+    /// The cache proper while `big`.
+    home: Option<RxBuf>,
+    /// While `big`: the last frame handed out was too large for the cache proper (so the
+    /// next one is likely as large: the big cache stays).
+    last_large: bool,
 }
 
 impl Deframer {
+    /// The deframer of a connection that reads into its own cache: a large payload's
+    /// buffer then serves as the cache for what follows (see the module's docs).
+    pub fn own_cache() -> Self {
+        Self {
+            reuse_large: true,
+            ..Self::default()
+        }
+    }
+
     /// The next handshake record of `rx` followed by `input[*at..]`. `Ok(None)`: more
     /// bytes are needed (whatever `input` held is kept in `rx`).
     pub fn hello(
@@ -204,13 +230,17 @@ impl Deframer {
                 while rx.grow_whole() {
                     *at += rx.append(&input[(*at).min(input.len())..]);
                 }
+                let start = rx.record_start();
                 return Ok(rx.large_complete().map(|(h, p)| {
                     self.large_delivered = true;
-                    (h, Source::Cache(0..p.len()))
+                    (h, Source::Cache(start..start + p.len()))
                 }));
             }
             if rx.pending() == 0 {
                 if rest.is_empty() {
+                    if self.big && !self.last_large {
+                        self.leave_big(rx);
+                    }
                     return Ok(None);
                 }
                 // A whole frame inside the input is delivered where it lies.
@@ -252,7 +282,12 @@ impl Deframer {
                 continue;
             }
             let need = HEADER_LEN + h.len as usize;
-            if need > rx.capacity() {
+            if need > rx.room() {
+                if self.big {
+                    // Larger than the big cache.
+                    self.big_to_whole(rx, h);
+                    continue;
+                }
                 // Larger than the cache: continue in the large-payload buffer.
                 let spare = self.spare_large.take().unwrap_or_else(RxBuf::empty_large);
                 let large = rx.into_large(h, spare);
@@ -262,15 +297,31 @@ impl Deframer {
             let rest = &input[(*at).min(input.len())..];
             *at += rx.append_upto(rest, need);
             if rx.pending() < need {
+                if self.big {
+                    if rx.unread_at() > 0 && need > self.home.as_ref().map_or(0, RxBuf::room) {
+                        // A large frame behind others: its bytes stay where they are
+                        // (rather than moved to the front).
+                        self.big_to_whole(rx, h);
+                        continue;
+                    }
+                    if need == rx.room() {
+                        // A frame of the big cache's size: the rest of the cache is its.
+                        rx.fill_next_read();
+                    }
+                }
                 return Ok(None);
+            }
+            if self.big {
+                self.last_large = need > self.home.as_ref().map_or(0, RxBuf::room);
             }
             let r = rx.consume(need);
             return Ok(Some((h, Source::Cache(r.start + HEADER_LEN..r.end))));
         }
     }
 
-    /// A delivered large payload: its buffer becomes the reusable spare again and `rx`
-    /// is the receive cache parked during the large read.
+    /// A delivered large payload: `rx` is the receive cache parked during the large read
+    /// again, and the payload's buffer becomes the reusable spare, or, with the own cache,
+    /// the cache itself, sized to the frame it held.
     fn back_to_cache(&mut self, rx: &mut RxBuf) {
         self.large_delivered = false;
         let cache = self
@@ -278,17 +329,49 @@ impl Deframer {
             .take()
             .expect("cache parked during a large read");
         let mut large = mem::replace(rx, cache);
-        // A large payload is often followed by another: the next read takes the header
-        // alone, so that such a payload is read straight into its buffer rather than
-        // through the cache and a copy (a small frame next costs one more read).
-        rx.cap_next_read(HEADER_LEN);
         if large.is_placed() {
             // The region's memory goes back to its owner; the spare stays as it was.
+            if !self.big {
+                rx.cap_next_read(HEADER_LEN);
+            }
             return;
         }
+        let frame = HEADER_LEN + large.record_len();
         large.reset_large();
         large.trim(LARGE_KEEP);
+        if self.reuse_large && rx.pending() == 0 && large.reuse_as_cache(frame) {
+            // A large payload is often followed by another of its size: the next read
+            // brings it with its header, into this buffer, where it is handed out.
+            self.home = Some(mem::replace(rx, large));
+            self.big = true;
+            self.last_large = true;
+            return;
+        }
+        // Otherwise the next read takes the header alone, so that a large payload next is
+        // read straight into its buffer rather than through the cache and a copy (a small
+        // frame next costs one more read).
+        rx.cap_next_read(HEADER_LEN);
         self.spare_large = Some(large);
+    }
+
+    /// The big cache's pending frame continues as a whole buffer, in place (no byte moves),
+    /// and the cache proper comes back after it.
+    fn big_to_whole(&mut self, rx: &mut RxBuf, h: Header) {
+        let note = u64::from_be_bytes(h.to_bytes());
+        rx.cache_into_whole(HEADER_LEN, h.len as usize, note);
+        self.parked = self.home.take();
+        self.big = false;
+    }
+
+    /// The big cache is used up by frames the cache proper could hold: the cache proper
+    /// comes back, and the big cache is the reusable spare again.
+    fn leave_big(&mut self, rx: &mut RxBuf) {
+        let home = self.home.take().expect("the cache proper waits while big");
+        let mut big = mem::replace(rx, home);
+        big.reset_large();
+        debug_assert!(self.spare_large.is_none(), "the big cache was the spare");
+        self.spare_large = Some(big);
+        self.big = false;
     }
 }
 
@@ -372,6 +455,15 @@ mod tests {
         deframe_into(cap, stream, cuts, lent, &Regions::default()).unwrap()
     }
 
+    /// The deframer of each mode: the own cache's, or the lent inputs'.
+    fn deframer(lent: bool) -> Deframer {
+        if lent {
+            Deframer::default()
+        } else {
+            Deframer::own_cache()
+        }
+    }
+
     /// [`deframe`] with PUT frames placed in `regions` (they yield no entry); the first
     /// error ends the walk.
     fn deframe_into(
@@ -381,7 +473,22 @@ mod tests {
         lent: bool,
         regions: &Regions,
     ) -> Result<Vec<(u8, Vec<u8>)>, WireError> {
-        let mut d = Deframer::default();
+        walk_reads(deframer(lent), cap, stream, cuts, lent, regions).map(|(out, _)| out)
+    }
+
+    /// Frames out of a walk: tag and payload.
+    type Walked = Vec<(u8, Vec<u8>)>;
+
+    /// Walks `stream` with `d` as [`deframe_into`] does; also returns how many reads (or
+    /// inputs) it took.
+    fn walk_reads(
+        mut d: Deframer,
+        cap: usize,
+        stream: &[u8],
+        cuts: &[usize],
+        lent: bool,
+        regions: &Regions,
+    ) -> Result<(Walked, usize), WireError> {
         let mut rx = cache(cap);
         let mut out = Vec::new();
         let (mut off, mut ci) = (0, 0);
@@ -415,7 +522,7 @@ mod tests {
             }
             off += n;
         }
-        Ok(out)
+        Ok((out, ci))
     }
 
     fn put_frame(key: u64, addr: u64, data: &[u8]) -> Vec<u8> {
@@ -472,6 +579,56 @@ mod tests {
         assert_eq!(feed(256, &s, &cuts), want);
         assert_eq!(deframe(256, &s, &cuts, false), want);
         assert_eq!(deframe(256, &s, &cuts, true), want);
+    }
+
+    /// With the own cache, after a large payload its buffer is the cache: each next frame
+    /// of that size comes in with its header by one read (the header-first reads took
+    /// two), and frames of other sizes around them come out unchanged.
+    #[test]
+    fn after_a_large_payload_the_next_of_its_size_takes_one_read() {
+        let same: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 1000]).collect();
+        let mut s = Vec::new();
+        for (i, p) in same.iter().enumerate() {
+            s.extend(frame(i as u8, p));
+        }
+        let want: Vec<(u8, Vec<u8>)> = same
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (i as u8, p))
+            .collect();
+        let reads = |d| walk_reads(d, 256, &s, &[], false, &Regions::default()).unwrap();
+        let (out, n) = reads(Deframer::own_cache());
+        assert_eq!(out, want);
+        // The first frame: the cache's read and the rest into its buffer; then one each.
+        assert_eq!(n, 2 + 4);
+        let (out, n) = reads(Deframer::default());
+        assert_eq!(out, want);
+        assert_eq!(n, 2 + 4 * 2);
+
+        // Smaller, larger and equal frames after a large one, read whole or a byte at a
+        // time: all come out, in order.
+        let sizes = [
+            1000usize, 1000, 5, 0, 3000, 3000, 1000, 7, 250, 1000, 9000, 9000, 3,
+        ];
+        let mut s = Vec::new();
+        let mut want = Vec::new();
+        for (i, n) in sizes.iter().enumerate() {
+            let p: Vec<u8> = (0..*n).map(|j| (i * 13 + j) as u8).collect();
+            s.extend(frame(i as u8, &p));
+            want.push((i as u8, p));
+        }
+        for cuts in [vec![], vec![1; s.len()], vec![1009, 3, 2000, 17, 4000]] {
+            let (out, _) = walk_reads(
+                Deframer::own_cache(),
+                256,
+                &s,
+                &cuts,
+                false,
+                &Regions::default(),
+            )
+            .unwrap();
+            assert_eq!(out, want, "cuts {:?}", &cuts[..cuts.len().min(5)]);
+        }
     }
 
     /// After a large payload, the next read takes only a header: a second large payload
@@ -548,9 +705,12 @@ mod tests {
     fn large_payload_memory_follows_its_bytes() {
         let len = 8 << 20;
         let payload: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
-        let stream = frame(3, &payload);
+        // Behind a large frame of 5,000 bytes: with the own cache, the huge one starts in
+        // the buffer of that one.
+        let mut stream = frame(2, &[5; 5000]);
+        stream.extend(frame(3, &payload));
         for lent in [false, true] {
-            let mut d = Deframer::default();
+            let mut d = deframer(lent);
             let mut rx = cache(4096);
             let (mut off, mut peak) = (0, 0);
             let mut out = None;
@@ -566,10 +726,13 @@ mod tests {
                 };
                 let input = if lent { &stream[off..off + n] } else { &[][..] };
                 let mut at = 0;
-                if let Some((h, src)) = d
+                while let Some((h, src)) = d
                     .frame(&mut rx, input, &mut at, 1 << 30, &Regions::default())
                     .unwrap()
                 {
+                    if h.tag.0 == 2 {
+                        continue;
+                    }
                     let Source::Cache(r) = src else {
                         panic!("a large payload is delivered from its buffer");
                     };
@@ -580,7 +743,7 @@ mod tests {
                 let held = rx.allocated();
                 peak = peak.max(held);
                 assert!(
-                    held <= (2 * off).max(WHOLE_FIRST),
+                    held <= (2 * off).max(WHOLE_FIRST + HEADER_LEN),
                     "lent {lent}: {held} bytes held after {off} received"
                 );
                 if off == HEADER_LEN + 1000 || off == n {
@@ -588,7 +751,8 @@ mod tests {
                 }
             }
             assert_eq!(out, Some((3, true)), "lent {lent}");
-            assert!(peak <= len, "lent {lent}: {peak} > {len}");
+            // At most the frame, header included (it lies in the buffer behind its header).
+            assert!(peak <= HEADER_LEN + len, "lent {lent}: {peak} > {len}");
         }
     }
 
@@ -629,6 +793,10 @@ mod tests {
             prop_assert_eq!(&feed(cap, &s, &cuts), &want);
             prop_assert_eq!(&deframe(cap, &s, &cuts, false), &want);
             prop_assert_eq!(&deframe(cap, &s, &cuts, true), &want);
+            // The own cache without reusing a large payload's buffer (the header-first
+            // read after it, as when that buffer was released).
+            let plain = walk_reads(Deframer::default(), cap, &s, &cuts, false, &Regions::default());
+            prop_assert_eq!(&plain.unwrap().0, &want);
         }
 
         /// Puts of any size, between messages, land in their region at their address

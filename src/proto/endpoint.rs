@@ -268,7 +268,11 @@ impl Core {
     /// The driver opened the socket for an [`Action::Dial`](super::core::Action::Dial)
     /// and is connecting.
     pub fn dial_started(&mut self, peer: PeerId, conn: ConnKey) {
-        self.put_conn(conn, Conn::new(Stage::Connecting, Some(peer), HELLO_LEN));
+        let own_cache = !self.cfg.multishot;
+        self.put_conn(
+            conn,
+            Conn::new(Stage::Connecting, Some(peer), HELLO_LEN, own_cache),
+        );
         if let Some(ep) = self.ep_mut(peer) {
             if let EpState::Connecting { conn: c, .. } = &mut ep.state {
                 *c = Some(conn);

@@ -272,7 +272,7 @@ impl RecvOp {
         let Some(rx) = self.rx.as_mut() else {
             return tried(Attempt::Done(Ok(0)), false, false);
         };
-        let wants_all = rx.wants_all();
+        let wants_all = rx.fills();
         loop {
             let spare = rx.spare_mut();
             let want = spare.len();
@@ -319,7 +319,7 @@ impl RecvOp {
     #[cfg(feature = "uring")]
     pub(crate) fn sqe(&mut self, fd: RawFd) -> Option<squeue::Entry> {
         let rx = self.rx.as_mut()?;
-        let flags = if rx.wants_all() { libc::MSG_WAITALL } else { 0 };
+        let flags = if rx.fills() { libc::MSG_WAITALL } else { 0 };
         let spare = rx.spare_mut();
         let (ptr, len) = (spare.as_mut_ptr(), spare.len().min(i32::MAX as usize));
         Some(
