@@ -31,7 +31,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ -x "$OMPI_OUT/ringbtl_perf" ] && [ -x "$OMPI_OUT/mca_btl_ringbtl.so" ] || tools/build-ompi.sh >/dev/null
+# Always through make: a component left from an older tree would be measured otherwise.
+tools/build-ompi.sh >/dev/null
 res="$PWD/target/ompi-results"
 mkdir -p "$res"
 jsonl="$res/$name.jsonl"
