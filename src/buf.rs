@@ -388,20 +388,30 @@ impl RxBuf {
     }
 
     /// A cache whose unread bytes are a `hdr`-byte header and the start of a record of
-    /// `len` bytes longer than the cache becomes, in place and without moving a byte, the
-    /// whole buffer for that record (marked with `note`): the header is consumed, the
-    /// record lies right behind it, and the read window grows as in
+    /// `len` bytes longer than the cache becomes, in place, the whole buffer for that
+    /// record (marked with `note`): the header is consumed, the record lies right behind
+    /// it (moved forward by up to 7 bytes when that is not 8-byte aligned, as a whole
+    /// buffer's record always is), and the read window grows as in
     /// [`split_whole`](Self::split_whole) (at first what the memory holds, or
     /// [`WHOLE_FIRST`] bytes, at most the record).
     pub fn cache_into_whole(&mut self, hdr: usize, len: usize, note: u64) {
         debug_assert!(self.whole.is_none() && self.pending() >= hdr);
-        let base = self.pos + hdr;
-        let have = (self.filled - base).min(len);
-        let window = len.min(have.max(WHOLE_FIRST).max(self.data.len() - base));
+        let start = self.pos + hdr;
+        debug_assert!(self.filled - start < len, "bytes past the record");
+        let base = start.next_multiple_of(RECORD_ALIGN);
+        let have = (self.filled - start).min(len);
+        let window = len.min(
+            have.max(WHOLE_FIRST)
+                .max(self.data.len().saturating_sub(base)),
+        );
         if self.data.len() < base + window {
             self.data.reserve_exact(base + window - self.data.len());
             self.data.resize(base + window, 0);
         }
+        if base != start {
+            self.data.copy_within(start..start + have, base);
+        }
+        self.filled = base + have;
         self.pos = base;
         self.base = base;
         self.limit = base + window;
@@ -614,6 +624,10 @@ impl Claim {
 /// The first read window of a whole buffer that has none this large already (a record's
 /// memory grows from here as its bytes arrive).
 pub const WHOLE_FIRST: usize = 256 << 10;
+
+/// Where a whole buffer's record starts is a multiple of this (its memory's start is at
+/// least as aligned): readers may take 8-byte fields of a record where it lies.
+const RECORD_ALIGN: usize = 8;
 
 // ----- send ------------------------------------------------------------------------------
 

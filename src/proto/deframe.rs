@@ -512,7 +512,12 @@ mod tests {
                 }
                 let p = match src {
                     Source::Input(r) => input[r].to_vec(),
-                    Source::Cache(r) => rx.bytes(r).to_vec(),
+                    Source::Cache(r) => {
+                        let p = rx.bytes(r);
+                        // A payload of its own buffer lies 8-byte aligned.
+                        assert!(!rx.wants_all() || (p.as_ptr() as usize).is_multiple_of(8));
+                        p.to_vec()
+                    }
                 };
                 out.push((h.tag.0, p));
             }
