@@ -1,7 +1,9 @@
 //! Running out of descriptors while a peer connects: accepting fails with `EMFILE`, and
 //! each backend pauses accepting instead of spinning on the failure (a blocking wait of
 //! 300 ms makes a bounded number of passes and uses a bounded share of a core), then
-//! accepts the waiting peer once descriptors are free again.
+//! accepts the waiting peer once descriptors are free again; and when one of the
+//! transport's own connections closes during a long pause, it accepts at once rather than
+//! at the end of the pause.
 //!
 //! A test binary of its own: it lowers the process's `RLIMIT_NOFILE` (soft and hard, so
 //! that the transport's raise to the hard limit cannot undo it) and fills the descriptor
@@ -36,7 +38,71 @@ fn accept_backs_off_on_emfile_and_resumes() {
     kinds.push(BackendKind::Epoll);
     for kind in kinds {
         starve_and_resume(kind);
+        resume_early_when_own_socket_closes(kind);
     }
+}
+
+/// Starved for 700 ms, the acceptor's pauses have doubled from 10 ms to 500 ms: the
+/// current one began at 630 ms and ends at 1,130 ms. A connection of its own closes at
+/// 700 ms (its peer goes away): the waiting peer must be accepted well before 1,130 ms.
+fn resume_early_when_own_socket_closes(kind: BackendKind) {
+    const LONG_STARVED: Duration = Duration::from_millis(700);
+    let mut a = Transport::new(common::cfg(0, kind)).unwrap();
+    let mut b = Transport::new(common::cfg(1, kind)).unwrap();
+    let mut c = Transport::new(common::cfg(2, kind)).unwrap();
+    for (id, t) in [(1, &b), (2, &c)] {
+        a.add_peer(PeerId(id), vec![t.local_addr()]).unwrap();
+    }
+    b.add_peer(PeerId(0), vec![a.local_addr()]).unwrap();
+    c.add_peer(PeerId(0), vec![a.local_addr()]).unwrap();
+    let got = Rc::new(Cell::new(0));
+    let g = got.clone();
+    a.register(Tag(1), move |_, _| g.set(g.get() + 1)).unwrap();
+
+    // c connects to a and is heard: a holds a connection of its own.
+    c.send(PeerId(0), Tag(1), &[Bytes::from_static(b"c")], 1)
+        .unwrap();
+    common::drive(
+        &mut [&mut a, &mut c],
+        Duration::from_secs(10),
+        "c to a",
+        || got.get() == 1,
+    );
+    // b dials; its connection waits in a's backlog.
+    b.send(PeerId(0), Tag(1), &[Bytes::from_static(b"b")], 2)
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.peer_state(PeerId(0)) != Some(EndpointState::ConnectAck) {
+        assert!(Instant::now() < deadline, "{kind:?}: b never connected");
+        b.progress().unwrap();
+    }
+
+    let filler = fill_descriptors();
+    let errors_before = a.stats().accept_errors;
+    let t0 = Instant::now();
+    a.wait_until(t0 + LONG_STARVED, |_| false).unwrap();
+    assert!(
+        a.stats().accept_errors > errors_before,
+        "{kind:?}: accept never failed: the test starved nothing"
+    );
+
+    // c goes away: a sees its connection end and closes it, which ends the pause.
+    drop(c);
+    let closed = Instant::now();
+    common::drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(20),
+        "accepting after a connection of a's closed",
+        || got.get() == 2,
+    );
+    let took = closed.elapsed();
+    eprintln!("{kind:?}: accepted {took:?} after a's connection to c closed");
+    assert!(
+        took < Duration::from_millis(250),
+        "{kind:?}: accepted {took:?} after a socket of a's closed, the pause's end: the \
+         close did not end the pause"
+    );
+    drop(filler);
 }
 
 fn starve_and_resume(kind: BackendKind) {

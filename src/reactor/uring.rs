@@ -501,6 +501,7 @@ impl Uring {
                 // The batch stays in the slot until then.
                 sys::close_fd(s.io.fd);
                 s.io.fd = -1;
+                self.accept_pause.descriptor_freed();
             }
             return;
         }
@@ -923,6 +924,7 @@ impl Backend for Uring {
             s.io.fd = -1;
             s.io.closed = true;
             self.slots.defer_closed(idx);
+            self.accept_pause.descriptor_freed();
         } else {
             self.cancel_ops(idx);
         }
