@@ -273,7 +273,7 @@ impl RxBuf {
     /// `len`); [`grow_whole`](Self::grow_whole) widens it as bytes arrive.
     pub fn split_whole(&mut self, len: usize, note: u64, mut large: Self) -> Self {
         let have = self.pending().min(len);
-        let window = len.min(have.max(WHOLE_FIRST).max(large.data.len()));
+        let window = first_window(len, have, large.data.len());
         if large.data.len() < window {
             large.data = vec![0; window];
         }
@@ -370,20 +370,15 @@ impl RxBuf {
     /// of exactly `len` bytes, keeping whatever memory it holds beyond them for later
     /// records. False (and nothing changed) for a buffer holding no memory.
     pub fn reuse_as_cache(&mut self, len: usize) -> bool {
-        debug_assert!(self.whole.is_none() && self.placed.is_none());
+        debug_assert!(self.whole.is_none() && self.placed.is_none() && self.filled == 0);
         if self.data.is_empty() {
             return false;
         }
         if self.data.len() < len {
             self.data.resize(len, 0);
         }
-        self.pos = 0;
-        self.filled = 0;
         self.limit = len;
-        self.target = 0;
-        self.base = 0;
         self.read_cap = None;
-        self.fill = false;
         true
     }
 
@@ -400,10 +395,7 @@ impl RxBuf {
         debug_assert!(self.filled - start < len, "bytes past the record");
         let base = start.next_multiple_of(RECORD_ALIGN);
         let have = (self.filled - start).min(len);
-        let window = len.min(
-            have.max(WHOLE_FIRST)
-                .max(self.data.len().saturating_sub(base)),
-        );
+        let window = first_window(len, have, self.data.len().saturating_sub(base));
         if self.data.len() < base + window {
             self.data.reserve_exact(base + window - self.data.len());
             self.data.resize(base + window, 0);
@@ -624,6 +616,13 @@ impl Claim {
 /// The first read window of a whole buffer that has none this large already (a record's
 /// memory grows from here as its bytes arrive).
 pub const WHOLE_FIRST: usize = 256 << 10;
+
+/// The first read window of a whole buffer for a record of `len` bytes of which `have`
+/// are in, over memory that already holds `held` bytes: what it holds, or
+/// [`WHOLE_FIRST`] bytes, at most the record.
+fn first_window(len: usize, have: usize, held: usize) -> usize {
+    len.min(have.max(WHOLE_FIRST).max(held))
+}
 
 /// Where a whole buffer's record starts is a multiple of this (its memory's start is at
 /// least as aligned): readers may take 8-byte fields of a record where it lies.

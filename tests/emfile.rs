@@ -71,11 +71,7 @@ fn resume_early_when_own_socket_closes(kind: BackendKind) {
     // b dials; its connection waits in a's backlog.
     b.send(PeerId(0), Tag(1), &[Bytes::from_static(b"b")], 2)
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while b.peer_state(PeerId(0)) != Some(EndpointState::ConnectAck) {
-        assert!(Instant::now() < deadline, "{kind:?}: b never connected");
-        b.progress().unwrap();
-    }
+    wait_in_backlog(&mut b, kind);
 
     let filler = fill_descriptors();
     let errors_before = a.stats().accept_errors;
@@ -130,11 +126,7 @@ fn starve_and_resume(kind: BackendKind) {
         7,
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while b.peer_state(PeerId(0)) != Some(EndpointState::ConnectAck) {
-        assert!(Instant::now() < deadline, "{kind:?}: b never connected");
-        b.progress().unwrap();
-    }
+    wait_in_backlog(&mut b, kind);
 
     // Every descriptor taken: a's accept fails with EMFILE.
     let filler = fill_descriptors();
@@ -177,6 +169,16 @@ fn starve_and_resume(kind: BackendKind) {
     );
     assert_eq!(done.borrow()[0].result, Ok(()));
     assert_eq!(a.peer_state(PeerId(1)), Some(EndpointState::Connected));
+}
+
+/// Progresses `b` alone until its dial to peer 0 is connected and its part of the
+/// handshake written: the connection waits in the acceptor's backlog.
+fn wait_in_backlog(b: &mut Transport, kind: BackendKind) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.peer_state(PeerId(0)) != Some(EndpointState::ConnectAck) {
+        assert!(Instant::now() < deadline, "{kind:?}: b never connected");
+        b.progress().unwrap();
+    }
 }
 
 /// Sets the soft and hard `RLIMIT_NOFILE` of this process to `n`.

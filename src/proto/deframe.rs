@@ -479,6 +479,19 @@ mod tests {
     /// Frames out of a walk: tag and payload.
     type Walked = Vec<(u8, Vec<u8>)>;
 
+    /// A stream of messages of the given payload sizes (tag = index, distinct bytes), and
+    /// the frames a walk of it must yield.
+    fn stream_of(sizes: &[usize]) -> (Vec<u8>, Walked) {
+        let mut s = Vec::new();
+        let mut want = Vec::new();
+        for (i, n) in sizes.iter().enumerate() {
+            let p: Vec<u8> = (0..*n).map(|j| (i * 31 + j) as u8).collect();
+            s.extend(frame(i as u8, &p));
+            want.push((i as u8, p));
+        }
+        (s, want)
+    }
+
     /// Walks `stream` with `d` as [`deframe_into`] does; also returns how many reads (or
     /// inputs) it took.
     fn walk_reads(
@@ -615,13 +628,7 @@ mod tests {
         let sizes = [
             1000usize, 1000, 5, 0, 3000, 3000, 1000, 7, 250, 1000, 9000, 9000, 3,
         ];
-        let mut s = Vec::new();
-        let mut want = Vec::new();
-        for (i, n) in sizes.iter().enumerate() {
-            let p: Vec<u8> = (0..*n).map(|j| (i * 13 + j) as u8).collect();
-            s.extend(frame(i as u8, &p));
-            want.push((i as u8, p));
-        }
+        let (s, want) = stream_of(&sizes);
         for cuts in [vec![], vec![1; s.len()], vec![1009, 3, 2000, 17, 4000]] {
             let (out, _) = walk_reads(
                 Deframer::own_cache(),
@@ -788,13 +795,7 @@ mod tests {
             cuts in proptest::collection::vec(1usize..900, 0..200),
             cap in 32usize..1024,
         ) {
-            let mut s = Vec::new();
-            let mut want = Vec::new();
-            for (i, n) in sizes.iter().enumerate() {
-                let p: Vec<u8> = (0..*n).map(|j| (i * 31 + j) as u8).collect();
-                s.extend(frame(i as u8, &p));
-                want.push((i as u8, p));
-            }
+            let (s, want) = stream_of(&sizes);
             prop_assert_eq!(&feed(cap, &s, &cuts), &want);
             prop_assert_eq!(&deframe(cap, &s, &cuts, false), &want);
             prop_assert_eq!(&deframe(cap, &s, &cuts, true), &want);
