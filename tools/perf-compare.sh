@@ -21,7 +21,7 @@
 #             size) and summary.md (the markdown tables); default a new /tmp directory.
 #
 # Measures: latency p50 at 8 B, 64 KiB, 1 MiB (one-way = round trip / 2; between hosts
-# ringbtl-bench reports the average only, so there every system's average is compared);
+# ringbtl-bench under its launcher reports the pairs' p50 in its last column);
 # bandwidth (osu_bw windows of 64) at 1 MiB and 4 MiB; message rate at 8 B (windows of 64,
 # OSU's 100 of them, against Open MPI and UCX; on loopback also against the coalesced floor,
 # tools/rate-floor.c, at windows of 64 and of 256, both programs with the same number of
@@ -186,8 +186,7 @@ run_floor() { # cc where run
     local iters=""; [ "$QUICK" = 1 ] && iters=1000
     in_ns "$CNS" 0 "$FLOOR" client "$SADDR" "$PORT" "$LAT_SIZES" $iters >"$TMP/floor.out" || true
     wait $spid 2>/dev/null || true
-    local key=p50_us; [ "$2" = hosts ] && key=avg_us
-    jsonpick $key <"$TMP/floor.out" | record floor "$1" "$2" lat "$3"
+    jsonpick p50_us <"$TMP/floor.out" | record floor "$1" "$2" lat "$3"
 }
 
 # The coalesced floor of the rate test (loopback only: the program pins and connects its
@@ -237,8 +236,8 @@ run_ringbtl() { # backend cc where run
                 >"$TMP/r0.out" 2>"$TMP/r0.err" || echo "  ringbtl-$be $sub ($cc, $where) failed" >&2
             wait $pid1 2>/dev/null || true
             case $sub in
-                # Under a launcher the latency table has the average only: "size avg min max".
-                latency) awk '$1 ~ /^[0-9]+$/ && NF >= 2 { print $1, $2 }' "$TMP/r0.out" \
+                # Under a launcher the latency table is "size avg min max p50".
+                latency) awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $1, $5 }' "$TMP/r0.out" \
                     | record "ringbtl-$be" "$cc" "$where" lat "$run" ;;
                 bw) jsonpick mb_s bw <"$TMP/r0.out" | record "ringbtl-$be" "$cc" "$where" bw "$run" ;;
                 rate) jsonpick msg_s rate <"$TMP/r0.out" | record "ringbtl-$be" "$cc" "$where" rate "$run" ;;
@@ -253,7 +252,7 @@ run_ompi() { # cc where run
     local mca=(--mca pml ob1 --mca btl self,tcp --allow-run-as-root)
     for sub in latency bw rate; do
         case $sub in
-            latency) key=p50_us; metric=lat; [ "$where" = hosts ] && key=avg_us ;;
+            latency) key=p50_us; metric=lat ;;
             bw) key=mb_s; metric=bw ;;
             rate) key=msg_s; metric=rate ;;
         esac
@@ -296,8 +295,7 @@ run_ucx() { # cc where run
         wait $spid 2>/dev/null || true
         [ -n "$line" ] || { echo "  ucx $test $size ($cc, $where): no result" >&2; continue; }
         case $kind in
-            lat) if [ "$where" = hosts ]; then echo "$size $(echo "$line" | awk '{print $3}')";
-                 else echo "$size $(echo "$line" | awk '{print $2}')"; fi ;;
+            lat) echo "$size $(echo "$line" | awk '{print $2}')" ;;
             rate) echo "$size $(echo "$line" | awk '{print $8}')" ;;
             bw) echo "$size $(echo "$line" | awk '{printf "%.3f", $6 * 1.048576}')" ;;
         esac | record ucx "$cc" "$where" "$kind" "$run"
@@ -352,9 +350,8 @@ print(f"<!-- tools/perf-compare.sh: medians of {runs} alternating runs"
 for m in missing:
     print(f"<!-- skipped: {m} -->")
 for where in wheres:
-    lat = "p50" if where == "lo" else "average"
     print(f"\n#### {'loopback' if where == 'lo' else 'two namespace hosts (veth)'}: ringbtl / reference "
-          f"(latency: {lat}, lower is better; bandwidth and rate: higher is better)\n")
+          f"(latency: p50, lower is better; bandwidth and rate: higher is better)\n")
     cols = [(cc, b) for cc in ccs for b in backends]
     print("| measure | " + " | ".join(f"{cc}, {b}" for cc, b in cols) + " |")
     print("|---" * (len(cols) + 1) + "|")

@@ -9,7 +9,8 @@
 //! barrier (gather to rank 0, release from it, over the transport) separates the phases.
 //!
 //! - `latency`: ranks `i` and `i + N/2` ping-pong (as `osu_multi_lat`); rank 0 prints the
-//!   average one-way latency over the pairs.
+//!   average one-way latency over the pairs, the smallest and largest pair's, and the
+//!   pairs' medians (p50) averaged.
 //! - `alltoall`: every rank sends one checked message per size (and round) to every other
 //!   rank: source, sequence number and a pattern that depends on both; every receiver
 //!   checks length, content, order and that nothing is missing or duplicated; every
@@ -201,6 +202,8 @@ struct Shared {
     /// Sends that completed with an error (a failed peer fails each pending send once).
     failed_sends: u64,
     pongs: u64,
+    /// The echoing rank's answer in the ping-pong, built once per size.
+    pong: [Bytes; 1],
     failure: Option<String>,
     /// Alltoall: next expected sequence number per source, messages and bytes checked.
     next_seq: Vec<u32>,
@@ -684,7 +687,8 @@ impl Job {
         let seg = [Bytes::from(vec![0xa5u8; size])];
         // Counted before the barrier: the first ping may arrive while it completes.
         let (p0, c0) = {
-            let s = self.st.borrow();
+            let mut s = self.st.borrow_mut();
+            s.pong = [Bytes::from(vec![0x5au8; size])];
             (s.pongs, s.completed)
         };
         self.barrier()?;
@@ -907,8 +911,20 @@ fn install_handlers(tr: &mut Transport, rank: u32, st: &Rc<RefCell<Shared>>) -> 
         s.borrow_mut().pongs += 1;
         // The lower half of the ranks sends pings; the upper half echoes them.
         if am.src.0 < rank {
-            let seg = [Bytes::copy_from_slice(am.payload)];
             let mut s = s.borrow_mut();
+            // As osu_multi_lat, the answer leaves from the echoing rank's own buffer of
+            // the same size (no copy of the ping).
+            if am.payload.len() != s.pong[0].len() {
+                let why = format!(
+                    "a {}-byte ping from {}, expected {}",
+                    am.payload.len(),
+                    am.src,
+                    s.pong[0].len()
+                );
+                s.fail(why);
+                return;
+            }
+            let seg = s.pong.clone();
             if let Err(e) = s.deferred.send(t, am.src, TAG_PING, &seg, 0) {
                 s.fail(format!("reply to {}: {e}", am.src));
             }
@@ -1020,28 +1036,46 @@ pub(crate) fn run_latency(w: Box<Wireup>, args: &LatencyArgs) -> Result<(), Stri
     say(
         &job,
         &format!(
-            "{:<12}{:>18}{:>18}{:>18}",
-            "# Size", "Avg Latency(us)", "Min pair(us)", "Max pair(us)"
+            "{:<12}{:>18}{:>18}{:>18}{:>18}",
+            "# Size", "Avg Latency(us)", "Min pair(us)", "Max pair(us)", "P50 Latency(us)"
         ),
     );
     for size in args.sizes() {
         let (warmup, iters) = args.counts(size);
         let rec = job.pingpong(size, warmup, iters)?;
-        let avg = rec.map(|r| r.finish(warmup).avg);
-        let mine = avg.map_or(Vec::new(), |a| a.to_be_bytes().to_vec());
+        // Each measuring rank contributes its pair's average and median one-way latency.
+        let mine = rec.map_or(Vec::new(), |r| {
+            let st = r.finish(warmup);
+            [st.avg, st.p50]
+                .iter()
+                .flat_map(|x| x.to_be_bytes())
+                .collect()
+        });
         let all = job.gather(mine)?;
         if job.rank() == 0 {
-            let v: Vec<f64> = all
-                .iter()
-                .filter_map(|d| <[u8; 8]>::try_from(&d[..]).ok().map(f64::from_be_bytes))
-                .collect();
-            let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(0.0, f64::max);
-            say(&job, &format!("{size:<12}{mean:>18.2}{lo:>18.2}{hi:>18.2}"));
+            let pairs: Vec<(f64, f64)> = all.iter().filter_map(|d| pair_stats(d)).collect();
+            let n = pairs.len().max(1) as f64;
+            let mean = pairs.iter().map(|p| p.0).sum::<f64>() / n;
+            let lo = pairs.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+            let hi = pairs.iter().map(|p| p.0).fold(0.0, f64::max);
+            let p50 = pairs.iter().map(|p| p.1).sum::<f64>() / n;
+            say(
+                &job,
+                &format!("{size:<12}{mean:>18.2}{lo:>18.2}{hi:>18.2}{p50:>18.2}"),
+            );
         }
     }
     job.finish()
+}
+
+/// A measuring rank's gathered `(average, p50)` in microseconds; `None` for the empty
+/// contribution of a rank that only answers.
+fn pair_stats(d: &[u8]) -> Option<(f64, f64)> {
+    let (a, p) = d.split_first_chunk::<8>()?;
+    Some((
+        f64::from_be_bytes(*a),
+        f64::from_be_bytes(p.try_into().ok()?),
+    ))
 }
 
 /// `ringbtl-bench alltoall`: under a launcher, or self-launched with `--np`.

@@ -313,7 +313,10 @@ fn mpirun_latency_pairs() {
     assert_eq!(rows.len(), 2, "{}", r.stdout);
     for row in rows {
         let v: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert_eq!(v.len(), 5, "{row}");
         assert!(v[1] > 0.0 && v[2] <= v[1] && v[1] <= v[3], "{row}");
+        // The pairs' mean median: positive, and a median is not far above the largest mean.
+        assert!(v[4] > 0.0 && v[4] <= 2.0 * v[3], "{row}");
     }
     check_loopback(&r);
 }
