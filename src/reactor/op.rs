@@ -176,8 +176,9 @@ impl SendOp {
         }
     }
 
-    /// Writes as much of the batch as the socket takes now (`sendmsg`, gathered, at most
-    /// `chunk` bytes per call, `MSG_NOSIGNAL | MSG_DONTWAIT`), counting calls in `calls`.
+    /// Writes as much of the batch as the socket takes now (`sendmsg`, gathered, or `send`
+    /// for one piece; at most `chunk` bytes per call, `MSG_NOSIGNAL | MSG_DONTWAIT`),
+    /// counting calls in `calls`.
     /// `Blocked` once the socket is full (a short write or `EAGAIN`).
     ///
     /// The epoll backend's send, and the io_uring backend's first attempt (see
@@ -188,11 +189,19 @@ impl SendOp {
                 return Attempt::Done(Ok(()));
             }
             let offered = self.prepare(chunk);
-            // SAFETY: `msg` points at `iov`, whose entries point into the batch; all are
-            // owned by `self` and unmoved for the call. sendmsg only reads them and keeps
-            // no pointer after it returns.
-            let res =
-                unsafe { libc::sendmsg(fd, &self.msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+            let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+            let res = if let [one] = self.iov[..] {
+                // One contiguous piece (a run of small frames copied next to their
+                // headers): `send` spares the kernel the msghdr and iovec import.
+                // SAFETY: `one` points into the batch, owned by `self` and unmoved for
+                // the call; send only reads `iov_len` bytes there and keeps no pointer.
+                unsafe { libc::send(fd, one.iov_base, one.iov_len, flags) }
+            } else {
+                // SAFETY: `msg` points at `iov`, whose entries point into the batch; all
+                // are owned by `self` and unmoved for the call. sendmsg only reads them
+                // and keeps no pointer after it returns.
+                unsafe { libc::sendmsg(fd, &self.msg, flags) }
+            };
             *calls += 1;
             self.iov.clear();
             if res >= 0 {
