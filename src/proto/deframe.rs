@@ -215,6 +215,15 @@ impl Deframer {
         max: u32,
         regions: &Regions,
     ) -> Result<Option<(Header, Source)>, WireError> {
+        // The common case first: a whole frame already in the cache (the own-cache mode
+        // reads many at once), handed out where it lies.
+        if !rx.wants_all() && rx.pending() >= HEADER_LEN {
+            let h = Header::parse(rx.unread(), max)?;
+            let need = HEADER_LEN + h.len as usize;
+            if need <= rx.pending() && h.kind != FrameKind::Put {
+                return Ok(Some(self.take_cached(rx, h, need)));
+            }
+        }
         loop {
             let rest = &input[(*at).min(input.len())..];
             if rx.wants_all() {
@@ -311,12 +320,19 @@ impl Deframer {
                 }
                 return Ok(None);
             }
-            if self.big {
-                self.last_large = need > self.home.as_ref().map_or(0, RxBuf::room);
-            }
-            let r = rx.consume(need);
-            return Ok(Some((h, Source::Cache(r.start + HEADER_LEN..r.end))));
+            return Ok(Some(self.take_cached(rx, h, need)));
         }
+    }
+
+    /// Consumes the whole frame of header `h` (`need` bytes with it) at the front of the
+    /// cache and says where its payload lies.
+    #[inline]
+    fn take_cached(&mut self, rx: &mut RxBuf, h: Header, need: usize) -> (Header, Source) {
+        if self.big {
+            self.last_large = need > self.home.as_ref().map_or(0, RxBuf::room);
+        }
+        let r = rx.consume(need);
+        (h, Source::Cache(r.start + HEADER_LEN..r.end))
     }
 
     /// A delivered large payload: `rx` is the receive cache parked during the large read
