@@ -713,6 +713,23 @@ impl TxBatch {
         self.note_arena(start, len);
     }
 
+    /// Appends one small frame to the arena: its encoded header, then the segments of its
+    /// payload (together at most `MAX` bytes), each copied. A segment of 8 bytes (the
+    /// common small message) is copied with a fixed-size copy, not a call to `memcpy`.
+    #[inline]
+    pub fn push_frame<const H: usize, const MAX: usize>(&mut self, head: &[u8; H], segs: &[Bytes]) {
+        let start = self.arena.len();
+        self.arena.reserve(H + MAX);
+        self.arena.extend_from_slice(head);
+        for s in segs {
+            match <&[u8; 8]>::try_from(&s[..]) {
+                Ok(eight) => self.arena.extend_from_slice(eight),
+                Err(_) => self.arena.extend_from_slice(s),
+            }
+        }
+        self.note_arena(start, self.arena.len() - start);
+    }
+
     /// Appends a payload segment by reference (no copy of its bytes).
     #[inline]
     pub fn push_ext(&mut self, seg: Bytes) {

@@ -224,6 +224,18 @@ impl Core {
             return Err(SendError::WouldBlock(peer));
         }
         hdr.len = len as u32;
+        // A small message (not a put) to a peer with nothing queued and an idle batch
+        // goes straight into the batch.
+        if inline
+            && target.is_none()
+            && tx::batch_small(ep, &mut self.conns, &hdr, segs, cookie, &self.cfg)
+        {
+            if !ep.dirty {
+                ep.dirty = true;
+                self.dirty.push(peer);
+            }
+            return Ok(());
+        }
         let mut frag = Frag::new(hdr, target.as_ref(), Some(cookie));
         if inline {
             // Small: copied now, so the queue holds no reference to the caller's buffer.
@@ -231,13 +243,6 @@ impl Core {
             for s in segs {
                 frag.wire[at..at + s.len()].copy_from_slice(s);
                 at += s.len();
-            }
-            if tx::batch_now(ep, &mut self.conns, &frag, &self.cfg) {
-                if !ep.dirty {
-                    ep.dirty = true;
-                    self.dirty.push(peer);
-                }
-                return Ok(());
             }
         }
         ep.queued_bytes += wire;

@@ -8,12 +8,14 @@ use std::collections::VecDeque;
 use std::mem;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason};
 use crate::proto::config::CoreConfig;
 use crate::proto::conn::{Conn, Orphans, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
-use crate::proto::endpoint::{Endpoint, EpState, Frag};
+use crate::proto::endpoint::{Endpoint, EpState, FRAG_INLINE};
 use crate::wire::{Header, PeerId};
 
 impl Core {
@@ -300,41 +302,50 @@ impl Core {
 }
 
 /// The fast path of a small send: with nothing queued for the peer and its connection's
-/// batch idle (not with the driver), the frame goes straight into the batch, as
+/// batch idle (not with the driver), the frame (header `hdr`, then `segs`, together at
+/// most [`FRAG_INLINE`] payload bytes) is written straight into the batch, as
 /// [`Core::flush`] would move it there (same budget), and its cookie joins the batch's.
 /// Returns false, changing nothing, when the frame must be queued instead.
 #[inline]
-pub(super) fn batch_now(
+pub(super) fn batch_small(
     ep: &mut Endpoint,
     conns: &mut [Option<Conn>],
-    f: &Frag,
+    hdr: &Header,
+    segs: &[Bytes],
+    cookie: u64,
     cfg: &CoreConfig,
 ) -> bool {
-    let EpState::Connected { conn } = ep.state else {
+    let Some(batch) = idle_batch(ep, conns) else {
         return false;
     };
-    if !ep.queue.is_empty() {
-        return false;
-    }
-    let Some(c) = slot(conns, conn.0) else {
-        return false;
-    };
-    // Frames wait for the dialer's first bytes (`Core::confirm`).
-    if c.unconfirmed {
-        return false;
-    }
-    let Some(batch) = c.tx.as_mut() else {
-        return false;
-    };
+    let wire = Header::LEN + hdr.len as usize;
     if batch.frames() > 0
-        && (batch.len() + f.wire_len() > cfg.coalesce_bytes || batch.parts() + 1 > cfg.max_iov)
+        && (batch.len() + wire > cfg.coalesce_bytes || batch.parts() + 1 > cfg.max_iov)
     {
         return false;
     }
-    batch.push_small(&f.wire, f.wire_len());
+    batch.push_frame::<{ Header::LEN }, FRAG_INLINE>(&hdr.to_bytes(), segs);
     batch.add_frame();
-    ep.inflight.push_back(f.cookie);
+    ep.inflight.push_back(Some(cookie));
     true
+}
+
+/// The batch of `ep`'s connection when a frame may go straight into it: connected,
+/// nothing queued before it, the dialer's first bytes seen, the batch not with the driver.
+#[inline]
+fn idle_batch<'a>(ep: &Endpoint, conns: &'a mut [Option<Conn>]) -> Option<&'a mut TxBatch> {
+    let EpState::Connected { conn } = ep.state else {
+        return None;
+    };
+    if !ep.queue.is_empty() {
+        return None;
+    }
+    let c = slot(conns, conn.0)?;
+    // Frames wait for the dialer's first bytes (`Core::confirm`).
+    if c.unconfirmed {
+        return None;
+    }
+    c.tx.as_mut()
 }
 
 /// Sends completed without error and not yet reported, a run per batch. A run is due
