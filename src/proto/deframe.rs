@@ -217,10 +217,8 @@ impl Deframer {
     ) -> Result<Option<(Header, Source)>, WireError> {
         // The common case first: a whole frame already in the cache (the own-cache mode
         // reads many at once), handed out where it lies.
-        if !rx.wants_all() && rx.pending() >= HEADER_LEN {
-            let h = Header::parse(rx.unread(), max)?;
-            let need = HEADER_LEN + h.len as usize;
-            if need <= rx.pending() && h.kind != FrameKind::Put {
+        if let Some((h, need)) = whole_in_cache(rx, max)? {
+            if h.kind != FrameKind::Put {
                 return Ok(Some(self.take_cached(rx, h, need)));
             }
         }
@@ -324,6 +322,24 @@ impl Deframer {
         }
     }
 
+    /// The next frame when it is an active message whose bytes are all in the cache
+    /// (consumed, with where its payload lies); `None`, consuming nothing, for anything
+    /// else, which [`frame`](Self::frame) handles. A header it cannot parse is left to
+    /// `frame` too, which reports it.
+    #[inline]
+    pub fn cached_send(&mut self, rx: &mut RxBuf, max: u32) -> Option<(Header, Range<usize>)> {
+        match whole_in_cache(rx, max) {
+            Ok(Some((h, need))) if h.kind == FrameKind::Send => {
+                let (h, src) = self.take_cached(rx, h, need);
+                match src {
+                    Source::Cache(r) => Some((h, r)),
+                    Source::Input(_) => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
     /// Consumes the whole frame of header `h` (`need` bytes with it) at the front of the
     /// cache and says where its payload lies.
     #[inline]
@@ -389,6 +405,18 @@ impl Deframer {
         self.spare_large = Some(big);
         self.big = false;
     }
+}
+
+/// The header of a frame whose bytes are all in the cache, and the frame's length with its
+/// header.
+#[inline]
+fn whole_in_cache(rx: &RxBuf, max: u32) -> Result<Option<(Header, usize)>, WireError> {
+    if rx.wants_all() || rx.pending() < HEADER_LEN {
+        return Ok(None);
+    }
+    let h = Header::parse(rx.unread(), max)?;
+    let need = HEADER_LEN + h.len as usize;
+    Ok((need <= rx.pending()).then_some((h, need)))
 }
 
 #[cfg(test)]
