@@ -340,6 +340,14 @@ impl Deframer {
         }
     }
 
+    /// Whether `rx` is used up with nothing for [`frame`](Self::frame) to do about it
+    /// (it would only answer that more bytes are needed): no byte pending, no payload
+    /// being read whole, no big cache to leave.
+    #[inline]
+    pub fn drained(&self, rx: &RxBuf) -> bool {
+        rx.pending() == 0 && !rx.wants_all() && (!self.big || self.last_large)
+    }
+
     /// Consumes the whole frame of header `h` (`need` bytes with it) at the front of the
     /// cache and says where its payload lies.
     #[inline]

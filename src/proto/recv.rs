@@ -43,18 +43,18 @@ impl Core {
     }
 
     /// The fast path of [`recv_step`](Self::recv_step): on an open connection past every
-    /// check of its first bytes, whose peer sent no FIN, and whose cache is full-sized, an
-    /// active message wholly in the cache is delivered without the walk's other cases.
-    /// `None` leaves everything else (and everything wrong) to the walk.
+    /// check of its first bytes, whose peer sent no FIN, and whose buffer is not due to
+    /// grow, an active message wholly in the cache is delivered, and a cache used up asks
+    /// for the next read, without the walk's other cases. `None` leaves everything else (and
+    /// everything wrong) to the walk.
     #[inline]
     fn cached_send(&mut self, conn: ConnKey, rx: &mut RxBuf) -> Option<Step> {
-        let (max, cache) = (self.cfg.max_frame, self.cfg.recv_cache);
+        let (max, cache, multishot) = (self.cfg.max_frame, self.cfg.recv_cache, self.cfg.multishot);
+        // A handshake-sized buffer that the walk would now trade for the full cache (see
+        // `walk`; a frame larger than the buffer is not whole in it, and goes there too).
+        let grow = rx.capacity() < cache && (multishot || rx.pending() >= rx.capacity());
         let c = slot(&mut self.conns, conn.0)?;
-        if c.stage != Stage::Open
-            || c.unconfirmed
-            || c.awaiting_first_bytes
-            || rx.capacity() < cache
-        {
+        if c.stage != Stage::Open || c.unconfirmed || c.awaiting_first_bytes || grow {
             return None;
         }
         let peer = c.peer?;
@@ -63,12 +63,20 @@ impl Core {
             return None;
         }
         let c = slot(&mut self.conns, conn.0)?;
-        let (h, range) = c.deframer.cached_send(rx, max)?;
-        Some(Step::Deliver {
-            peer,
-            tag: h.tag,
-            range,
-        })
+        if let Some((h, range)) = c.deframer.cached_send(rx, max) {
+            return Some(Step::Deliver {
+                peer,
+                tag: h.tag,
+                range,
+            });
+        }
+        // Every frame of the read handed out: the next read (no frame in progress, so no
+        // stall deadline).
+        if c.deframer.drained(rx) {
+            c.deadline = None;
+            return Some(Step::Rearm);
+        }
+        None
     }
 
     /// Gives back the buffer after [`Step::Rearm`]; the next read is queued.
