@@ -47,20 +47,26 @@ fn declared_functions(code: &str) -> BTreeSet<String> {
     out
 }
 
-/// `ringbtl_*` functions the static library defines (`nm`: text symbols).
+/// `ringbtl_*` functions the static library defines: its global, defined `FUNC` symbols
+/// as `readelf -sW` lists them (binutils' `nm` lists none in a release build, whose
+/// objects carry LLVM bitcode beside their code).
 fn exported_functions() -> BTreeSet<String> {
-    let out = Command::new("nm")
-        .args(["-g", "--defined-only"])
+    let out = Command::new("readelf")
+        .arg("-sW")
         .arg(support::staticlib())
         .output()
-        .expect("run nm (binutils)");
-    assert!(out.status.success(), "nm failed");
+        .expect("run readelf (binutils)");
+    assert!(out.status.success(), "readelf failed");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
-            (kind == "T" && name.starts_with("ringbtl_")).then(|| name.to_string())
+            // Num: Value Size Type Bind Vis Ndx Name
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let &[_, _, _, kind, bind, _, ndx, name] = f.as_slice() else {
+                return None;
+            };
+            (kind == "FUNC" && bind == "GLOBAL" && ndx != "UND" && name.starts_with("ringbtl_"))
+                .then(|| name.to_string())
         })
         .collect()
 }
