@@ -41,12 +41,19 @@ use bytes::Bytes;
 /// Invariants: `pos <= filled <= limit <= ` the memory's length; for a whole buffer
 /// `base <= pos` and `limit <= base + target` (its record lies at `base..base + target`);
 /// bytes `pos..filled` are received but not yet consumed. Nothing here allocates except
-/// [`cache`](Self::cache), [`grow`](Self::grow), [`split_whole`](Self::split_whole),
+/// [`cache`](Self::cache) and [`empty_large`](Self::empty_large) (the box), [`grow`](Self::grow), [`split_whole`](Self::split_whole),
 /// [`grow_whole`](Self::grow_whole), [`reuse_as_cache`](Self::reuse_as_cache) and
 /// [`cache_into_whole`](Self::cache_into_whole) growing a reused buffer to a larger record
 /// than it held before.
+///
+/// The buffer is a box around its state, so that handing it between the engine, the
+/// backend and the events (every receive does, several times) moves a pointer.
 #[derive(Debug)]
-pub struct RxBuf {
+pub struct RxBuf(Box<RxState>);
+
+/// What an [`RxBuf`] holds.
+#[derive(Debug)]
+struct RxState {
     data: Vec<u8>,
     /// Memory of a registered region, claimed for one record (then `data` is empty).
     placed: Option<Claim>,
@@ -67,55 +74,53 @@ pub struct RxBuf {
     read_cap: Option<usize>,
 }
 
+impl RxState {
+    /// No memory, no record: an idle buffer.
+    const IDLE: Self = Self {
+        data: Vec::new(),
+        placed: None,
+        pos: 0,
+        filled: 0,
+        limit: 0,
+        target: 0,
+        base: 0,
+        fill: false,
+        whole: None,
+        read_cap: None,
+    };
+}
+
 impl RxBuf {
     /// A cache of `capacity` bytes (zeroed once, here).
     pub fn cache(capacity: usize) -> Self {
-        Self {
+        Self(Box::new(RxState {
             data: vec![0; capacity],
-            placed: None,
-            pos: 0,
-            filled: 0,
             limit: capacity,
-            target: 0,
-            base: 0,
-            fill: false,
-            whole: None,
-            read_cap: None,
-        }
+            ..RxState::IDLE
+        }))
     }
 
     /// An empty buffer for whole records (grows on first use, then is reused).
     pub fn empty_large() -> Self {
-        Self {
-            data: Vec::new(),
-            placed: None,
-            pos: 0,
-            filled: 0,
-            limit: 0,
-            target: 0,
-            base: 0,
-            fill: false,
-            whole: None,
-            read_cap: None,
-        }
+        Self(Box::new(RxState::IDLE))
     }
 
     /// The region the next read may fill. Empty only when a whole buffer is full.
     #[inline]
     pub fn spare_mut(&mut self) -> &mut [u8] {
-        let end = match self.read_cap {
-            Some(n) => (self.filled + n).min(self.limit),
-            None => self.limit,
+        let end = match self.0.read_cap {
+            Some(n) => (self.0.filled + n).min(self.0.limit),
+            None => self.0.limit,
         };
-        let filled = self.filled;
+        let filled = self.0.filled;
         &mut self.mem_mut()[filled..end]
     }
 
     /// Records that a read wrote `n` bytes at the start of [`spare_mut`](Self::spare_mut).
     #[inline]
     pub fn commit(&mut self, n: usize) {
-        self.filled = (self.filled + n).min(self.limit);
-        self.read_cap = None;
+        self.0.filled = (self.0.filled + n).min(self.0.limit);
+        self.0.read_cap = None;
     }
 
     /// Makes the next read (only that one) bring at most `n` bytes (at least 1): a cache
@@ -124,14 +129,14 @@ impl RxBuf {
     /// the cache and a copy.
     #[inline]
     pub fn cap_next_read(&mut self, n: usize) {
-        self.read_cap = Some(n.max(1));
+        self.0.read_cap = Some(n.max(1));
     }
 
     /// True for a whole buffer: the reactor may ask the kernel to fill it completely
     /// (`MSG_WAITALL`), since no other record shares it.
     #[inline]
     pub fn wants_all(&self) -> bool {
-        self.whole.is_some()
+        self.0.whole.is_some()
     }
 
     /// Whether the reactor may fill the spare region completely with one receive
@@ -139,7 +144,7 @@ impl RxBuf {
     /// belongs to one record ([`fill_next_read`](Self::fill_next_read)).
     #[inline]
     pub fn fills(&self) -> bool {
-        self.whole.is_some() || self.fill
+        self.0.whole.is_some() || self.0.fill
     }
 
     /// Lets the reads fill the spare region completely until the record in progress is
@@ -147,13 +152,13 @@ impl RxBuf {
     /// that record (once [`compact`](Self::compact)ed to the front).
     #[inline]
     pub fn fill_next_read(&mut self) {
-        self.fill = true;
+        self.0.fill = true;
     }
 
     /// For a whole buffer: bytes still to arrive (0 for a cache).
     pub fn missing(&self) -> usize {
-        if self.whole.is_some() {
-            self.base + self.target - self.filled
+        if self.0.whole.is_some() {
+            self.0.base + self.0.target - self.0.filled
         } else {
             0
         }
@@ -163,35 +168,35 @@ impl RxBuf {
     /// longest record it can hold).
     #[inline]
     pub fn room(&self) -> usize {
-        self.limit
+        self.0.limit
     }
 
     /// Where the unconsumed bytes start.
     #[inline]
     pub fn unread_at(&self) -> usize {
-        self.pos
+        self.0.pos
     }
 
     /// Received bytes not yet consumed.
     #[inline]
     pub fn pending(&self) -> usize {
-        self.filled - self.pos
+        self.0.filled - self.0.pos
     }
 
     /// The received bytes not yet consumed.
     #[inline]
     pub fn unread(&self) -> &[u8] {
-        &self.mem()[self.pos..self.filled]
+        &self.mem()[self.0.pos..self.0.filled]
     }
 
     /// Consumes `n` unread bytes (at most [`pending`](Self::pending)) and returns where
     /// they lie, for [`bytes`](Self::bytes).
     #[inline]
     pub fn consume(&mut self, n: usize) -> Range<usize> {
-        let start = self.pos;
-        self.pos += n.min(self.pending());
-        self.fill = false;
-        start..self.pos
+        let start = self.0.pos;
+        self.0.pos += n.min(self.pending());
+        self.0.fill = false;
+        start..self.0.pos
     }
 
     /// Bytes of a range handed out by [`consume`](Self::consume) (valid until the next
@@ -210,16 +215,16 @@ impl RxBuf {
     /// The buffer's memory: its own, or the registered region it was placed in.
     #[inline]
     fn mem(&self) -> &[u8] {
-        match &self.placed {
-            None => &self.data,
+        match &self.0.placed {
+            None => &self.0.data,
             Some(c) => c.mem(),
         }
     }
 
     #[inline]
     fn mem_mut(&mut self) -> &mut [u8] {
-        match &mut self.placed {
-            None => &mut self.data,
+        match &mut self.0.placed {
+            None => &mut self.0.data,
             Some(c) => c.mem_mut(),
         }
     }
@@ -229,40 +234,40 @@ impl RxBuf {
     /// when nothing is pending, so a record of up to [`capacity`](Self::capacity) bytes
     /// always fits.
     pub fn append_upto(&mut self, src: &[u8], want: usize) -> usize {
-        if self.pos == self.filled && self.whole.is_none() {
-            self.pos = 0;
-            self.filled = 0;
+        if self.0.pos == self.0.filled && self.0.whole.is_none() {
+            self.0.pos = 0;
+            self.0.filled = 0;
         }
         let n = want
             .saturating_sub(self.pending())
             .min(src.len())
-            .min(self.limit - self.filled);
-        let f = self.filled;
+            .min(self.0.limit - self.0.filled);
+        let f = self.0.filled;
         self.mem_mut()[f..f + n].copy_from_slice(&src[..n]);
-        self.filled += n;
+        self.0.filled += n;
         n
     }
 
     /// Reassembly into a whole buffer: copies as much of `src` as it still misses;
     /// returns how many bytes were taken.
     pub fn append(&mut self, src: &[u8]) -> usize {
-        let n = src.len().min(self.limit - self.filled);
-        let f = self.filled;
+        let n = src.len().min(self.0.limit - self.0.filled);
+        let f = self.0.filled;
         self.mem_mut()[f..f + n].copy_from_slice(&src[..n]);
-        self.filled += n;
+        self.0.filled += n;
         n
     }
 
     /// Moves unconsumed bytes to the front so the next read has the most room. Called
     /// once per read, after every complete record was taken.
     pub fn compact(&mut self) {
-        if self.pos == self.filled {
-            self.pos = 0;
-            self.filled = 0;
-        } else if self.pos > 0 {
-            self.data.copy_within(self.pos..self.filled, 0);
-            self.filled -= self.pos;
-            self.pos = 0;
+        if self.0.pos == self.0.filled {
+            self.0.pos = 0;
+            self.0.filled = 0;
+        } else if self.0.pos > 0 {
+            self.0.data.copy_within(self.0.pos..self.0.filled, 0);
+            self.0.filled -= self.0.pos;
+            self.0.pos = 0;
         }
     }
 
@@ -273,19 +278,19 @@ impl RxBuf {
     /// `len`); [`grow_whole`](Self::grow_whole) widens it as bytes arrive.
     pub fn split_whole(&mut self, len: usize, note: u64, mut large: Self) -> Self {
         let have = self.pending().min(len);
-        let window = first_window(len, have, large.data.len());
-        if large.data.len() < window {
-            large.data = vec![0; window];
+        let window = first_window(len, have, large.0.data.len());
+        if large.0.data.len() < window {
+            large.0.data = vec![0; window];
         }
-        large.data[..have].copy_from_slice(&self.data[self.pos..self.pos + have]);
-        self.pos += have;
-        large.pos = 0;
-        large.filled = have;
-        large.limit = window;
-        large.target = len;
-        large.base = 0;
-        large.whole = Some(note);
-        large.read_cap = None;
+        large.0.data[..have].copy_from_slice(&self.0.data[self.0.pos..self.0.pos + have]);
+        self.0.pos += have;
+        large.0.pos = 0;
+        large.0.filled = have;
+        large.0.limit = window;
+        large.0.target = len;
+        large.0.base = 0;
+        large.0.whole = Some(note);
+        large.0.read_cap = None;
         large
     }
 
@@ -293,75 +298,79 @@ impl RxBuf {
     /// registered region ([`Regions::claim`]) rather than to a buffer of ours: consumes
     /// up to the claim's length of unread bytes of this cache into it and returns a whole
     /// buffer over it, marked with `note`, whose reads the kernel writes straight there.
-    /// The buffer holds the claim until it is dropped, so the region is in use meanwhile
-    /// ([`Regions::deregister`] refuses).
-    pub fn split_placed(&mut self, note: u64, claim: Claim) -> Self {
+    /// The buffer holds the claim until it is dropped or [`unplace`](Self::unplace)d, so
+    /// the region is in use meanwhile ([`Regions::deregister`] refuses). `spare` is an idle
+    /// buffer whose box is reused (its memory, if any, is freed).
+    pub fn split_placed(&mut self, note: u64, claim: Claim, mut spare: Self) -> Self {
         let len = claim.len;
         let have = self.pending().min(len);
-        let mut placed = Self {
-            data: Vec::new(),
+        *spare.0 = RxState {
             placed: Some(claim),
-            pos: 0,
-            filled: 0,
             limit: len,
             target: len,
-            base: 0,
-            fill: false,
             whole: Some(note),
-            read_cap: None,
+            ..RxState::IDLE
         };
-        placed.mem_mut()[..have].copy_from_slice(&self.data[self.pos..self.pos + have]);
-        self.pos += have;
-        placed.filled = have;
+        let mut placed = spare;
+        placed.mem_mut()[..have].copy_from_slice(&self.0.data[self.0.pos..self.0.pos + have]);
+        self.0.pos += have;
+        placed.0.filled = have;
         placed
     }
 
     /// For a whole buffer: the length of its record.
     #[inline]
     pub fn record_len(&self) -> usize {
-        self.target
+        self.0.target
     }
 
     /// For a whole buffer: where its record starts in [`bytes`](Self::bytes) (0 unless it
     /// was made by [`cache_into_whole`](Self::cache_into_whole)).
     #[inline]
     pub fn record_start(&self) -> usize {
-        self.base
+        self.0.base
     }
 
     /// True for a buffer over a registered region ([`split_placed`](Self::split_placed)):
     /// once done with, it is dropped, never reused.
     pub fn is_placed(&self) -> bool {
-        self.placed.is_some()
+        self.0.placed.is_some()
+    }
+
+    /// Gives a placed buffer's region back (its claim ends) and makes it an idle buffer
+    /// without memory, to be reused by the next [`split_placed`](Self::split_placed).
+    pub fn unplace(&mut self) {
+        *self.0 = RxState::IDLE;
     }
 
     /// For a whole buffer whose read window is full before its record is: doubles the
     /// window (at most to the record's length), growing the memory to exactly that, and
     /// returns true. Otherwise changes nothing and returns false.
     pub fn grow_whole(&mut self) -> bool {
-        let end = self.base + self.target;
-        if self.whole.is_none() || self.filled < self.limit || self.limit >= end {
+        let end = self.0.base + self.0.target;
+        if self.0.whole.is_none() || self.0.filled < self.0.limit || self.0.limit >= end {
             return false;
         }
-        let window = self.base
+        let window = self.0.base
             + self
+                .0
                 .target
-                .min(((self.limit - self.base) * 2).max(WHOLE_FIRST));
-        if self.data.len() < window {
+                .min(((self.0.limit - self.0.base) * 2).max(WHOLE_FIRST));
+        if self.0.data.len() < window {
             // Exactly the window: a doubling reserve could hold twice the record.
-            self.data.reserve_exact(window - self.data.len());
-            self.data.resize(window, 0);
+            self.0.data.reserve_exact(window - self.0.data.len());
+            self.0.data.resize(window, 0);
         }
-        self.limit = window;
+        self.0.limit = window;
         true
     }
 
     /// For a whole buffer: its note and its bytes once every byte has arrived.
     #[inline]
     pub fn whole_complete(&self) -> Option<(u64, &[u8])> {
-        let (base, end) = (self.base, self.base + self.target);
-        match self.whole {
-            Some(note) if self.filled == end => Some((note, &self.mem()[base..end])),
+        let (base, end) = (self.0.base, self.0.base + self.0.target);
+        match self.0.whole {
+            Some(note) if self.0.filled == end => Some((note, &self.mem()[base..end])),
             _ => None,
         }
     }
@@ -370,15 +379,15 @@ impl RxBuf {
     /// of exactly `len` bytes, keeping whatever memory it holds beyond them for later
     /// records. False (and nothing changed) for a buffer holding no memory.
     pub fn reuse_as_cache(&mut self, len: usize) -> bool {
-        debug_assert!(self.whole.is_none() && self.placed.is_none() && self.filled == 0);
-        if self.data.is_empty() {
+        debug_assert!(self.0.whole.is_none() && self.0.placed.is_none() && self.0.filled == 0);
+        if self.0.data.is_empty() {
             return false;
         }
-        if self.data.len() < len {
-            self.data.resize(len, 0);
+        if self.0.data.len() < len {
+            self.0.data.resize(len, 0);
         }
-        self.limit = len;
-        self.read_cap = None;
+        self.0.limit = len;
+        self.0.read_cap = None;
         true
     }
 
@@ -390,66 +399,66 @@ impl RxBuf {
     /// [`split_whole`](Self::split_whole) (at first what the memory holds, or
     /// [`WHOLE_FIRST`] bytes, at most the record).
     pub fn cache_into_whole(&mut self, hdr: usize, len: usize, note: u64) {
-        debug_assert!(self.whole.is_none() && self.pending() >= hdr);
-        let start = self.pos + hdr;
-        debug_assert!(self.filled - start < len, "bytes past the record");
+        debug_assert!(self.0.whole.is_none() && self.pending() >= hdr);
+        let start = self.0.pos + hdr;
+        debug_assert!(self.0.filled - start < len, "bytes past the record");
         let base = start.next_multiple_of(RECORD_ALIGN);
-        let have = (self.filled - start).min(len);
-        let window = first_window(len, have, self.data.len().saturating_sub(base));
-        if self.data.len() < base + window {
-            self.data.reserve_exact(base + window - self.data.len());
-            self.data.resize(base + window, 0);
+        let have = (self.0.filled - start).min(len);
+        let window = first_window(len, have, self.0.data.len().saturating_sub(base));
+        if self.0.data.len() < base + window {
+            self.0.data.reserve_exact(base + window - self.0.data.len());
+            self.0.data.resize(base + window, 0);
         }
         if base != start {
-            self.data.copy_within(start..start + have, base);
+            self.0.data.copy_within(start..start + have, base);
         }
-        self.filled = base + have;
-        self.pos = base;
-        self.base = base;
-        self.limit = base + window;
-        self.target = len;
-        self.whole = Some(note);
-        self.read_cap = None;
-        self.fill = false;
+        self.0.filled = base + have;
+        self.0.pos = base;
+        self.0.base = base;
+        self.0.limit = base + window;
+        self.0.target = len;
+        self.0.whole = Some(note);
+        self.0.read_cap = None;
+        self.0.fill = false;
     }
 
     /// Turns a consumed whole buffer back into an idle spare.
     pub fn reset_whole(&mut self) {
-        self.placed = None;
-        self.whole = None;
-        self.pos = 0;
-        self.filled = 0;
-        self.limit = 0;
-        self.target = 0;
-        self.base = 0;
-        self.fill = false;
+        self.0.placed = None;
+        self.0.whole = None;
+        self.0.pos = 0;
+        self.0.filled = 0;
+        self.0.limit = 0;
+        self.0.target = 0;
+        self.0.base = 0;
+        self.0.fill = false;
     }
 
     /// Grows a cache to `capacity` bytes, keeping the unconsumed bytes (moved to the
     /// front). Connections start with a small buffer and grow once adopted, so half-open
     /// connections cost little memory.
     pub fn grow(&mut self, capacity: usize) {
-        if self.whole.is_some() || capacity <= self.data.len() {
+        if self.0.whole.is_some() || capacity <= self.0.data.len() {
             return;
         }
         let mut data = vec![0; capacity];
         let n = self.pending();
-        data[..n].copy_from_slice(&self.data[self.pos..self.filled]);
-        self.data = data;
-        self.pos = 0;
-        self.filled = n;
-        self.limit = capacity;
+        data[..n].copy_from_slice(&self.0.data[self.0.pos..self.0.filled]);
+        self.0.data = data;
+        self.0.pos = 0;
+        self.0.filled = n;
+        self.0.limit = capacity;
     }
 
     /// Bytes of the buffer kept allocated (for memory accounting).
     pub fn allocated(&self) -> usize {
-        self.data.capacity()
+        self.0.data.capacity()
     }
 
     /// Shrinks an idle whole buffer above `keep` bytes back to nothing.
     pub fn trim(&mut self, keep: usize) {
-        if self.whole.is_none() && self.data.len() > keep {
-            self.data = Vec::new();
+        if self.0.whole.is_none() && self.0.data.len() > keep {
+            self.0.data = Vec::new();
         }
     }
 }
@@ -887,11 +896,14 @@ mod tests {
         assert!(regions.claim(k, addr + 60, 5).is_err());
         let mut cache = RxBuf::cache(16);
         cache.append_upto(b"abc", 3);
-        let placed = cache.split_placed(0, regions.claim(k, addr + 8, 10).unwrap());
+        let claim = regions.claim(k, addr + 8, 10).unwrap();
+        let mut placed = cache.split_placed(0, claim, RxBuf::empty_large());
         assert!(placed.is_placed() && placed.wants_all());
         assert_eq!(placed.missing(), 7);
         assert_eq!(regions.deregister(k), Err(RegionError::InUse(k)));
-        drop(placed);
+        // Unplaced, the buffer keeps its box for the next put and ends its claim.
+        placed.unplace();
+        assert!(!placed.is_placed() && !placed.wants_all());
         assert_eq!(&mem[8..11], b"abc");
         regions.deregister(k).unwrap();
         assert!(regions.is_empty());

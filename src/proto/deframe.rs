@@ -155,6 +155,8 @@ pub struct Deframer {
     parked: Option<RxBuf>,
     /// Reused large-payload buffer.
     spare_large: Option<RxBuf>,
+    /// Reused buffer for placing a put's data (its box; the memory is the region's).
+    spare_placed: Option<RxBuf>,
     /// The large payload in `rx` was handed out: next, the cache comes back.
     large_delivered: bool,
     /// Own-cache mode: after a large payload, its buffer serves as the cache.
@@ -284,7 +286,8 @@ impl Deframer {
                     }
                 })?;
                 rx.consume(HEADER_LEN + PUT_TARGET_LEN);
-                let placed = rx.split_placed(u64::from_be_bytes(h.to_bytes()), claim);
+                let spare = self.spare_placed.take().unwrap_or_else(RxBuf::empty_large);
+                let placed = rx.split_placed(u64::from_be_bytes(h.to_bytes()), claim, spare);
                 self.parked = Some(mem::replace(rx, placed));
                 continue;
             }
@@ -371,6 +374,8 @@ impl Deframer {
         let mut large = mem::replace(rx, cache);
         if large.is_placed() {
             // The region's memory goes back to its owner; the spare stays as it was.
+            large.unplace();
+            self.spare_placed = Some(large);
             if !self.big {
                 rx.cap_next_read(HEADER_LEN);
             }
