@@ -221,7 +221,8 @@ impl Deframer {
         // reads many at once), handed out where it lies.
         if let Some((h, need)) = whole_in_cache(rx, max)? {
             if h.kind != FrameKind::Put {
-                return Ok(Some(self.take_cached(rx, h, need)));
+                let (h, r) = self.take_cached(rx, h, need);
+                return Ok(Some((h, Source::Cache(r))));
             }
         }
         loop {
@@ -321,7 +322,8 @@ impl Deframer {
                 }
                 return Ok(None);
             }
-            return Ok(Some(self.take_cached(rx, h, need)));
+            let (h, r) = self.take_cached(rx, h, need);
+            return Ok(Some((h, Source::Cache(r))));
         }
     }
 
@@ -332,13 +334,7 @@ impl Deframer {
     #[inline]
     pub fn cached_send(&mut self, rx: &mut RxBuf, max: u32) -> Option<(Header, Range<usize>)> {
         match whole_in_cache(rx, max) {
-            Ok(Some((h, need))) if h.kind == FrameKind::Send => {
-                let (h, src) = self.take_cached(rx, h, need);
-                match src {
-                    Source::Cache(r) => Some((h, r)),
-                    Source::Input(_) => None,
-                }
-            }
+            Ok(Some((h, need))) if h.kind == FrameKind::Send => Some(self.take_cached(rx, h, need)),
             _ => None,
         }
     }
@@ -352,14 +348,14 @@ impl Deframer {
     }
 
     /// Consumes the whole frame of header `h` (`need` bytes with it) at the front of the
-    /// cache and says where its payload lies.
+    /// cache and says where in the cache its payload lies.
     #[inline]
-    fn take_cached(&mut self, rx: &mut RxBuf, h: Header, need: usize) -> (Header, Source) {
+    fn take_cached(&mut self, rx: &mut RxBuf, h: Header, need: usize) -> (Header, Range<usize>) {
         if self.big {
             self.last_large = need > self.home.as_ref().map_or(0, RxBuf::room);
         }
         let r = rx.consume(need);
-        (h, Source::Cache(r.start + HEADER_LEN..r.end))
+        (h, r.start + HEADER_LEN..r.end)
     }
 
     /// A delivered large payload: `rx` is the receive cache parked during the large read
@@ -373,7 +369,8 @@ impl Deframer {
             .expect("cache parked during a large read");
         let mut large = mem::replace(rx, cache);
         if large.is_placed() {
-            // The region's memory goes back to its owner; the spare stays as it was.
+            // The region's memory goes back to its owner, the buffer's box waits for the
+            // next put, and the large spare stays as it was.
             large.unplace();
             self.spare_placed = Some(large);
             if !self.big {
