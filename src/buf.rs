@@ -41,7 +41,8 @@ use bytes::Bytes;
 /// Invariants: `pos <= filled <= limit <= ` the memory's length; for a whole buffer
 /// `base <= pos` and `limit <= base + target` (its record lies at `base..base + target`);
 /// bytes `pos..filled` are received but not yet consumed. Nothing here allocates except
-/// [`cache`](Self::cache) and [`empty_large`](Self::empty_large) (the box), [`grow`](Self::grow), [`split_whole`](Self::split_whole),
+/// [`cache`](Self::cache) and [`empty_large`](Self::empty_large) (the box),
+/// [`grow`](Self::grow), [`split_whole`](Self::split_whole),
 /// [`grow_whole`](Self::grow_whole), [`reuse_as_cache`](Self::reuse_as_cache) and
 /// [`cache_into_whole`](Self::cache_into_whole) growing a reused buffer to a larger record
 /// than it held before.
@@ -298,8 +299,8 @@ impl RxBuf {
     /// registered region ([`Regions::claim`]) rather than to a buffer of ours: consumes
     /// up to the claim's length of unread bytes of this cache into it and returns a whole
     /// buffer over it, marked with `note`, whose reads the kernel writes straight there.
-    /// The buffer holds the claim until it is dropped or [`unplace`](Self::unplace)d, so
-    /// the region is in use meanwhile ([`Regions::deregister`] refuses). `spare` is an idle
+    /// The buffer holds the claim until it is dropped or [`reset_whole`](Self::reset_whole),
+    /// so the region is in use meanwhile ([`Regions::deregister`] refuses). `spare` is an idle
     /// buffer whose box is reused (its memory, if any, is freed).
     pub fn split_placed(&mut self, note: u64, claim: Claim, mut spare: Self) -> Self {
         let len = claim.len;
@@ -332,15 +333,10 @@ impl RxBuf {
     }
 
     /// True for a buffer over a registered region ([`split_placed`](Self::split_placed)):
-    /// once done with, it is dropped, never reused.
+    /// once done with, it is reset (its claim ends) and only its box is reused, by the next
+    /// `split_placed`.
     pub fn is_placed(&self) -> bool {
         self.0.placed.is_some()
-    }
-
-    /// Gives a placed buffer's region back (its claim ends) and makes it an idle buffer
-    /// without memory, to be reused by the next [`split_placed`](Self::split_placed).
-    pub fn unplace(&mut self) {
-        *self.0 = RxState::IDLE;
     }
 
     /// For a whole buffer whose read window is full before its record is: doubles the
@@ -422,7 +418,8 @@ impl RxBuf {
         self.0.fill = false;
     }
 
-    /// Turns a consumed whole buffer back into an idle spare.
+    /// Turns a consumed whole buffer back into an idle spare (a placed one gives its
+    /// region back).
     pub fn reset_whole(&mut self) {
         self.0.placed = None;
         self.0.whole = None;
@@ -901,8 +898,8 @@ mod tests {
         assert!(placed.is_placed() && placed.wants_all());
         assert_eq!(placed.missing(), 7);
         assert_eq!(regions.deregister(k), Err(RegionError::InUse(k)));
-        // Unplaced, the buffer keeps its box for the next put and ends its claim.
-        placed.unplace();
+        // Reset, the buffer keeps its box for the next put and ends its claim.
+        placed.reset_whole();
         assert!(!placed.is_placed() && !placed.wants_all());
         assert_eq!(&mem[8..11], b"abc");
         regions.deregister(k).unwrap();

@@ -371,7 +371,7 @@ impl Deframer {
         if large.is_placed() {
             // The region's memory goes back to its owner, the buffer's box waits for the
             // next put, and the large spare stays as it was.
-            large.unplace();
+            large.reset_whole();
             self.spare_placed = Some(large);
             if !self.big {
                 rx.cap_next_read(HEADER_LEN);

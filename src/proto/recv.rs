@@ -58,11 +58,9 @@ impl Core {
             return None;
         }
         let peer = c.peer?;
-        let fin_rcvd = slot(&mut self.endpoints, peer.0).is_none_or(|e| e.fin_rcvd);
-        if fin_rcvd {
+        if slot(&mut self.endpoints, peer.0).is_none_or(|e| e.fin_rcvd) {
             return None;
         }
-        let c = slot(&mut self.conns, conn.0)?;
         if let Some((h, range)) = c.deframer.cached_send(rx, max) {
             return Some(Step::Deliver {
                 peer,
