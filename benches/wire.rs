@@ -16,6 +16,7 @@ fn header(c: &mut Criterion) {
         kind: FrameKind::Send,
         tag: Tag(9),
         len: 4096,
+        ack: false,
     };
     let b = h.to_bytes();
     c.bench_function("header/encode", |x| {
@@ -37,6 +38,7 @@ fn small_frames(tags: u64) -> (Vec<u8>, u64) {
                 kind: FrameKind::Send,
                 tag: Tag(1 + (frames % tags) as u8),
                 len: 8,
+                ack: false,
             }
             .to_bytes(),
         );
@@ -114,6 +116,7 @@ fn coalesce(c: &mut Criterion) {
         kind: FrameKind::Send,
         tag: Tag(1),
         len: 8,
+        ack: false,
     }
     .to_bytes();
     let mut g = c.benchmark_group("coalesce");

@@ -643,6 +643,15 @@ enum Part {
     Arena { start: usize, len: usize },
     /// A payload segment sent from the caller's buffer without copying.
     Ext(Bytes),
+    /// A payload segment whose pages are lent to the kernel (spliced, not copied into
+    /// the socket) until the peer acknowledges the frame.
+    Lent(Bytes),
+}
+
+impl Part {
+    fn lent(&self) -> bool {
+        matches!(self, Part::Lent(_))
+    }
 }
 
 /// The bytes of one gathered send, owned by whoever currently holds it.
@@ -662,6 +671,8 @@ pub struct TxBatch {
     total: usize,
     sent: usize,
     frames: usize,
+    /// A lent segment was pushed.
+    lent: bool,
 }
 
 impl TxBatch {
@@ -673,6 +684,7 @@ impl TxBatch {
             total: 0,
             sent: 0,
             frames: 0,
+            lent: false,
         }
     }
 
@@ -683,6 +695,7 @@ impl TxBatch {
         self.total = 0;
         self.sent = 0;
         self.frames = 0;
+        self.lent = false;
     }
 
     /// Appends bytes that are copied into the arena (a header or a small payload).
@@ -746,6 +759,56 @@ impl TxBatch {
         self.parts.push(Part::Ext(seg));
     }
 
+    /// Appends a payload segment whose pages the sender lends to the kernel (see
+    /// [`lent_unsent`](Self::lent_unsent)); the frame completes on the peer's ACK.
+    #[inline]
+    pub fn push_lent(&mut self, seg: Bytes) {
+        if seg.is_empty() {
+            return;
+        }
+        self.total += seg.len();
+        self.lent = true;
+        self.parts.push(Part::Lent(seg));
+    }
+
+    /// Hands `f` every lent segment, in order, leaving empty ones in their place: the
+    /// protocol keeps the caller's memory alive until the peer's ACK, past the batch.
+    pub fn take_lent(&mut self, mut f: impl FnMut(Bytes)) {
+        for part in &mut self.parts {
+            if let Part::Lent(b) = part {
+                f(std::mem::take(b));
+            }
+        }
+    }
+
+    /// Whether the batch holds a lent segment.
+    #[inline]
+    pub fn has_lent(&self) -> bool {
+        self.lent
+    }
+
+    /// The unwritten rest of the lent segment the next unwritten byte belongs to; `None`
+    /// when that byte is not in a lent segment (or everything is written).
+    pub fn lent_unsent(&self) -> Option<&[u8]> {
+        let mut skip = self.sent;
+        for part in &self.parts {
+            let s = self.part_bytes(part);
+            if skip >= s.len() {
+                skip -= s.len();
+                continue;
+            }
+            return part.lent().then(|| &s[skip..]);
+        }
+        None
+    }
+
+    fn part_bytes<'a>(&'a self, part: &'a Part) -> &'a [u8] {
+        match part {
+            Part::Arena { start, len } => &self.arena[*start..*start + *len],
+            Part::Ext(b) | Part::Lent(b) => b,
+        }
+    }
+
     /// Counts one more complete record (frame) in the batch.
     #[inline]
     pub fn add_frame(&mut self) {
@@ -798,20 +861,30 @@ impl TxBatch {
 
     /// As [`for_each_unsent`](Self::for_each_unsent), but stops after `limit` bytes (the
     /// last slice cut short): the slices one send call of at most `limit` bytes covers.
-    pub fn for_each_unsent_upto(&self, limit: usize, mut f: impl FnMut(&[u8])) {
+    pub fn for_each_unsent_upto(&self, limit: usize, f: impl FnMut(&[u8])) {
+        self.walk_unsent(limit, false, f);
+    }
+
+    /// As [`for_each_unsent_upto`](Self::for_each_unsent_upto), but stops before the next
+    /// lent segment: what may be copied into the socket before that segment is spliced.
+    pub fn for_each_copied_upto(&self, limit: usize, f: impl FnMut(&[u8])) {
+        self.walk_unsent(limit, true, f);
+    }
+
+    fn walk_unsent(&self, limit: usize, stop_at_lent: bool, mut f: impl FnMut(&[u8])) {
         let mut skip = self.sent;
         let mut left = limit;
         for part in &self.parts {
             if left == 0 {
                 return;
             }
-            let s: &[u8] = match part {
-                Part::Arena { start, len } => &self.arena[*start..*start + *len],
-                Part::Ext(b) => b,
-            };
+            let s = self.part_bytes(part);
             if skip >= s.len() {
                 skip -= s.len();
                 continue;
+            }
+            if stop_at_lent && part.lent() {
+                return;
             }
             let s = &s[skip..];
             let s = &s[..s.len().min(left)];

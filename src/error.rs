@@ -51,6 +51,9 @@ pub enum ProtoError {
     /// Bytes arrived after the peer's FIN, which promised that nothing more follows.
     #[error("data after FIN")]
     DataAfterFin,
+    /// An ACK frame arrived while no frame of ours waited for one.
+    #[error("ACK frame with no frame waiting for it")]
+    UnexpectedAck,
     /// An accepted connection sent nothing within the first-bytes deadline
     /// (`RINGBTL_FIRST_BYTES_MS`).
     #[error("no byte within the first-bytes deadline")]

@@ -90,6 +90,9 @@ pub struct Stats {
     pub zerocopy_sends: u64,
     /// Of those, how many the kernel copied after all (always, on loopback).
     pub zerocopy_copied: u64,
+    /// Payload bytes sent from lent pages (`vmsplice` and `splice`, see
+    /// [`CoreConfig::splice_min`](crate::CoreConfig::splice_min)) rather than copied.
+    pub spliced_bytes: u64,
     /// Times a multishot receive stopped because every provided buffer was in use
     /// (`ENOBUFS`) and was re-armed once buffers came back; no data is lost. Always 0
     /// without [`SocketConfig::recv_multishot`](crate::SocketConfig::recv_multishot).
@@ -661,6 +664,7 @@ impl Transport {
             abandoned_handshakes: c.abandoned_handshakes,
             zerocopy_sends: k.zerocopy_sends,
             zerocopy_copied: k.zerocopy_copied,
+            spliced_bytes: k.spliced_bytes,
             batches: c.batches,
             frames: c.frames,
             send_calls: k.send_calls,
@@ -848,6 +852,7 @@ impl Transport {
                 Action::ArmProvided(k) => self.arm_provided(k),
                 Action::PauseProvided(k) => self.pause_provided(k),
                 Action::Close(k) => self.backend.close(conn_id(k)),
+                Action::Reset(k) => self.backend.reset(conn_id(k)),
                 Action::Dial { peer, addr, bind } => match self.backend.connect(addr, bind) {
                     Ok(c) => self.core.dial_started(peer, key(c)),
                     Err(e) => self.core.dial_failed(Instant::now(), peer, Errno::of(&e)),

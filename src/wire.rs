@@ -64,14 +64,27 @@
 //!  0     1     2        4                8
 //!  +-----+-----+--------+----------------+
 //!  |kind | tag | flags  | payload length |
-//!  | u8  | u8  | u16 =0 | u32            |
+//!  | u8  | u8  | u16    | u32            |
 //!  +-----+-----+--------+----------------+
 //! ```
 //!
 //! `kind` is [`FrameKind::Send`] (an active message for `tag`), [`FrameKind::Put`] (data
-//! for a region the receiver registered; see below) or [`FrameKind::Fin`] (the sender
-//! closes cleanly; no payload). A length above the receiver's configured maximum frame
-//! size is a protocol error on that connection, never an allocation.
+//! for a region the receiver registered; see below), [`FrameKind::Ack`] (see below; no
+//! payload) or [`FrameKind::Fin`] (the sender closes cleanly; no payload). A length above
+//! the receiver's configured maximum frame size is a protocol error on that connection,
+//! never an allocation. One flag is defined, on SEND and PUT only: [`FLAG_ACK`]; every
+//! other bit must be zero.
+//!
+//! # ACK: the receiver has read a frame whose pages the sender lent
+//!
+//! A large payload may leave without being copied: the sender hands the kernel its pages
+//! (`vmsplice` into a pipe, `splice` into the socket), and the kernel reads them until the
+//! receiver has read the bytes (on loopback the very pages sit in the receiver's socket
+//! queue). The sender then sets [`FLAG_ACK`] in the frame's header, and the receiver
+//! answers each such frame, once it has read all of it, with an ACK frame (kind 8, tag 0,
+//! no flags, no payload); ACKs come in the order of the frames they answer. Only then does
+//! the sender report the send complete and the caller get its buffer back. An ACK that
+//! answers no frame is a protocol error.
 //!
 //! # Put (one-sided write into registered memory)
 //!
@@ -128,9 +141,14 @@ pub enum WireError {
         /// Configured maximum.
         max: u32,
     },
-    /// A FIN frame announced a payload.
-    #[error("FIN frame with a {0}-byte payload")]
-    FinWithPayload(u32),
+    /// A FIN or ACK frame announced a payload or a tag.
+    #[error("control frame (FIN, ACK) with a {len}-byte payload and tag {tag}")]
+    ControlWithPayload {
+        /// Announced length.
+        len: u32,
+        /// Tag byte.
+        tag: u8,
+    },
     /// A PUT frame whose target is not inside memory the receiver registered.
     #[error("PUT of {len} bytes at {addr:#x} for region {key:#x}: not inside a registered region")]
     PutOutsideRegions {
@@ -153,9 +171,9 @@ pub enum WireError {
 
 /// The magic that opens every ringbtl handshake record.
 pub const MAGIC: [u8; 8] = *b"RINGBTL\0";
-/// Protocol version this build speaks (3: PUT frames; 2: the authenticated handshake;
-/// 1 had a 24-byte record that carried the job token).
-pub const VERSION: u16 = 0x0003;
+/// Protocol version this build speaks (4: the ACK flag and frame; 3: PUT frames; 2: the
+/// authenticated handshake; 1 had a 24-byte record that carried the job token).
+pub const VERSION: u16 = 0x0004;
 /// Length of the handshake record.
 pub const HELLO_LEN: usize = 84;
 /// Bytes of a handshake record that identify its protocol: magic and version.
@@ -374,13 +392,20 @@ pub enum FrameKind {
     Put,
     /// Clean close: the sender sends nothing more on this connection.
     Fin,
+    /// The receiver read the next frame that carried [`FLAG_ACK`] (see the module docs).
+    Ack,
 }
 
 impl FrameKind {
     const SEND: u8 = 0x01;
     const PUT: u8 = 0x02;
     const FIN: u8 = 0x04;
+    const ACK: u8 = 0x08;
 }
+
+/// Header flag of a SEND or PUT frame: the sender lent the payload's pages to the kernel
+/// and completes the send only once the receiver answers with an ACK frame.
+pub const FLAG_ACK: u16 = 0x0001;
 
 /// Length of a [`PutTarget`] on the wire (the first bytes of a PUT frame's payload).
 pub const PUT_TARGET_LEN: usize = 16;
@@ -427,14 +452,17 @@ pub struct Header {
     pub tag: Tag,
     /// Payload length in bytes.
     pub len: u32,
+    /// [`FLAG_ACK`]: the receiver answers with an ACK frame once it read this frame.
+    pub ack: bool,
 }
 
 impl Header {
     /// Length of the encoded header.
     pub const LEN: usize = HEADER_LEN;
 
-    /// Parses a header, rejecting unknown kinds, nonzero flags, a FIN with a payload, a
-    /// PUT without room for its target or with a tag, and any length above `max_len`.
+    /// Parses a header, rejecting unknown kinds, unknown flags (and [`FLAG_ACK`] on a
+    /// frame other than SEND or PUT), a FIN or ACK with a payload or a tag, a PUT without
+    /// room for its target or with a tag, and any length above `max_len`.
     pub fn parse(buf: &[u8], max_len: u32) -> Result<Self, WireError> {
         let b: &[u8; HEADER_LEN] = buf
             .get(..HEADER_LEN)
@@ -444,18 +472,20 @@ impl Header {
             FrameKind::SEND => FrameKind::Send,
             FrameKind::PUT => FrameKind::Put,
             FrameKind::FIN => FrameKind::Fin,
+            FrameKind::ACK => FrameKind::Ack,
             k => return Err(WireError::BadFrameKind(k)),
         };
         let flags = u16::from_be_bytes([b[2], b[3]]);
-        if flags != 0 {
+        let ack = flags == FLAG_ACK && matches!(kind, FrameKind::Send | FrameKind::Put);
+        if flags != 0 && !ack {
             return Err(WireError::BadFlags(flags));
         }
         let len = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
         if len > max_len {
             return Err(WireError::FrameTooLarge { len, max: max_len });
         }
-        if kind == FrameKind::Fin && len != 0 {
-            return Err(WireError::FinWithPayload(len));
+        if matches!(kind, FrameKind::Fin | FrameKind::Ack) && (len != 0 || b[1] != 0) {
+            return Err(WireError::ControlWithPayload { len, tag: b[1] });
         }
         if kind == FrameKind::Put && ((len as usize) < PUT_TARGET_LEN || b[1] != 0) {
             return Err(WireError::BadPut { len, tag: b[1] });
@@ -464,18 +494,21 @@ impl Header {
             kind,
             tag: Tag(b[1]),
             len,
+            ack,
         })
     }
 
     /// Encodes the header.
-    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+    pub const fn to_bytes(&self) -> [u8; HEADER_LEN] {
         let k = match self.kind {
             FrameKind::Send => FrameKind::SEND,
             FrameKind::Put => FrameKind::PUT,
             FrameKind::Fin => FrameKind::FIN,
+            FrameKind::Ack => FrameKind::ACK,
         };
+        let f = if self.ack { FLAG_ACK } else { 0 }.to_be_bytes();
         let l = self.len.to_be_bytes();
-        [k, self.tag.0, 0, 0, l[0], l[1], l[2], l[3]]
+        [k, self.tag.0, f[0], f[1], l[0], l[1], l[2], l[3]]
     }
 }
 
@@ -573,6 +606,7 @@ mod tests {
             kind: FrameKind::Send,
             tag: Tag(3),
             len: 100,
+            ack: false,
         };
         let b = h.to_bytes();
         assert_eq!(Header::parse(&b, 100), Ok(h));
@@ -586,19 +620,40 @@ mod tests {
         assert_eq!(Header::parse(&x, 100), Err(WireError::BadFrameKind(0)));
         let mut x = b;
         x[3] = 1;
-        assert_eq!(Header::parse(&x, 100), Err(WireError::BadFlags(1)));
-        let fin = Header {
-            kind: FrameKind::Fin,
-            tag: Tag(0),
-            len: 5,
+        let acked = Header::parse(&x, 100).expect("FLAG_ACK on a SEND");
+        assert!(acked.ack && acked.to_bytes() == x);
+        x[3] = 2;
+        assert_eq!(Header::parse(&x, 100), Err(WireError::BadFlags(2)));
+        x[3] = 3;
+        assert_eq!(Header::parse(&x, 100), Err(WireError::BadFlags(3)));
+        let control = |kind, tag: u8, len, ack| {
+            let mut b = Header {
+                kind,
+                tag: Tag(0),
+                len,
+                ack,
+            }
+            .to_bytes();
+            b[1] = tag;
+            Header::parse(&b, 100)
+        };
+        for kind in [FrameKind::Fin, FrameKind::Ack] {
+            let bad = |len, tag| Err(WireError::ControlWithPayload { len, tag });
+            assert_eq!(control(kind, 0, 5, false), bad(5, 0));
+            assert_eq!(control(kind, 9, 0, false), bad(0, 9));
+            assert_eq!(
+                control(kind, 0, 0, true),
+                Err(WireError::BadFlags(FLAG_ACK))
+            );
+            let ok = control(kind, 0, 0, false).expect("a bare control frame");
+            assert!(ok.kind == kind && ok.len == 0 && !ok.ack);
         }
-        .to_bytes();
-        assert_eq!(Header::parse(&fin, 100), Err(WireError::FinWithPayload(5)));
         let put = |tag: u8, len: u32| {
             let mut x = Header {
                 kind: FrameKind::Put,
                 tag: Tag(0),
                 len,
+                ack: false,
             }
             .to_bytes();
             x[1] = tag;
@@ -619,11 +674,12 @@ mod tests {
 
     proptest! {
         #[test]
-        fn header_round_trip(tag: u8, len: u32, kind in 0..3u8) {
+        fn header_round_trip(tag: u8, len: u32, kind in 0..4u8, ack: bool) {
             let h = match kind {
-                0 => Header { kind: FrameKind::Send, tag: Tag(tag), len },
-                1 => Header { kind: FrameKind::Fin, tag: Tag(0), len: 0 },
-                _ => Header { kind: FrameKind::Put, tag: Tag(0), len: len.max(16) },
+                0 => Header { kind: FrameKind::Send, tag: Tag(tag), len, ack },
+                1 => Header { kind: FrameKind::Fin, tag: Tag(0), len: 0, ack: false },
+                2 => Header { kind: FrameKind::Ack, tag: Tag(0), len: 0, ack: false },
+                _ => Header { kind: FrameKind::Put, tag: Tag(0), len: len.max(16), ack },
             };
             prop_assert_eq!(Header::parse(&h.to_bytes(), u32::MAX), Ok(h));
         }

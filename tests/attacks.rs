@@ -160,6 +160,7 @@ fn huge_header_then_stall(kind: BackendKind) {
         kind: FrameKind::Send,
         tag: Tag(1),
         len: max,
+        ack: false,
     };
     let mut out = hdr.to_bytes().to_vec();
     out.extend(std::iter::repeat_n(0x33u8, SENT));

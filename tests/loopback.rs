@@ -659,11 +659,13 @@ fn data_after_fin_is_a_protocol_error(kind: BackendKind) {
         kind: FrameKind::Fin,
         tag: Tag(0),
         len: 0,
+        ack: false,
     };
     let send = Header {
         kind: FrameKind::Send,
         tag: Tag(1),
         len: 3,
+        ack: false,
     };
     let mut bytes = fin.to_bytes().to_vec();
     bytes.extend_from_slice(&send.to_bytes());

@@ -141,8 +141,10 @@ fn build(specs: &[FrameSpec]) -> Vec<Frame> {
                 } else {
                     FrameKind::Send
                 },
-                tag: Tag(s.tag),
+                // A FIN has no tag.
+                tag: Tag(if s.fin { 0 } else { s.tag }),
                 len,
+                ack: false,
             };
             let payload = (0..len as usize)
                 .map(|j| (i.wrapping_mul(31) ^ j) as u8)

@@ -280,6 +280,7 @@ fn peer_bytes(input: &Input) -> Vec<u8> {
                     kind: FrameKind::Send,
                     tag: Tag(*tag),
                     len: u32::from(*len),
+                    ack: false,
                 };
                 out.extend_from_slice(&h.to_bytes());
                 out.extend((0..*len).map(|j| (i as u16 ^ j) as u8));
@@ -289,6 +290,7 @@ fn peer_bytes(input: &Input) -> Vec<u8> {
                     kind: FrameKind::Fin,
                     tag: Tag(0),
                     len: 0,
+                    ack: false,
                 }
                 .to_bytes(),
             ),
@@ -433,7 +435,7 @@ impl Driver {
                     s.pausing = true;
                 }
             }
-            Action::Close(k) => {
+            Action::Close(k) | Action::Reset(k) => {
                 let s = self.sock(k);
                 assert!(!s.closing, "{k:?} closed twice");
                 s.closing = true;

@@ -423,7 +423,7 @@ impl Driver {
             Action::ArmProvided(_) | Action::PauseProvided(_) => {
                 panic!("no multishot receive here")
             }
-            Action::Close(conn) => {
+            Action::Close(conn) | Action::Reset(conn) => {
                 assert_eq!(conn, CONN);
                 assert!(!self.closed, "closed twice");
                 self.closed = true;

@@ -85,9 +85,11 @@ fn check_header_fields((fin, tag, len): (bool, u8, u32), max_len: u32) {
         kind: if fin { FrameKind::Fin } else { FrameKind::Send },
         tag: Tag(tag),
         len,
+        // The ACK flag is valid on a SEND only (of these two kinds).
+        ack: !fin && tag & 1 == 1,
     };
     let parsed = Header::parse(&h.to_bytes(), max_len);
-    let valid = len <= max_len && (!fin || len == 0);
+    let valid = len <= max_len && (!fin || (len == 0 && tag == 0));
     assert_eq!(parsed.is_ok(), valid, "{h:?} against {max_len}: {parsed:?}");
     if valid {
         assert_eq!(parsed, Ok(h));

@@ -70,6 +70,10 @@ pub struct CoreConfig {
     /// [`SendError::WouldBlock`](crate::error::SendError::WouldBlock); a message is
     /// always accepted when nothing is queued (`RINGBTL_MAX_QUEUED_BYTES`).
     pub max_queued_bytes: u64,
+    /// A SEND or PUT whose payload is at least this long lends its pages to the kernel
+    /// instead of being copied into the socket (`splice`), and completes once the peer
+    /// answers with an ACK (`RINGBTL_SPLICE`; `off`: every payload is copied).
+    pub splice_min: Option<usize>,
     /// Receives run as one multishot receive per connection on buffers the driver
     /// provides ([`Action::ArmProvided`](crate::proto::core::Action::ArmProvided)),
     /// instead of one [`Action::Receive`](crate::proto::core::Action::Receive) per read.
@@ -102,6 +106,7 @@ impl CoreConfig {
             connect_timeout: Duration::from_secs(30),
             frame_stall: Duration::from_secs(60),
             max_queued_bytes: 256 * MIB,
+            splice_min: Some(DEFAULT_SPLICE_MIN),
             multishot: false,
         }
     }
@@ -130,6 +135,8 @@ impl Default for CoreConfig {
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
+/// Default of [`CoreConfig::splice_min`].
+pub const DEFAULT_SPLICE_MIN: usize = 128 * 1024;
 
 fn millis(d: Duration) -> Option<u64> {
     Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -143,7 +150,7 @@ impl Params for CoreConfig {
     }
 }
 
-static CORE_PARAMS: [Param<CoreConfig>; 18] = [
+static CORE_PARAMS: [Param<CoreConfig>; 19] = [
     Param {
         name: "token",
         var: "RINGBTL_JOB_TOKEN",
@@ -411,6 +418,22 @@ static CORE_PARAMS: [Param<CoreConfig>; 18] = [
         access: Access::Num {
             get: |c| Some(c.max_queued_bytes),
             put: |c, v| c.max_queued_bytes = v.unwrap_or(0),
+        },
+    },
+    Param {
+        name: "splice_min",
+        var: "RINGBTL_SPLICE",
+        kind: Kind::IntOrOff {
+            lo: 4 * KIB,
+            hi: 1 << 32,
+            unit: Unit::Bytes,
+            off: "off",
+        },
+        meaning: "payloads of at least this many bytes leave without a copy (vmsplice and \
+                  splice), completing when the peer acknowledges them",
+        access: Access::Num {
+            get: |c| c.splice_min.map(|n| n as u64),
+            put: |c, v| c.splice_min = v.map(|n| n as usize),
         },
     },
 ];

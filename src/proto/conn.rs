@@ -246,6 +246,15 @@ impl Core {
     }
 
     pub(super) fn kill_conn(&mut self, conn: ConnKey) {
+        self.end_conn(conn, false);
+    }
+
+    /// As [`kill_conn`](Self::kill_conn), abortively ([`Action::Reset`]).
+    pub(super) fn reset_conn(&mut self, conn: ConnKey) {
+        self.end_conn(conn, true);
+    }
+
+    fn end_conn(&mut self, conn: ConnKey, reset: bool) {
         if let Some(c) = self.conn_mut(conn) {
             // A Dead connection was closed already, unless a REJECT is still being written.
             if c.stage != Stage::Dead || c.close_after_tx {
@@ -253,7 +262,11 @@ impl Core {
                 c.deadline = None;
                 c.tx_ready = false;
                 c.close_after_tx = false;
-                self.todo.push_back(Todo::Close(conn));
+                self.todo.push_back(if reset {
+                    Todo::Reset(conn)
+                } else {
+                    Todo::Close(conn)
+                });
             }
         }
     }

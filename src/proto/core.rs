@@ -146,6 +146,11 @@ pub enum Action {
     PauseProvided(ConnKey),
     /// Close the socket (pending operations are cancelled).
     Close(ConnKey),
+    /// Close the socket abortively: what the kernel still holds to send is discarded and
+    /// the peer gets a reset (`SO_LINGER` 0). For a connection that fails while pages
+    /// lent to it are given back to their owners, so that none of their bytes leave
+    /// after that.
+    Reset(ConnKey),
 }
 
 /// Something the application hears about.
@@ -266,6 +271,7 @@ pub(super) enum Todo {
     Receive(ConnKey),
     PauseProvided(ConnKey),
     Close(ConnKey),
+    Reset(ConnKey),
 }
 
 /// The protocol engine. See the module documentation for the call contract.
@@ -399,6 +405,18 @@ impl Core {
         })
     }
 
+    /// Sends to `peer` that were written and wait for the peer's ACK of a lent frame (at
+    /// or before them) to complete.
+    pub fn unacked(&self, peer: PeerId) -> usize {
+        self.ep(peer).map_or(0, |e| {
+            e.inflight
+                .iter()
+                .take(e.written)
+                .filter(|c| c.is_some())
+                .count()
+        })
+    }
+
     /// Sends that wait for their batch to come back from the driver (their peer failed
     /// meanwhile).
     pub fn orphaned(&self) -> usize {
@@ -437,6 +455,7 @@ impl Core {
             let a = match t {
                 Todo::Dial { peer, addr, bind } => Action::Dial { peer, addr, bind },
                 Todo::Close(k) => Action::Close(k),
+                Todo::Reset(k) => Action::Reset(k),
                 Todo::PauseProvided(k) => Action::PauseProvided(k),
                 Todo::Transmit(k) => {
                     let Some(c) = self.conn_mut(k) else { continue };

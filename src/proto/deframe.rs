@@ -334,7 +334,9 @@ impl Deframer {
     #[inline]
     pub fn cached_send(&mut self, rx: &mut RxBuf, max: u32) -> Option<(Header, Range<usize>)> {
         match whole_in_cache(rx, max) {
-            Ok(Some((h, need))) if h.kind == FrameKind::Send => Some(self.take_cached(rx, h, need)),
+            Ok(Some((h, need))) if h.kind == FrameKind::Send && !h.ack => {
+                Some(self.take_cached(rx, h, need))
+            }
             _ => None,
         }
     }
@@ -442,6 +444,7 @@ mod tests {
             kind: FrameKind::Send,
             tag: Tag(tag),
             len: payload.len() as u32,
+            ack: false,
         }
         .to_bytes()
         .to_vec();
@@ -602,6 +605,7 @@ mod tests {
             kind: FrameKind::Put,
             tag: Tag(0),
             len: (PUT_TARGET_LEN + data.len()) as u32,
+            ack: false,
         }
         .to_bytes()
         .to_vec();
@@ -750,6 +754,7 @@ mod tests {
                 kind: FrameKind::Send,
                 tag: Tag(0),
                 len: len as u32,
+                ack: false,
             }
             .to_bytes();
             rx.spare_mut()[..8].copy_from_slice(&h);
@@ -829,6 +834,7 @@ mod tests {
             kind: FrameKind::Send,
             tag: Tag(0),
             len: u32::MAX,
+            ack: false,
         }
         .to_bytes();
         rx.spare_mut()[..8].copy_from_slice(&h);

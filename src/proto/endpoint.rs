@@ -48,6 +48,7 @@ impl Frag {
             kind: FrameKind::Fin,
             tag: Tag(0),
             len: 0,
+            ack: false,
         };
         Self::new(hdr, None, None)
     }
@@ -75,6 +76,15 @@ impl Frag {
     pub(super) fn wire_len(&self) -> usize {
         Header::LEN + self.hdr.len as usize
     }
+}
+
+/// A frame sent with `FLAG_ACK`, not yet acknowledged.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lent {
+    /// Its sequence number (see `Endpoint::head_seq`).
+    pub(super) seq: u64,
+    /// Its payload segments.
+    pub(super) segs: usize,
 }
 
 #[derive(Debug)]
@@ -109,8 +119,26 @@ pub(super) struct Endpoint {
     /// Wire bytes of the messages in `queue` (control frames aside), capped by
     /// `max_queued_bytes`.
     pub(super) queued_bytes: u64,
-    /// Cookies of the frames in the connection's in-flight batch, in order.
+    /// Cookies of the frames handed to the connection and not yet complete, in order:
+    /// the frames of its in-flight batch, behind the frames that were written but whose
+    /// pages are lent until the peer's ACK (see [`lent`](Self::lent)), and any written
+    /// after those.
     pub(super) inflight: VecDeque<Option<u64>>,
+    /// Frames at the front of `inflight` that were written.
+    pub(super) written: usize,
+    /// Sequence number of the front of `inflight` (frames handed to connections so far).
+    pub(super) head_seq: u64,
+    /// Sequence numbers of the frames sent with [`FLAG_ACK`](crate::wire::FLAG_ACK) and
+    /// not yet acknowledged, in order; a frame behind one of them completes after it.
+    pub(super) lent: VecDeque<Lent>,
+    /// The segments of the lent frames whose batch came back, in order: the caller's
+    /// memory, kept alive until their ACK (the kernel reads the pages until then).
+    pub(super) lent_segs: VecDeque<Bytes>,
+    /// Segments of lent frames acknowledged before their batch came back: the first
+    /// ones of the next batch to come back, dropped then.
+    pub(super) acked_early: usize,
+    /// ACK frames owed to the peer (frames with `FLAG_ACK` read and not yet answered).
+    pub(super) acks_owed: u32,
     /// Sends whose batch was in flight when the endpoint failed: they complete when the
     /// driver hands the batch back (see `Conn::orphans`).
     pub(super) orphaned: usize,
@@ -124,6 +152,24 @@ pub(super) struct Endpoint {
 }
 
 impl Endpoint {
+    /// Nothing left to send or to answer, and every frame complete: a clean close may
+    /// follow once both FINs are exchanged.
+    pub(super) fn drained(&self) -> bool {
+        self.inflight.is_empty() && self.queue.is_empty() && self.acks_owed == 0
+    }
+
+    /// Takes every incomplete frame's cookie (the connection is gone): lent frames are
+    /// no longer waited for.
+    pub(super) fn take_inflight(&mut self) -> VecDeque<Option<u64>> {
+        self.head_seq += self.inflight.len() as u64;
+        self.written = 0;
+        self.lent.clear();
+        self.lent_segs.clear();
+        self.acked_early = 0;
+        self.acks_owed = 0;
+        mem::take(&mut self.inflight)
+    }
+
     pub(super) fn new(addrs: Vec<SocketAddr>, binds: Vec<Option<SocketAddr>>) -> Self {
         Self {
             addrs,
@@ -133,6 +179,12 @@ impl Endpoint {
             segs: VecDeque::new(),
             queued_bytes: 0,
             inflight: VecDeque::new(),
+            written: 0,
+            head_seq: 0,
+            lent: VecDeque::new(),
+            lent_segs: VecDeque::new(),
+            acked_early: 0,
+            acks_owed: 0,
             orphaned: 0,
             attempts: 0,
             connect_deadline: None,
@@ -164,6 +216,7 @@ impl Core {
             kind: FrameKind::Send,
             tag,
             len: 0,
+            ack: false,
         };
         self.enqueue(peer, hdr, None, segs, cookie)
     }
@@ -183,6 +236,7 @@ impl Core {
             kind: FrameKind::Put,
             tag: Tag(0),
             len: PUT_TARGET_LEN as u32,
+            ack: false,
         };
         self.enqueue(peer, hdr, Some(target), segs, cookie)
     }
@@ -717,7 +771,7 @@ impl Core {
             ep.fin_sent = true;
             ep.queue.push_back(Frag::fin());
             self.mark_dirty(peer);
-        } else if ep.inflight.is_empty() && ep.queue.is_empty() {
+        } else if ep.drained() {
             // Our FIN is out and theirs is in: done. (Otherwise the completion of the
             // send that carries our FIN closes.)
             self.close_clean(peer, conn);
@@ -731,7 +785,7 @@ impl Core {
             if matches!(ep.state, EpState::Connected { conn: c } if c == conn) {
                 ep.state = EpState::Closed;
                 ep.fin_sent = false;
-                ep.inflight.clear();
+                ep.take_inflight();
             }
         }
         // Whatever was still queued (the peer left) fails.
@@ -742,7 +796,7 @@ impl Core {
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
-        for c in ep.inflight.drain(..).flatten() {
+        for c in ep.take_inflight().into_iter().flatten() {
             self.events.push_back(CoreEvent::Completed {
                 peer,
                 cookie: c,
@@ -776,6 +830,8 @@ impl Core {
         let Some(ep) = self.ep_mut(peer) else {
             return false;
         };
+        // Lent pages go back to their owners now: none of their bytes may leave later.
+        let lent = !ep.lent.is_empty();
         let conn = match mem::replace(&mut ep.state, EpState::Failed) {
             EpState::Failed => return false,
             EpState::Connected { conn } => Some(conn),
@@ -783,7 +839,11 @@ impl Core {
             EpState::Closed => None,
         };
         if let Some(c) = conn {
-            self.kill_conn(c);
+            if lent {
+                self.reset_conn(c);
+            } else {
+                self.kill_conn(c);
+            }
             self.orphan_inflight(peer, c, &reason);
         }
         self.fail_queued(peer, reason);

@@ -285,7 +285,9 @@ impl Core {
         }
         if back {
             for _ in 0..n {
-                if let Some(Some(cookie)) = ep.inflight.pop_front() {
+                let front = ep.inflight.pop_front();
+                ep.head_seq += u64::from(front.is_some());
+                if let Some(Some(cookie)) = front {
                     self.events.push_back(CoreEvent::Completed {
                         peer,
                         cookie,

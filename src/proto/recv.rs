@@ -10,7 +10,7 @@ use crate::error::{Cause, Errno, FailReason, ProtoError, WireError};
 use crate::proto::conn::Stage;
 use crate::proto::core::{slot, ConnKey, Core, InputStep, Step, Todo};
 use crate::proto::deframe::Source;
-use crate::wire::{FrameKind, Header, Hello, HEADER_LEN};
+use crate::wire::{FrameKind, Header, Hello, PeerId, HEADER_LEN};
 
 impl Core {
     /// The regions peers' PUT frames may write into.
@@ -173,9 +173,13 @@ impl Core {
                 let ep = self.ep(peer).expect("open conn has an endpoint");
                 if ep.fin_rcvd {
                     // EOF after the peer's FIN: the clean end, once our own frames (and
-                    // FIN) are written; otherwise the last send's completion closes.
-                    if ep.inflight.is_empty() && ep.queue.is_empty() {
+                    // FIN) are written; otherwise the last send's completion closes. A
+                    // peer that leaves without the ACKs it owes us lost the frames.
+                    if ep.drained() {
                         self.close_clean(peer, conn);
+                    } else if !ep.lent.is_empty() {
+                        let cause = Cause::ClosedWithoutFin;
+                        self.fail_endpoint(peer, FailReason::ConnectionLost { peer, cause });
                     }
                 } else {
                     let cause = err.map_or(Cause::ClosedWithoutFin, Cause::Os);
@@ -279,24 +283,40 @@ impl Core {
                     if unread && c.unconfirmed {
                         self.confirm(peer, conn);
                     }
-                    if unread && self.data_after_fin(peer) {
+                    // After its FIN a peer sends nothing but ACKs.
+                    if unread
+                        && self.ep(peer).is_some_and(|e| e.fin_rcvd)
+                        && ack_next(rx, &input[*at..]) == Some(false)
+                        && self.data_after_fin(peer)
+                    {
                         return InputStep::Drop;
                     }
                     let c = slot(&mut self.conns, conn.0).expect("conn exists");
                     match c.deframer.frame(rx, input, at, max, &self.regions) {
-                        Ok(Some((h, src))) => match h.kind {
-                            FrameKind::Send => {
-                                return InputStep::Deliver {
-                                    peer,
-                                    tag: h.tag,
-                                    src,
+                        Ok(Some((h, src))) => {
+                            if h.ack {
+                                // Read whole: the peer may have its pages back.
+                                self.owe_ack(peer);
+                            }
+                            match h.kind {
+                                FrameKind::Send => {
+                                    return InputStep::Deliver {
+                                        peer,
+                                        tag: h.tag,
+                                        src,
+                                    }
+                                }
+                                // The data is in place; the receiver learns it from what
+                                // the peer sends next.
+                                FrameKind::Put => self.counters.puts_placed += 1,
+                                FrameKind::Fin => self.on_fin(peer, conn),
+                                FrameKind::Ack => {
+                                    if !self.on_ack(peer, conn) {
+                                        return InputStep::Drop;
+                                    }
                                 }
                             }
-                            // The data is in place; the receiver learns it from what the
-                            // peer sends next.
-                            FrameKind::Put => self.counters.puts_placed += 1,
-                            FrameKind::Fin => self.on_fin(peer, conn),
-                        },
+                        }
                         Ok(None) if c.unconfirmed => return InputStep::Done,
                         Ok(None) => {
                             // A frame in progress must see its next bytes within
@@ -350,6 +370,44 @@ impl Core {
             }
         }
     }
+}
+
+impl Core {
+    /// A frame with `FLAG_ACK` was read whole: an ACK goes back with the next batch.
+    fn owe_ack(&mut self, peer: PeerId) {
+        if let Some(ep) = self.ep_mut(peer) {
+            ep.acks_owed += 1;
+        }
+        self.mark_dirty(peer);
+    }
+
+    /// The peer's ACK: the oldest lent frame completes. False (the endpoint failed) when
+    /// no frame waited for it.
+    fn on_ack(&mut self, peer: PeerId, conn: ConnKey) -> bool {
+        if !self.handle_ack(peer) {
+            self.fail_protocol(peer, ProtoError::UnexpectedAck);
+            return false;
+        }
+        if self
+            .ep(peer)
+            .is_some_and(|e| e.fin_sent && e.fin_rcvd && e.drained())
+        {
+            self.close_clean(peer, conn);
+        }
+        true
+    }
+}
+
+/// Whether the next frame of `rx`'s cache and then `input` is an ACK (the one frame a
+/// peer may send after its FIN); `None` while less than a header is there.
+fn ack_next(rx: &RxBuf, input: &[u8]) -> Option<bool> {
+    let mut h = [0u8; HEADER_LEN];
+    let cached = if rx.wants_all() { &[][..] } else { rx.unread() };
+    let n = cached.len().min(HEADER_LEN);
+    h[..n].copy_from_slice(&cached[..n]);
+    let m = (HEADER_LEN - n).min(input.len());
+    h[n..n + m].copy_from_slice(&input[..m]);
+    (n + m == HEADER_LEN).then(|| Header::parse(&h, 0).is_ok_and(|h| h.kind == FrameKind::Ack))
 }
 
 /// Whether an adopted connection's handshake-sized buffer is too small for what comes:

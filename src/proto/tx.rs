@@ -15,8 +15,17 @@ use crate::error::{Cause, Errno, FailReason};
 use crate::proto::config::CoreConfig;
 use crate::proto::conn::{Conn, Orphans, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
-use crate::proto::endpoint::{Endpoint, EpState, FRAG_INLINE};
-use crate::wire::{Header, PeerId};
+use crate::proto::endpoint::{Endpoint, EpState, Lent, FRAG_INLINE, FRAG_WIRE};
+use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK};
+
+/// The ACK frame (see [`FrameKind::Ack`]).
+const ACK_FRAME: [u8; Header::LEN] = Header {
+    kind: FrameKind::Ack,
+    tag: Tag(0),
+    len: 0,
+    ack: false,
+}
+.to_bytes();
 
 impl Core {
     /// Moves queued frames into the idle send batch of every connection that has some,
@@ -64,6 +73,9 @@ impl Core {
         result: Result<(), Errno>,
     ) {
         let frames = batch.frames();
+        if batch.has_lent() && result.is_ok() {
+            self.keep_lent(conn, &mut batch);
+        }
         batch.clear();
         let Some(c) = self.conn_mut(conn) else { return };
         c.tx = Some(batch);
@@ -117,8 +129,8 @@ impl Core {
                 self.complete_frames(peer, frames);
                 let ep = self.ep(peer).expect("open conn has an endpoint");
                 let (more, done) = (
-                    !ep.queue.is_empty(),
-                    ep.fin_sent && ep.fin_rcvd && ep.inflight.is_empty() && ep.queue.is_empty(),
+                    !ep.queue.is_empty() || ep.acks_owed > 0,
+                    ep.fin_sent && ep.fin_rcvd && ep.drained(),
                 );
                 if more {
                     self.mark_dirty(peer);
@@ -130,11 +142,36 @@ impl Core {
         }
     }
 
+    /// A batch with lent segments came back written: the segments of frames not yet
+    /// acknowledged stay with the endpoint until their ACK.
+    fn keep_lent(&mut self, conn: ConnKey, batch: &mut TxBatch) {
+        let Some(c) = slot(&mut self.conns, conn.0) else {
+            return;
+        };
+        let (Stage::Open, Some(peer)) = (c.stage, c.peer) else {
+            return;
+        };
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        if !matches!(ep.state, EpState::Connected { conn: k } if k == conn) {
+            return;
+        }
+        batch.take_lent(|b| {
+            if ep.acked_early > 0 {
+                ep.acked_early -= 1;
+            } else {
+                ep.lent_segs.push_back(b);
+            }
+        });
+    }
+
     fn fill_batch(&mut self, peer: PeerId, conn: ConnKey) {
-        let (budget, max_iov, inline) = (
+        let (budget, max_iov, inline, splice_min) = (
             self.cfg.coalesce_bytes,
             self.cfg.max_iov,
             self.cfg.inline_limit,
+            self.cfg.splice_min,
         );
         let Some(c) = slot(&mut self.conns, conn.0) else {
             return;
@@ -143,6 +180,13 @@ impl Core {
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
+        // ACKs first: the peer's lent pages wait for them.
+        while ep.acks_owed > 0 && (batch.frames() == 0 || batch.parts() < max_iov) {
+            ep.acks_owed -= 1;
+            batch.push_copy(&ACK_FRAME);
+            batch.add_frame();
+            ep.inflight.push_back(None);
+        }
         while let Some(f) = ep.queue.front() {
             let first = batch.frames() == 0;
             let parts = batch.parts() + 1 + f.nsegs as usize;
@@ -151,15 +195,28 @@ impl Core {
             }
             let f = ep.queue.pop_front().expect("front exists");
             let (hdr, cookie) = (f.hdr, f.cookie);
+            // A payload this large lends its pages (spliced, not copied): the header asks
+            // the peer for an ACK, and the send completes on it.
+            let lend = f.nsegs > 0 && splice_min.is_some_and(|m| hdr.len as usize >= m);
             if f.nsegs == 0 {
                 // Header (and target) and inline payload, if any: one fixed-size copy.
                 batch.push_small(&f.wire, f.wire_len());
             } else {
-                batch.push_copy(&f.wire[..f.head as usize]);
+                let head = &f.wire[..f.head as usize];
+                if lend {
+                    let mut h = [0u8; FRAG_WIRE];
+                    h[..head.len()].copy_from_slice(head);
+                    h[2..4].copy_from_slice(&FLAG_ACK.to_be_bytes());
+                    batch.push_copy(&h[..head.len()]);
+                } else {
+                    batch.push_copy(head);
+                }
                 let small = hdr.len as usize <= inline;
                 for _ in 0..f.nsegs {
                     let Some(s) = ep.segs.pop_front() else { break };
-                    if small {
+                    if lend {
+                        batch.push_lent(s);
+                    } else if small {
                         // Small: copied next to its header, so runs of small frames form
                         // one contiguous iovec.
                         batch.push_copy(&s);
@@ -172,6 +229,12 @@ impl Core {
             batch.add_frame();
             if cookie.is_some() {
                 ep.queued_bytes -= (Header::LEN + hdr.len as usize) as u64;
+            }
+            if lend {
+                ep.lent.push_back(Lent {
+                    seq: ep.head_seq + ep.inflight.len() as u64,
+                    segs: usize::from(f.nsegs),
+                });
             }
             ep.inflight.push_back(cookie);
         }
@@ -204,7 +267,7 @@ impl Core {
         if c.tx.is_some() || ep.inflight.is_empty() {
             return;
         }
-        let cookies = mem::take(&mut ep.inflight);
+        let cookies = ep.take_inflight();
         ep.orphaned += cookies.iter().flatten().count();
         c.orphans = Some((peer, reason.clone(), cookies));
     }
@@ -229,6 +292,44 @@ impl Core {
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
+        ep.written += frames;
+        self.release_written(peer);
+    }
+
+    /// The peer read the oldest frame whose pages were lent (its ACK came): that frame
+    /// and the written frames behind it up to the next lent one complete. False when no
+    /// frame waits for an ACK (the peer broke the protocol).
+    pub(super) fn handle_ack(&mut self, peer: PeerId) -> bool {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return true;
+        };
+        let Some(l) = ep.lent.pop_front() else {
+            return false;
+        };
+        // The peer read the bytes: the caller's memory may go.
+        let back = l.segs.min(ep.lent_segs.len());
+        ep.lent_segs.drain(..back);
+        ep.acked_early += l.segs - back;
+        self.release_written(peer);
+        true
+    }
+
+    /// Completes the written frames at the front of `peer`'s in-flight frames, up to the
+    /// first one whose pages are still lent.
+    fn release_written(&mut self, peer: PeerId) {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        ep.written = ep.written.min(ep.inflight.len());
+        let mut frames = ep.written;
+        if let Some(l) = ep.lent.front() {
+            frames = frames.min((l.seq - ep.head_seq) as usize);
+        }
+        if frames == 0 {
+            return;
+        }
+        ep.written -= frames;
+        ep.head_seq += frames as u64;
         let spare = self.sent.spare.pop().unwrap_or_default();
         let cookies = if frames >= ep.inflight.len() {
             // The usual case: the batch carried every send in flight.

@@ -27,11 +27,16 @@ pub(super) fn run_all<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
 
 /// [`run_all`] without the cases named in `skip` (each caller says why).
 pub(super) fn run_all_except<B: Backend>(make: &dyn Fn(SockOpts) -> B, skip: &[&str]) {
-    let cases: [(&str, Case<B>); 12] = [
+    let cases: [(&str, Case<B>); 14] = [
         ("connect_accept", case_connect_accept),
         ("multipart_batch", case_multipart_batch),
         ("more_parts_than_iov_max", case_more_parts_than_iov_max),
         ("large_batch_slow_reader", case_large_batch_slow_reader),
+        ("lent_batch_slow_reader", case_lent_batch_slow_reader),
+        (
+            "close_with_lent_send_pending",
+            case_close_with_lent_send_pending,
+        ),
         ("eof_after_peer_close", case_eof_after_peer_close),
         ("connect_refused", case_connect_refused),
         ("close_with_recv_pending", case_close_with_recv_pending),
@@ -347,6 +352,88 @@ fn case_large_batch_slow_reader<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
     h.close_and_wait(&[client, server]);
 }
 
+/// A batch whose large segments are lent (header copies, lent segments, a referenced
+/// one, a trailer), through small socket buffers to a slow reader: the lent pages go
+/// through the pipe (`Counters::spliced_bytes`), the stream arrives byte for byte, and
+/// `Sent` comes once. A second lent batch on the same connection reuses the pipe.
+fn case_lent_batch_slow_reader<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(small_bufs()));
+    let (client, server) = h.pair();
+    for round in 0..2u8 {
+        let (batch, want, lent) = lent_batch(round);
+        h.b.send(client, batch);
+        let got = h.recv_exact(server, want.len(), 16 * 1024, true);
+        assert!(got == want, "lent stream differs (round {round})");
+        let (batch, result) = h.wait_sent(client);
+        result.expect("lent send");
+        assert_eq!(batch.remaining(), 0);
+        let spliced = h.b.counters().spliced_bytes;
+        assert_eq!(
+            spliced,
+            lent * u64::from(round + 1),
+            "every lent byte spliced"
+        );
+    }
+    h.close_and_wait(&[client, server]);
+}
+
+/// A batch of header copies, three lent segments of 1 MiB (odd offsets and lengths), a
+/// referenced one and a trailer; with the stream it must produce and the lent bytes.
+fn lent_batch(seed: u8) -> (TxBatch, Vec<u8>, u64) {
+    let mut b = TxBatch::with_capacity(256, 16);
+    let (mut want, mut lent) = (Vec::new(), 0);
+    for i in 0..3u8 {
+        let hdr = pattern(8, seed ^ i);
+        b.push_copy(&hdr);
+        want.extend_from_slice(&hdr);
+        let big = Bytes::from(pattern((1 << 20) + 8, seed.wrapping_add(40 + i)));
+        // Starts and ends inside a page.
+        let seg = big.slice(3 + usize::from(i)..(1 << 20) + 1);
+        want.extend_from_slice(&seg);
+        lent += seg.len() as u64;
+        b.push_lent(seg);
+        b.add_frame();
+    }
+    let ext = pattern(70_000, seed.wrapping_add(7));
+    want.extend_from_slice(&ext);
+    b.push_ext(Bytes::from(ext));
+    b.push_copy(b"trailer");
+    want.extend_from_slice(b"trailer");
+    assert!(b.has_lent());
+    (b, want, lent)
+}
+
+/// Close with a lent send pending (peer not reading, small buffers): `Sent{Err}` with
+/// the batch, one `Closed`, and a new connection's lent send is not disturbed by bytes
+/// the first one left in its pipe.
+fn case_close_with_lent_send_pending<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(small_bufs()));
+    let (client, server) = h.pair();
+    let (batch, _, _) = lent_batch(1);
+    h.b.send(client, batch);
+    h.pump_for(Duration::from_millis(50));
+    assert!(
+        !h.q.iter().any(|e| matches!(e, Event::Sent { .. })),
+        "3 MiB fit in small socket buffers?"
+    );
+    h.b.close(client);
+    let evs = collect_until_closed(&mut h, client);
+    assert_eq!(evs.len(), 2, "{evs:?}");
+    assert!(
+        matches!(&evs[0], Event::Sent { result: Err(_), .. }),
+        "{:?}",
+        evs[0]
+    );
+    h.close_and_wait(&[server]);
+    let (client, server) = h.pair();
+    let (batch, want, _) = lent_batch(2);
+    h.b.send(client, batch);
+    let got = h.recv_exact(server, want.len(), 64 * 1024, false);
+    assert!(got == want, "lent stream after a failed one differs");
+    h.wait_sent(client).1.expect("lent send");
+    h.close_and_wait(&[client, server]);
+}
+
 /// The peer closes: a receive completes with `Ok(0)`. `close` is idempotent.
 fn case_eof_after_peer_close<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
     let mut h = Harness::new(make(SockOpts::default()));
@@ -602,6 +689,7 @@ fn whole_buf(len: usize) -> RxBuf {
         kind: FrameKind::Send,
         tag: Tag(1),
         len: len as u32,
+        ack: false,
     };
     let bytes = hdr.to_bytes();
     let mut cache = RxBuf::cache(64);

@@ -93,7 +93,7 @@ use std::{io, ptr};
 use socket2::SockRef;
 
 use super::listen::AcceptBackoff;
-use super::op::{cancelled, Attempt};
+use super::op::{cancelled, Attempt, SendCounts};
 use super::slots::{untoken, Slot, Slots, DIRECT_RECV_MAX};
 use super::sys::{self, syscall};
 use super::{Backend, ConnId, Counters, Event, RxBuf, SockOpts, TxBatch};
@@ -112,7 +112,7 @@ pub(crate) struct Epoll {
     /// Connections to try this pass (deduplicated by `Io::queued`).
     run: Vec<usize>,
     /// `sendmsg` calls made (including those that found the socket full).
-    send_calls: u64,
+    send_calls: SendCounts,
     /// Sends stored and not yet completed (blocked on `EPOLLOUT` or on a connect).
     tx_waiting: usize,
     /// Connects in progress.
@@ -140,7 +140,7 @@ impl Epoll {
             listeners: Vec::new(),
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX],
             run: Vec::new(),
-            send_calls: 0,
+            send_calls: SendCounts::default(),
             accept_pause: AcceptBackoff::new(),
             tx_waiting: 0,
             connecting: 0,
@@ -473,6 +473,15 @@ impl Backend for Epoll {
         }
     }
 
+    fn reset(&mut self, conn: ConnId) {
+        if let Some(s) = self.slots.get(conn.0 as usize) {
+            if let (false, Some(fd)) = (s.closing, s.io.fd.as_ref()) {
+                sys::linger_zero(fd.as_raw_fd());
+            }
+        }
+        self.close(conn);
+    }
+
     fn close(&mut self, conn: ConnId) {
         let idx = conn.0 as usize;
         let Some(s) = self.slots.get_mut(idx) else {
@@ -612,7 +621,8 @@ impl Backend for Epoll {
 
     fn counters(&self) -> Counters {
         Counters {
-            send_calls: self.send_calls,
+            send_calls: self.send_calls.calls,
+            spliced_bytes: self.send_calls.spliced,
             ..Counters::default()
         }
     }
@@ -683,7 +693,7 @@ fn has_work(s: &Slot<Io>) -> bool {
 
 /// Writes as much of the pending batch as the socket takes ([`SendOp::try_now`](super::op::SendOp::try_now)).
 /// Returns the completion when the send is over.
-fn try_send(s: &mut Slot<Io>, conn: ConnId, calls: &mut u64) -> Option<Event> {
+fn try_send(s: &mut Slot<Io>, conn: ConnId, calls: &mut SendCounts) -> Option<Event> {
     match s.send.try_now(s.io.raw_fd(), s.io.chunk, calls) {
         Attempt::Blocked => {
             s.io.writable = false;
@@ -1444,6 +1454,7 @@ mod tests {
             kind: FrameKind::Send,
             tag: Tag(1),
             len: (MSG - HEADER_LEN) as u32,
+            ack: false,
         };
         let mut b = TxBatch::with_capacity(MSG, 2);
         b.push_copy(&hdr.to_bytes());

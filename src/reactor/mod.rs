@@ -140,6 +140,9 @@ pub(crate) trait Backend {
     /// Closes the connection once its pending operations have completed (they are
     /// cancelled). Idempotent.
     fn close(&mut self, conn: ConnId);
+    /// As [`close`](Self::close), abortively: the socket's unsent bytes are discarded
+    /// and the peer gets a reset (`SO_LINGER` 0).
+    fn reset(&mut self, conn: ConnId);
     /// Submits what is queued and collects completions into `out`. `None` never blocks;
     /// `Some(t)` waits up to `t` when no event is ready.
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()>;
@@ -171,6 +174,8 @@ pub(crate) struct Counters {
     pub(crate) zerocopy_copied: u64,
     /// Provided-buffer receives stopped because the ring was empty (io_uring only).
     pub(crate) recv_starved: u64,
+    /// Bytes of lent segments that went through a pipe into the socket.
+    pub(crate) spliced_bytes: u64,
 }
 
 /// Provided-buffer receive, the extension a backend may have besides [`Backend`] (see the
@@ -282,6 +287,9 @@ impl Backend for AnyBackend {
     }
     fn close(&mut self, conn: ConnId) {
         forward!(self, b => b.close(conn))
+    }
+    fn reset(&mut self, conn: ConnId) {
+        forward!(self, b => b.reset(conn))
     }
     #[inline]
     fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<Event>) -> io::Result<()> {

@@ -12,7 +12,7 @@
 //! Also here: the answer to misuse ([`Misuse`], one errno per case for every backend).
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 #[cfg(feature = "uring")]
 use io_uring::{opcode, squeue, types};
@@ -24,6 +24,12 @@ use super::{RxBuf, TxBatch};
 pub(crate) const MAX_IOV: usize = 1024;
 
 /// A gathered send of one [`TxBatch`], resumed after short writes until every byte is out.
+///
+/// Lent segments ([`TxBatch::push_lent`]) are not copied into the socket: their pages go
+/// into the connection's pipe (`vmsplice`, by reference) and from there into the socket
+/// (`splice`), so the kernel reads the caller's pages until the peer has read them; the
+/// protocol completes such a frame only on the peer's ACK. Where a pipe cannot be had or
+/// `vmsplice` refuses the memory, the segment is copied like any other.
 pub(crate) struct SendOp {
     /// The batch being sent; `Some` exactly while the send is in progress.
     batch: Option<TxBatch>,
@@ -31,6 +37,63 @@ pub(crate) struct SendOp {
     iov: Vec<libc::iovec>,
     /// The header of the current call, pointing at `iov`.
     msg: libc::msghdr,
+    /// The pipe lent pages pass through (made at the first lent segment).
+    pipe: Option<Pipe>,
+    /// Lent segments are copied instead (no pipe could be made, or `vmsplice` failed).
+    no_splice: bool,
+    /// Bytes of the batch in the pipe, not yet in the socket (they come first).
+    piped: usize,
+    /// io_uring: the SQE in flight waits for the socket to be writable (`POLL_ADD`), and
+    /// the op resumes with [`try_now`](Self::try_now), rather than a send of bytes.
+    polling: bool,
+}
+
+/// What a backend counts of its sends (see `Counters`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SendCounts {
+    /// Send calls made with a non-blocking call (`sendmsg`, `send`, `splice`).
+    pub(crate) calls: u64,
+    /// Bytes that left through a pipe (`splice`, lent pages) rather than copied.
+    pub(crate) spliced: u64,
+}
+
+/// A connection's pipe for lending pages to its socket.
+struct Pipe {
+    rd: OwnedFd,
+    wr: OwnedFd,
+    /// Bytes one `vmsplice` may move into it (its size).
+    cap: usize,
+}
+
+/// Size asked for a connection's pipe (`F_SETPIPE_SZ`; 1 MiB is the default
+/// `/proc/sys/fs/pipe-max-size`): the bytes one `vmsplice` and `splice` pair moves.
+const PIPE_SIZE: usize = 1 << 20;
+
+impl Pipe {
+    /// A non-blocking pipe of [`PIPE_SIZE`] where the system allows it, else of the
+    /// size it gets.
+    fn new() -> io::Result<Self> {
+        let mut fds = [0 as RawFd; 2];
+        // SAFETY: `fds` is a live array of two ints that pipe2 fills on success.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded: both fds are open and owned by nobody else.
+        let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: fcntl on an fd we own; F_SETPIPE_SZ and F_GETPIPE_SZ take an int.
+        let cap = unsafe {
+            libc::fcntl(wr.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE as libc::c_int);
+            libc::fcntl(wr.as_raw_fd(), libc::F_GETPIPE_SZ)
+        };
+        if cap <= 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            rd,
+            wr,
+            cap: cap as usize,
+        })
+    }
 }
 
 /// What one attempt at an operation came to.
@@ -75,7 +138,118 @@ impl SendOp {
             // SAFETY: `msghdr` is a plain C struct for which all-zero bytes is the valid
             // "no name, no iovecs, no control data" value.
             msg: unsafe { std::mem::zeroed() },
+            pipe: None,
+            no_splice: false,
+            piped: 0,
+            polling: false,
         })
+    }
+
+    /// Whether the next bytes to write go through the pipe: some wait in it, or the next
+    /// unwritten byte is in a lent segment (and splicing works here).
+    #[inline]
+    pub(crate) fn splice_next(&self) -> bool {
+        self.piped > 0
+            || (!self.no_splice
+                && self
+                    .batch
+                    .as_ref()
+                    .is_some_and(|b| b.has_lent() && b.lent_unsent().is_some()))
+    }
+
+    /// io_uring: the SQE that just completed was a wait for writability; clears the mark.
+    #[cfg(feature = "uring")]
+    pub(crate) fn take_polling(&mut self) -> bool {
+        std::mem::take(&mut self.polling)
+    }
+
+    /// Moves the next lent bytes into the pipe (by reference): true when some went in;
+    /// false when splicing is off here now (no pipe, or `vmsplice` refused the memory:
+    /// the segment is then copied).
+    fn lend(&mut self) -> bool {
+        if self.pipe.is_none() {
+            match Pipe::new() {
+                Ok(p) => self.pipe = Some(p),
+                Err(e) => {
+                    tracing::debug!("no pipe for lent pages ({e}): copying them");
+                    self.no_splice = true;
+                    return false;
+                }
+            }
+        }
+        let (Some(pipe), Some(lent)) = (
+            self.pipe.as_ref(),
+            self.batch.as_ref().and_then(TxBatch::lent_unsent),
+        ) else {
+            return false;
+        };
+        let iov = libc::iovec {
+            iov_base: lent.as_ptr().cast_mut().cast(),
+            iov_len: lent.len().min(pipe.cap),
+        };
+        // SAFETY: `iov` covers bytes of a lent segment of the batch, which this op owns
+        // and keeps unmodified until the send completes; vmsplice takes references to
+        // their pages (it never writes them), and the protocol keeps the caller's buffer
+        // until the peer acknowledged reading the bytes.
+        let n = unsafe { libc::vmsplice(pipe.wr.as_raw_fd(), &iov, 1, libc::SPLICE_F_NONBLOCK) };
+        if n > 0 {
+            self.piped = n as usize;
+            return true;
+        }
+        let e = io::Error::last_os_error();
+        tracing::debug!("vmsplice refused lent pages ({e}): copying them");
+        self.no_splice = true;
+        false
+    }
+
+    /// Moves the piped bytes into the socket: `Some` with the attempt's end when the
+    /// socket is full or fails, `None` when the pipe is empty.
+    fn drain_pipe(
+        &mut self,
+        fd: RawFd,
+        chunk: usize,
+        counts: &mut SendCounts,
+    ) -> Option<Attempt<()>> {
+        while self.piped > 0 {
+            let pipe = self.pipe.as_ref()?;
+            // At most `chunk` bytes per call, as for copied bytes.
+            let want = self.piped.min(chunk.max(1));
+            let more = self.batch.as_ref().is_some_and(|b| b.remaining() > want);
+            let flags = libc::SPLICE_F_MOVE
+                | libc::SPLICE_F_NONBLOCK
+                | if more { libc::SPLICE_F_MORE } else { 0 };
+            // SAFETY: plain fds owned by this op and by the connection; no memory passes.
+            let n = unsafe {
+                libc::splice(
+                    pipe.rd.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    fd,
+                    std::ptr::null_mut(),
+                    want,
+                    flags,
+                )
+            };
+            counts.calls += 1;
+            if n > 0 {
+                let n = n as usize;
+                self.piped -= n;
+                counts.spliced += n as u64;
+                self.advance(n);
+                continue;
+            }
+            if n == 0 {
+                return Some(Attempt::Done(Err(io::ErrorKind::WriteZero.into())));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock => return Some(Attempt::Blocked),
+                _ => {
+                    return Some(Attempt::Done(Err(e)));
+                }
+            }
+        }
+        None
     }
 
     /// Whether a send is in progress.
@@ -105,6 +279,13 @@ impl SendOp {
     #[inline]
     pub(crate) fn take(&mut self) -> Option<TxBatch> {
         self.iov.clear();
+        self.polling = false;
+        if self.piped > 0 {
+            // The send ended (failed) with bytes in the pipe: they must never reach the
+            // socket, so the pipe goes with them.
+            self.piped = 0;
+            self.pipe = None;
+        }
         self.batch.take()
     }
 
@@ -117,7 +298,7 @@ impl SendOp {
         let mut offered = 0;
         if let Some(batch) = self.batch.as_ref() {
             let iov = &mut self.iov;
-            batch.for_each_unsent_upto(chunk, |s| {
+            let mut add = |s: &[u8]| {
                 if iov.len() < MAX_IOV {
                     iov.push(libc::iovec {
                         iov_base: s.as_ptr().cast_mut().cast(),
@@ -125,7 +306,13 @@ impl SendOp {
                     });
                     offered += s.len();
                 }
-            });
+            };
+            if self.no_splice {
+                batch.for_each_unsent_upto(chunk, add);
+            } else {
+                // Up to the next lent segment, which goes through the pipe.
+                batch.for_each_copied_upto(chunk, &mut add);
+            }
         }
         self.msg.msg_iov = self.iov.as_mut_ptr();
         self.msg.msg_iovlen = self.iov.len() as _;
@@ -151,6 +338,12 @@ impl SendOp {
     /// the caller must keep the op in its slot, unmodified, until the entry's completion.
     #[cfg(feature = "uring")]
     pub(crate) fn sqe(&mut self, fd: RawFd, chunk: usize, how: SendFlavor) -> squeue::Entry {
+        if self.batch.as_ref().is_some_and(TxBatch::has_lent) && self.splice_next() {
+            // Splicing is done with direct calls (the ring's SPLICE would run in a worker
+            // thread): wait for room in the socket, then resume with `try_now`.
+            self.polling = true;
+            return opcode::PollAdd::new(types::Fd(fd), libc::POLLOUT as u32).build();
+        }
         self.prepare(chunk);
         let msg: *const libc::msghdr = &self.msg;
         let flags = (libc::MSG_NOSIGNAL | libc::MSG_WAITALL) as u32;
@@ -178,18 +371,36 @@ impl SendOp {
 
     /// Writes as much of the batch as the socket takes now (`sendmsg`, gathered, or `send`
     /// for one piece; at most `chunk` bytes per call, `MSG_NOSIGNAL | MSG_DONTWAIT`),
-    /// counting calls in `calls`.
+    /// counting calls and spliced bytes in `counts`.
     /// `Blocked` once the socket is full (a short write or `EAGAIN`).
     ///
     /// The epoll backend's send, and the io_uring backend's first attempt (see
     /// `Uring::send`).
-    pub(crate) fn try_now(&mut self, fd: RawFd, chunk: usize, calls: &mut u64) -> Attempt<()> {
+    pub(crate) fn try_now(
+        &mut self,
+        fd: RawFd,
+        chunk: usize,
+        counts: &mut SendCounts,
+    ) -> Attempt<()> {
         loop {
+            if let Some(end) = self.drain_pipe(fd, chunk, counts) {
+                return end;
+            }
             if self.batch.as_ref().is_none_or(|b| b.remaining() == 0) {
                 return Attempt::Done(Ok(()));
             }
+            if self.splice_next() && self.lend() {
+                continue;
+            }
             let offered = self.prepare(chunk);
-            let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+            // Bytes before a lent segment: more follows at once (no segment of its own).
+            let more = !self.no_splice
+                && self
+                    .batch
+                    .as_ref()
+                    .is_some_and(|b| b.has_lent() && b.remaining() > offered);
+            let flags =
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | if more { libc::MSG_MORE } else { 0 };
             let res = if let [one] = self.iov[..] {
                 // One contiguous piece (a run of small frames copied next to their
                 // headers): `send` spares the kernel the msghdr and iovec import.
@@ -202,7 +413,7 @@ impl SendOp {
                 // and keeps no pointer after it returns.
                 unsafe { libc::sendmsg(fd, &self.msg, flags) }
             };
-            *calls += 1;
+            counts.calls += 1;
             self.iov.clear();
             if res >= 0 {
                 let n = res as usize;

@@ -57,7 +57,7 @@ use socket2::SockAddr;
 
 use super::bufring::BufPool;
 use super::listen::AcceptBackoff;
-use super::op::{cancelled, Attempt, SendFlavor};
+use super::op::{cancelled, Attempt, SendCounts, SendFlavor};
 use super::slots::{token, untoken, Slot, Slots};
 use super::{sys, Backend, ConnId, Counters, Event, RxBuf, SockOpts, TxBatch};
 
@@ -84,7 +84,7 @@ pub(crate) struct Uring {
     /// SendMsg / SendMsgZc SQEs pushed.
     send_sqes: u64,
     /// Direct non-blocking `sendmsg` calls made by `send` before any SQE.
-    send_direct: u64,
+    send_direct: SendCounts,
     /// Zero-copy sends whose notification arrived, and how many of them the kernel
     /// copied after all (loopback always does).
     zc_sends: u64,
@@ -302,7 +302,7 @@ impl Uring {
             enters: 0,
             resumes: 0,
             send_sqes: 0,
-            send_direct: 0,
+            send_direct: SendCounts::default(),
             zc_sends: 0,
             zc_copied: 0,
             zc_supported,
@@ -646,6 +646,30 @@ impl Uring {
                     debug_assert!(false, "SendMsg completion without a batch");
                     return;
                 }
+                if s.send.take_polling() {
+                    // The wait for room in the socket, for what goes through the pipe.
+                    let attempt = if res < 0 {
+                        Attempt::Done(Err(errno(res)))
+                    } else if s.closing || self.shutting_down {
+                        Attempt::Done(cancelled())
+                    } else {
+                        s.send.try_now(s.io.fd, s.io.chunk, &mut self.send_direct)
+                    };
+                    match attempt {
+                        Attempt::Blocked => self.submit_send(idx),
+                        Attempt::Done(result) => {
+                            if let Some(batch) = s.send.take() {
+                                out.push(Event::Sent {
+                                    conn,
+                                    batch,
+                                    result,
+                                });
+                            }
+                            self.maybe_finish_close(idx, out);
+                        }
+                    }
+                    return;
+                }
                 let result = if res < 0 {
                     Err(errno(res))
                 } else if s.send.advance(res as usize) {
@@ -894,6 +918,15 @@ impl Backend for Uring {
         }
     }
 
+    fn reset(&mut self, conn: ConnId) {
+        if let Some(s) = self.slots.get(conn.0 as usize) {
+            if !s.closing && s.io.fd >= 0 {
+                sys::linger_zero(s.io.fd);
+            }
+        }
+        self.close(conn);
+    }
+
     fn close(&mut self, conn: ConnId) {
         let idx = conn.0 as usize;
         let Some(s) = self.slots.get_mut(idx) else {
@@ -1003,7 +1036,8 @@ impl Backend for Uring {
 
     fn counters(&self) -> Counters {
         Counters {
-            send_calls: self.send_sqes + self.send_direct,
+            send_calls: self.send_sqes + self.send_direct.calls,
+            spliced_bytes: self.send_direct.spliced,
             zerocopy_sends: self.zc_sends,
             zerocopy_copied: self.zc_copied,
             recv_starved: self.starvations,
@@ -1385,7 +1419,7 @@ mod tests {
         let want: Vec<u8> = (0..2500u32).flat_map(|i| i.to_le_bytes()).collect();
         assert_eq!(got, want);
         // 2500 parts: three calls at least, whichever path made them.
-        let calls = u.send_direct + u.resumes();
+        let calls = u.send_direct.calls + u.resumes();
         assert!(calls >= 3, "direct calls and ring resumes: {calls}");
     }
 

@@ -264,7 +264,10 @@ fn abrupt_close_fails_every_pending_send_once() {
             net.send_random(0, 1).unwrap();
         }
         let pending = net.core(0).pending(PeerId(1));
-        let inflight = net.inflight_frames(0);
+        // Written frames waiting for the peer's ACK of a lent one may still succeed: the
+        // peer may have read them, its ACK on the way.
+        let unacked = net.core(0).unacked(PeerId(1));
+        let inflight = net.inflight_frames(0) + unacked;
         assert!(pending > 0);
         net.crash(1);
         net.drive();
@@ -272,10 +275,14 @@ fn abrupt_close_fails_every_pending_send_once() {
         let done = net.completions(0);
         let errs = done.values().filter(|r| r.is_err()).count();
         if stall {
-            // Nothing that was pending at the crash can have succeeded.
-            assert_eq!(errs, pending, "{ctx}: every pending send fails");
+            // Nothing that was pending at the crash can have succeeded, but for frames
+            // the peer read before it stalled.
+            assert!(
+                errs <= pending && errs + unacked >= pending,
+                "{ctx}: {errs} of {pending} pending sends failed ({unacked} unacked)"
+            );
         } else {
-            // Only the batch already handed to the kernel may report success.
+            // Only frames already handed to the kernel may report success.
             assert!(
                 errs + inflight >= pending,
                 "{ctx}: {errs} failed, {pending} pending"

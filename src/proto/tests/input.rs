@@ -59,6 +59,7 @@ fn stream(sizes: &[usize]) -> (Vec<u8>, Vec<Sent>) {
                 kind: FrameKind::Send,
                 tag: Tag(i as u8),
                 len: n as u32,
+                ack: false,
             }
             .to_bytes(),
         );

@@ -35,6 +35,7 @@ mod early;
 mod garbage;
 mod input;
 mod lazy;
+mod lent;
 mod traffic;
 
 pub(super) const TOKEN: u64 = 0x5249_4e47_4254_4c00;
@@ -81,6 +82,10 @@ fn addr(i: usize) -> SocketAddr {
     SocketAddr::from(([10, 0, 0, i as u8 + 1], 7000))
 }
 
+/// Payloads from this size lend their pages (FLAG_ACK): low, so that the tests' large
+/// frames go through the ACK exchange.
+const SPLICE_MIN: Option<usize> = Some(4096);
+
 /// The engine configuration these tests use (process `pid`).
 pub(super) fn cfg(pid: u32) -> CoreConfig {
     CoreConfig {
@@ -104,6 +109,7 @@ pub(super) fn cfg(pid: u32) -> CoreConfig {
         connect_timeout: Duration::from_secs(30),
         frame_stall: Duration::from_secs(60),
         max_queued_bytes: 64 << 20,
+        splice_min: SPLICE_MIN,
         multishot: false,
     }
 }
@@ -145,6 +151,8 @@ struct Sock {
     tx_err: Option<Errno>,
     /// A Close was requested; it completes once no operation is pending.
     closing: bool,
+    /// Closed abortively ([`Action::Reset`]).
+    reset: bool,
     closed: bool,
     /// The first handshake record this end wrote.
     head: Vec<u8>,
@@ -170,6 +178,7 @@ impl Sock {
             tx: None,
             tx_err: None,
             closing: false,
+            reset: false,
             closed: false,
             head: Vec::new(),
             src: None,
@@ -705,7 +714,7 @@ impl Net {
                     self.socks[s].pausing = true;
                 }
             }
-            Action::Close(k) => {
+            Action::Close(k) | Action::Reset(k) => {
                 let s = self.sock_of(n, k);
                 assert!(
                     !self.socks[s].closing,
@@ -713,6 +722,7 @@ impl Net {
                     self.seed
                 );
                 self.socks[s].closing = true;
+                self.socks[s].reset = matches!(a, Action::Reset(_));
             }
         }
     }
@@ -1143,6 +1153,7 @@ fn frame(kind: FrameKind, tag: u8, payload: &[u8]) -> Vec<u8> {
         kind,
         tag: Tag(tag),
         len: payload.len() as u32,
+        ack: false,
     }
     .to_bytes()
     .to_vec();

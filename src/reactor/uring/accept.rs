@@ -20,14 +20,16 @@ impl Uring {
         l.armed = true;
         let fd = types::Fd(l.fd);
         let ud = token(KIND_ACCEPT, i, 0);
+        // Non-blocking like a dialed socket: the direct calls (`sendmsg`, `recv`, and
+        // `splice`, whose only way not to block on a socket is the socket's own flag)
+        // must never wait.
+        let flags = libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
         let entry = if l.multishot {
-            opcode::AcceptMulti::new(fd)
-                .flags(libc::SOCK_CLOEXEC)
-                .build()
+            opcode::AcceptMulti::new(fd).flags(flags).build()
         } else {
             // No address buffers: the peer address is read with getpeername afterwards.
             opcode::Accept::new(fd, std::ptr::null_mut(), std::ptr::null_mut())
-                .flags(libc::SOCK_CLOEXEC)
+                .flags(flags)
                 .build()
         };
         // SAFETY: the accept SQE carries no user memory (null address pointers); the

@@ -1,0 +1,269 @@
+//! Lent frames: a payload of at least `splice_min` bytes asks the peer for an ACK
+//! (`FLAG_ACK`), and its send completes on that ACK, not when it is written.
+
+use super::*;
+use crate::wire::FLAG_ACK;
+
+/// Node `n`'s completions so far, in the order they were reported.
+fn done(net: &Net, n: usize) -> Vec<(u64, bool)> {
+    net.nodes[n]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            CoreEvent::Completed { cookie, result, .. } => Some((*cookie, result.is_ok())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The frame headers in `bytes` (a whole number of frames).
+fn headers(bytes: &[u8]) -> Vec<Header> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let h = Header::parse(&bytes[at..], u32::MAX).expect("a valid header");
+        at += Header::LEN + h.len as usize;
+        out.push(h);
+    }
+    assert_eq!(at, bytes.len(), "whole frames");
+    out
+}
+
+fn ack() -> Vec<u8> {
+    frame(FrameKind::Ack, 0, &[])
+}
+
+#[test]
+fn lent_frame_completes_on_the_peers_ack_and_frames_behind_it_wait() {
+    for seed in 0..20 {
+        let mut net = Net::pair(seed);
+        let r = raw_peer(&mut net, 1);
+        let before = net.send(0, 1, 1, vec![1; 100]).unwrap();
+        let big = net.send(0, 1, 2, vec![2; 8192]).unwrap();
+        let after = net.send(0, 1, 3, vec![3; 100]).unwrap();
+        net.drive();
+        let hs = headers(&net.raw_read(r));
+        let flags: Vec<bool> = hs.iter().map(|h| h.ack).collect();
+        assert_eq!(
+            flags,
+            [false, true, false],
+            "seed {seed}: only the large frame asks"
+        );
+        assert_eq!(
+            done(&net, 0),
+            [(before, true)],
+            "seed {seed}: written is not done"
+        );
+        assert_eq!(net.core(0).unacked(PeerId(1)), 2);
+        net.raw_write(r, &ack());
+        net.drive();
+        assert_eq!(
+            done(&net, 0),
+            [(before, true), (big, true), (after, true)],
+            "seed {seed}: the ACK completes the lent frame, then the one behind it"
+        );
+        assert!(net.failed_events(0).is_empty());
+    }
+}
+
+#[test]
+fn receiver_answers_each_frame_that_asks_once_read_whole() {
+    for seed in 0..20 {
+        let mut net = Net::pair(seed);
+        let r = raw_peer(&mut net, 1);
+        let mut asks = frame(FrameKind::Send, 4, &[9; 5000]);
+        asks[2..4].copy_from_slice(&FLAG_ACK.to_be_bytes());
+        // Cut in two: the ACK goes only once the whole frame is read.
+        net.raw_write(r, &asks[..3000]);
+        // No timers: a frame cut in half for long stalls its connection.
+        net.run(false);
+        assert!(
+            net.raw_read(r).is_empty(),
+            "seed {seed}: no ACK for half a frame"
+        );
+        net.raw_write(r, &asks[3000..]);
+        net.raw_write(r, &frame(FrameKind::Send, 5, &[8; 5000]));
+        net.raw_write(r, &asks);
+        net.drive();
+        let got: Vec<u8> = net.received(0, 1).iter().map(|m| m.0).collect();
+        assert_eq!(got, [4, 5, 4], "seed {seed}: {:?}", net.failed_events(0));
+        let hs = headers(&net.raw_read(r));
+        assert!(
+            hs.len() == 2 && hs.iter().all(|h| h.kind == FrameKind::Ack),
+            "seed {seed}: one ACK per frame that asked: {hs:?}"
+        );
+    }
+}
+
+#[test]
+fn an_ack_for_nothing_fails_the_endpoint() {
+    let mut net = Net::pair(1);
+    let r = raw_peer(&mut net, 1);
+    let small = net.send(0, 1, 1, vec![1; 100]).unwrap();
+    net.drive();
+    net.raw_write(r, &ack());
+    net.drive();
+    let failed = net.failed_events(0);
+    assert!(
+        matches!(
+            &failed[..],
+            [(
+                PeerId(1),
+                FailReason::Protocol {
+                    err: ProtoError::UnexpectedAck,
+                    ..
+                }
+            )]
+        ),
+        "{failed:?}"
+    );
+    assert_eq!(done(&net, 0), [(small, true)]);
+    assert!(net.raw_eof(r));
+}
+
+#[test]
+fn acks_may_follow_a_fin_and_nothing_else_may() {
+    for then_data in [false, true] {
+        let mut net = Net::pair(2);
+        let r = raw_peer(&mut net, 1);
+        let big = net.send(0, 1, 2, vec![2; 8192]).unwrap();
+        net.drive();
+        net.raw_read(r);
+        net.raw_write(r, &frame(FrameKind::Fin, 0, &[]));
+        net.raw_write(r, &ack());
+        if then_data {
+            net.raw_write(r, &frame(FrameKind::Send, 1, b"late"));
+        }
+        net.drive();
+        assert_eq!(done(&net, 0), [(big, true)], "then_data {then_data}");
+        let failed = net.failed_events(0);
+        if then_data {
+            assert!(
+                matches!(
+                    &failed[..],
+                    [(
+                        PeerId(1),
+                        FailReason::Protocol {
+                            err: ProtoError::DataAfterFin,
+                            ..
+                        }
+                    )]
+                ),
+                "{failed:?}"
+            );
+        } else {
+            assert!(failed.is_empty(), "{failed:?}");
+            // Our FIN answered theirs; both done, the connection closes cleanly.
+            let hs = headers(&net.raw_read(r));
+            assert_eq!(hs.last().map(|h| h.kind), Some(FrameKind::Fin));
+            assert!(net.raw_eof(r));
+        }
+    }
+}
+
+#[test]
+fn a_peer_that_leaves_without_its_acks_fails_the_lent_sends() {
+    let mut net = Net::pair(3);
+    let r = raw_peer(&mut net, 1);
+    let big = net.send(0, 1, 2, vec![2; 8192]).unwrap();
+    net.drive();
+    net.raw_write(r, &frame(FrameKind::Fin, 0, &[]));
+    net.drive();
+    net.raw_close(r);
+    net.drive();
+    assert_eq!(done(&net, 0), [(big, false)]);
+    assert_eq!(net.failed_events(0).len(), 1);
+}
+
+#[test]
+fn lent_frames_both_ways_deliver_and_complete_with_fins() {
+    for seed in 0..100 {
+        let mut net = Net::pair(seed);
+        connect_pair(&mut net);
+        for _ in 0..1 + net.rng.below(6) {
+            let len = 4096 + net.rng.below(100_000);
+            let p = net.rng.bytes(len);
+            net.send(0, 1, 1, p).unwrap();
+            let len = net.rng.below(20_000);
+            let p = net.rng.bytes(len);
+            net.send(1, 0, 2, p).unwrap();
+        }
+        let k = net.rng.below(30);
+        net.steps(k);
+        net.core(0).shutdown();
+        if net.rng.chance(1, 2) {
+            net.core(1).shutdown();
+        }
+        net.drive();
+        net.assert_all_delivered(0, 1);
+        net.assert_all_delivered(1, 0);
+        assert!(
+            net.completions(0).values().all(Result::is_ok),
+            "seed {seed}"
+        );
+        assert!(
+            net.completions(1).values().all(Result::is_ok),
+            "seed {seed}"
+        );
+        assert!(net.failed_events(0).is_empty() && net.failed_events(1).is_empty());
+        assert!(
+            net.nodes[0].keys.is_empty() && net.nodes[1].keys.is_empty(),
+            "seed {seed}"
+        );
+    }
+}
+
+/// Memory that says when it is dropped.
+struct Watched(Vec<u8>, std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl AsRef<[u8]> for Watched {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The kernel reads lent pages until the peer has read them: the caller's memory lives
+/// until the ACK, past the batch that wrote it (and goes at a failure).
+#[test]
+fn lent_memory_lives_until_the_ack() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    for fail in [false, true] {
+        let mut net = Net::pair(4);
+        let r = raw_peer(&mut net, 1);
+        let gone = Arc::new(AtomicBool::new(false));
+        let b = Bytes::from_owner(Watched(vec![5; 10_000], gone.clone()));
+        let now = net.now();
+        net.core(0).send(now, PeerId(1), Tag(1), &[b], 77).unwrap();
+        net.drive();
+        assert_eq!(headers(&net.raw_read(r)).len(), 1);
+        assert!(done(&net, 0).is_empty());
+        assert!(
+            !gone.load(Ordering::SeqCst),
+            "memory dropped before the ACK"
+        );
+        if fail {
+            // Garbage: the endpoint fails, the lent send with it.
+            net.raw_write(r, &[0x7f; 8]);
+        } else {
+            net.raw_write(r, &ack());
+        }
+        net.drive();
+        assert_eq!(done(&net, 0), [(77, !fail)], "fail {fail}");
+        assert!(
+            gone.load(Ordering::SeqCst),
+            "memory kept after the ACK (fail {fail})"
+        );
+        let node_end = net.socks[r].other.expect("the node's end");
+        assert_eq!(
+            net.socks[node_end].reset, fail,
+            "a failure with lent pages out resets the connection (fail {fail})"
+        );
+    }
+}
