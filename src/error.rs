@@ -194,6 +194,10 @@ pub enum Cause {
     /// A frame in progress saw no byte for this long (`RINGBTL_FRAME_STALL_MS`).
     #[error("a frame in progress received no byte for {0:?} (RINGBTL_FRAME_STALL_MS)")]
     FrameStalled(Duration),
+    /// Frames whose pages were lent waited this long for the peer's ACK
+    /// (`RINGBTL_FRAME_STALL_MS`).
+    #[error("lent frames got no ACK for {0:?} (RINGBTL_FRAME_STALL_MS)")]
+    AckStalled(Duration),
     /// The operating system gave no random numbers for a handshake nonce.
     #[error("no random numbers for a handshake nonce")]
     NoNonce,

@@ -204,6 +204,8 @@ pub fn run(input: &Input) {
         max_half_open: 16,
         multishot: input.multishot,
         job_key: Some(JobKey::from_bytes(KEY)),
+        // Lent payloads (FLAG_ACK, completed on the peer's ACK) in half the runs.
+        splice_min: (input.max_frame % 2 == 1).then_some(4096),
         ..CoreConfig::default()
     };
     let mut core = Core::with_nonces(cfg, NonceSource::new(|| Some(NONCE_A)));

@@ -583,6 +583,18 @@ impl Core {
                 continue;
             };
             let peer = PeerId(i as u32);
+            if let (EpState::Connected { .. }, Some(t)) = (&ep.state, ep.ack_deadline) {
+                if t <= now {
+                    // The peer keeps lent pages unread (or unanswered) too long.
+                    let cause = Cause::AckStalled(self.cfg.frame_stall);
+                    self.fail_endpoint(peer, FailReason::ConnectionLost { peer, cause });
+                    continue;
+                }
+                self.arm_timer(t);
+            }
+            let Some(ep) = self.endpoints[i].as_mut() else {
+                continue;
+            };
             match ep.state {
                 EpState::Connecting {
                     conn: None,

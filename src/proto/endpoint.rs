@@ -139,6 +139,9 @@ pub(super) struct Endpoint {
     pub(super) acked_early: usize,
     /// ACK frames owed to the peer (frames with `FLAG_ACK` read and not yet answered).
     pub(super) acks_owed: u32,
+    /// A written lent frame must see the peer's next ACK by then (`frame_stall` after the
+    /// write, or after the last ACK).
+    pub(super) ack_deadline: Option<Instant>,
     /// Sends whose batch was in flight when the endpoint failed: they complete when the
     /// driver hands the batch back (see `Conn::orphans`).
     pub(super) orphaned: usize,
@@ -167,6 +170,7 @@ impl Endpoint {
         self.lent_segs.clear();
         self.acked_early = 0;
         self.acks_owed = 0;
+        self.ack_deadline = None;
         mem::take(&mut self.inflight)
     }
 
@@ -185,6 +189,7 @@ impl Endpoint {
             lent_segs: VecDeque::new(),
             acked_early: 0,
             acks_owed: 0,
+            ack_deadline: None,
             orphaned: 0,
             attempts: 0,
             connect_deadline: None,

@@ -311,7 +311,7 @@ impl Core {
                                 FrameKind::Put => self.counters.puts_placed += 1,
                                 FrameKind::Fin => self.on_fin(peer, conn),
                                 FrameKind::Ack => {
-                                    if !self.on_ack(peer, conn) {
+                                    if !self.on_ack(now, peer, conn) {
                                         return InputStep::Drop;
                                     }
                                 }
@@ -383,11 +383,12 @@ impl Core {
 
     /// The peer's ACK: the oldest lent frame completes. False (the endpoint failed) when
     /// no frame waited for it.
-    fn on_ack(&mut self, peer: PeerId, conn: ConnKey) -> bool {
+    fn on_ack(&mut self, now: Instant, peer: PeerId, conn: ConnKey) -> bool {
         if !self.handle_ack(peer) {
             self.fail_protocol(peer, ProtoError::UnexpectedAck);
             return false;
         }
+        self.await_acks(now, peer, true);
         if self
             .ep(peer)
             .is_some_and(|e| e.fin_sent && e.fin_rcvd && e.drained())

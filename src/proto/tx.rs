@@ -127,6 +127,7 @@ impl Core {
         if stage == Stage::Open {
             if let Some(peer) = peer {
                 self.complete_frames(peer, frames);
+                self.await_acks(now, peer, false);
                 let ep = self.ep(peer).expect("open conn has an endpoint");
                 let (more, done) = (
                     !ep.queue.is_empty() || ep.acks_owed > 0,
@@ -294,6 +295,26 @@ impl Core {
         };
         ep.written += frames;
         self.release_written(peer);
+    }
+
+    /// Keeps the ACK deadline of `peer`: armed while a written frame waits for an ACK
+    /// (restarted when `progress`, an ACK, came), cleared when none does.
+    pub(super) fn await_acks(&mut self, now: Instant, peer: PeerId, progress: bool) {
+        let stall = self.cfg.frame_stall;
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        let waiting = ep
+            .lent
+            .front()
+            .is_some_and(|l| l.seq < ep.head_seq + ep.written as u64);
+        if !waiting {
+            ep.ack_deadline = None;
+        } else if progress || ep.ack_deadline.is_none() {
+            let d = now + stall;
+            ep.ack_deadline = Some(d);
+            self.arm_timer(d);
+        }
     }
 
     /// The peer read the oldest frame whose pages were lent (its ACK came): that frame

@@ -2,6 +2,7 @@
 //! (`FLAG_ACK`), and its send completes on that ACK, not when it is written.
 
 use super::*;
+use crate::error::Cause;
 use crate::wire::FLAG_ACK;
 
 /// Node `n`'s completions so far, in the order they were reported.
@@ -38,6 +39,15 @@ fn assert_failed_with(net: &Net, err: &ProtoError) {
     );
 }
 
+/// A raw peer (process 1) whose first frame reached node 0, so that node 0's frames
+/// leave at once (not at the first-bytes deadline) and no timer is needed.
+fn confirmed_raw_peer(net: &mut Net) -> usize {
+    let r = raw_peer(net, 1);
+    net.raw_write(r, &frame(FrameKind::Send, 9, b"hi"));
+    net.run(false);
+    r
+}
+
 fn ack() -> Vec<u8> {
     frame(FrameKind::Ack, 0, &[])
 }
@@ -46,11 +56,12 @@ fn ack() -> Vec<u8> {
 fn lent_frame_completes_on_the_peers_ack_and_frames_behind_it_wait() {
     for seed in 0..20 {
         let mut net = Net::pair(seed);
-        let r = raw_peer(&mut net, 1);
+        let r = confirmed_raw_peer(&mut net);
         let before = net.send(0, 1, 1, vec![1; 100]).unwrap();
         let big = net.send(0, 1, 2, vec![2; 8192]).unwrap();
         let after = net.send(0, 1, 3, vec![3; 100]).unwrap();
-        net.drive();
+        // No timers: the ACK deadline (`frame_stall`) would fire.
+        net.run(false);
         let hs = headers(&net.raw_read(r));
         let flags: Vec<bool> = hs.iter().map(|h| h.ack).collect();
         assert_eq!(
@@ -79,7 +90,7 @@ fn lent_frame_completes_on_the_peers_ack_and_frames_behind_it_wait() {
 fn receiver_answers_each_frame_that_asks_once_read_whole() {
     for seed in 0..20 {
         let mut net = Net::pair(seed);
-        let r = raw_peer(&mut net, 1);
+        let r = confirmed_raw_peer(&mut net);
         let mut asks = frame(FrameKind::Send, 4, &[9; 5000]);
         asks[2..4].copy_from_slice(&FLAG_ACK.to_be_bytes());
         // Cut in two: the ACK goes only once the whole frame is read.
@@ -95,7 +106,7 @@ fn receiver_answers_each_frame_that_asks_once_read_whole() {
         net.raw_write(r, &asks);
         net.drive();
         let got: Vec<u8> = net.received(0, 1).iter().map(|m| m.0).collect();
-        assert_eq!(got, [4, 5, 4], "seed {seed}: {:?}", net.failed_events(0));
+        assert_eq!(got, [9, 4, 5, 4], "seed {seed}: {:?}", net.failed_events(0));
         let hs = headers(&net.raw_read(r));
         assert!(
             hs.len() == 2 && hs.iter().all(|h| h.kind == FrameKind::Ack),
@@ -107,7 +118,7 @@ fn receiver_answers_each_frame_that_asks_once_read_whole() {
 #[test]
 fn an_ack_for_nothing_fails_the_endpoint() {
     let mut net = Net::pair(1);
-    let r = raw_peer(&mut net, 1);
+    let r = confirmed_raw_peer(&mut net);
     let small = net.send(0, 1, 1, vec![1; 100]).unwrap();
     net.drive();
     net.raw_write(r, &ack());
@@ -121,9 +132,9 @@ fn an_ack_for_nothing_fails_the_endpoint() {
 fn acks_may_follow_a_fin_and_nothing_else_may() {
     for then_data in [false, true] {
         let mut net = Net::pair(2);
-        let r = raw_peer(&mut net, 1);
+        let r = confirmed_raw_peer(&mut net);
         let big = net.send(0, 1, 2, vec![2; 8192]).unwrap();
-        net.drive();
+        net.run(false);
         net.raw_read(r);
         net.raw_write(r, &frame(FrameKind::Fin, 0, &[]));
         net.raw_write(r, &ack());
@@ -148,7 +159,7 @@ fn acks_may_follow_a_fin_and_nothing_else_may() {
 #[test]
 fn a_peer_that_leaves_without_its_acks_fails_the_lent_sends() {
     let mut net = Net::pair(3);
-    let r = raw_peer(&mut net, 1);
+    let r = confirmed_raw_peer(&mut net);
     let big = net.send(0, 1, 2, vec![2; 8192]).unwrap();
     net.drive();
     net.raw_write(r, &frame(FrameKind::Fin, 0, &[]));
@@ -220,12 +231,12 @@ fn lent_memory_lives_until_the_ack() {
     use std::sync::Arc;
     for fail in [false, true] {
         let mut net = Net::pair(4);
-        let r = raw_peer(&mut net, 1);
+        let r = confirmed_raw_peer(&mut net);
         let gone = Arc::new(AtomicBool::new(false));
         let b = Bytes::from_owner(Watched(vec![5; 10_000], gone.clone()));
         let now = net.now();
         net.core(0).send(now, PeerId(1), Tag(1), &[b], 77).unwrap();
-        net.drive();
+        net.run(false);
         assert_eq!(headers(&net.raw_read(r)).len(), 1);
         assert!(done(&net, 0).is_empty());
         assert!(
@@ -250,4 +261,32 @@ fn lent_memory_lives_until_the_ack() {
             "a failure with lent pages out resets the connection (fail {fail})"
         );
     }
+}
+
+/// A peer that reads lent frames but never answers holds the sender's memory at most
+/// `frame_stall`: then the endpoint fails, the send with it, and the connection is reset.
+#[test]
+fn lent_frames_without_an_ack_fail_after_the_stall_deadline() {
+    let mut net = Net::pair(5);
+    let r = confirmed_raw_peer(&mut net);
+    let big = net.send(0, 1, 2, vec![2; 8192]).unwrap();
+    net.run(false);
+    assert_eq!(headers(&net.raw_read(r)).len(), 1);
+    let stall = cfg(0).frame_stall;
+    net.offset += stall / 2;
+    net.fire_due_timers();
+    net.run(false);
+    assert!(done(&net, 0).is_empty(), "failed before the deadline");
+    net.drive();
+    assert_eq!(done(&net, 0), [(big, false)]);
+    let failed = net.failed_events(0);
+    assert!(
+        matches!(
+            &failed[..],
+            [(PeerId(1), FailReason::ConnectionLost { cause: Cause::AckStalled(d), .. })] if *d == stall
+        ),
+        "{failed:?}"
+    );
+    let node_end = net.socks[r].other.expect("the node's end");
+    assert!(net.socks[node_end].reset);
 }
