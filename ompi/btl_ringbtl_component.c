@@ -70,6 +70,10 @@ static mca_btl_ringbtl_setting_t ringbtl_settings[] = {
     {"keepalive", "RINGBTL_KEEPALIVE", "TCP keepalive idle_s,intvl_s,cnt (0 = off)", NULL},
     {"zerocopy", "RINGBTL_ZEROCOPY",
      "Zero-copy (MSG_ZEROCOPY) sends from this many bytes (0 = off)", NULL},
+    {"splice", "RINGBTL_SPLICE",
+     "Payloads from this many bytes lend their pages (vmsplice and splice, no copy) and "
+     "complete once the peer acknowledges them (default 128k, 0 = off)",
+     NULL},
     {"recv_multishot", "RINGBTL_RECV_MULTISHOT",
      "io_uring multishot receive with provided buffers (0/1)", NULL},
     {"job_token", "RINGBTL_JOB_TOKEN",
