@@ -12,7 +12,7 @@
 //! Also here: the answer to misuse ([`Misuse`], one errno per case for every backend).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 #[cfg(feature = "uring")]
 use io_uring::{opcode, squeue, types};
@@ -70,16 +70,11 @@ struct Pipe {
 const PIPE_SIZE: usize = 1 << 20;
 
 impl Pipe {
-    /// A non-blocking pipe of [`PIPE_SIZE`] where the system allows it, else of the
-    /// size it gets.
+    /// A pipe (close-on-exec) of [`PIPE_SIZE`] where the system allows it, else of the
+    /// size it gets. Every call on it says `SPLICE_F_NONBLOCK`, so it never blocks.
     fn new() -> io::Result<Self> {
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: `fds` is a live array of two ints that pipe2 fills on success.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: pipe2 succeeded: both fds are open and owned by nobody else.
-        let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (rd, wr) = io::pipe()?;
+        let (rd, wr) = (OwnedFd::from(rd), OwnedFd::from(wr));
         // SAFETY: fcntl on an fd we own; F_SETPIPE_SZ and F_GETPIPE_SZ take an int.
         let cap = unsafe {
             libc::fcntl(wr.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE as libc::c_int);
@@ -338,7 +333,7 @@ impl SendOp {
     /// the caller must keep the op in its slot, unmodified, until the entry's completion.
     #[cfg(feature = "uring")]
     pub(crate) fn sqe(&mut self, fd: RawFd, chunk: usize, how: SendFlavor) -> squeue::Entry {
-        if self.batch.as_ref().is_some_and(TxBatch::has_lent) && self.splice_next() {
+        if self.splice_next() {
             // Splicing is done with direct calls (the ring's SPLICE would run in a worker
             // thread): wait for room in the socket, then resume with `try_now`.
             self.polling = true;

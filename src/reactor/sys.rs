@@ -179,21 +179,10 @@ pub(crate) fn peer_addr_fd(fd: RawFd) -> io::Result<SocketAddr> {
 /// Sets `SO_LINGER` to on, 0 s: the next close discards what the socket still holds to
 /// send and resets the connection. Best effort (a failure leaves the graceful close).
 pub(crate) fn linger_zero(fd: RawFd) {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: `fd` is an open socket of the caller for the duration of the call; the
-    // option value points to a live `linger` whose size is passed with it.
-    let _ = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&raw const l).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
+    // SAFETY: the caller keeps `fd` open for the duration of the call, and the borrow
+    // ends with it.
+    let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let _ = socket2::SockRef::from(&bfd).set_linger(Some(std::time::Duration::ZERO));
 }
 
 #[cfg(feature = "uring")]

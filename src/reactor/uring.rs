@@ -646,32 +646,20 @@ impl Uring {
                     debug_assert!(false, "SendMsg completion without a batch");
                     return;
                 }
-                if s.send.take_polling() {
-                    // The wait for room in the socket, for what goes through the pipe.
-                    let attempt = if res < 0 {
-                        Attempt::Done(Err(errno(res)))
-                    } else if s.closing || self.shutting_down {
-                        Attempt::Done(cancelled())
-                    } else {
-                        s.send.try_now(s.io.fd, s.io.chunk, &mut self.send_direct)
-                    };
-                    match attempt {
-                        Attempt::Blocked => self.submit_send(idx),
-                        Attempt::Done(result) => {
-                            if let Some(batch) = s.send.take() {
-                                out.push(Event::Sent {
-                                    conn,
-                                    batch,
-                                    result,
-                                });
-                            }
-                            self.maybe_finish_close(idx, out);
-                        }
-                    }
-                    return;
-                }
+                let polled = s.send.take_polling();
                 let result = if res < 0 {
                     Err(errno(res))
+                } else if polled && !s.closing && !self.shutting_down {
+                    // The socket has room for what goes through the pipe.
+                    match s.send.try_now(s.io.fd, s.io.chunk, &mut self.send_direct) {
+                        Attempt::Done(result) => result,
+                        Attempt::Blocked => {
+                            self.submit_send(idx);
+                            return;
+                        }
+                    }
+                } else if polled {
+                    cancelled()
                 } else if s.send.advance(res as usize) {
                     Ok(())
                 } else if s.closing || self.shutting_down {
