@@ -17,6 +17,7 @@ fn header(c: &mut Criterion) {
         tag: Tag(9),
         len: 4096,
         ack: false,
+        line: 0,
     };
     let b = h.to_bytes();
     c.bench_function("header/encode", |x| {
@@ -39,6 +40,7 @@ fn small_frames(tags: u64) -> (Vec<u8>, u64) {
                 tag: Tag(1 + (frames % tags) as u8),
                 len: 8,
                 ack: false,
+                line: 0,
             }
             .to_bytes(),
         );
@@ -117,6 +119,7 @@ fn coalesce(c: &mut Criterion) {
         tag: Tag(1),
         len: 8,
         ack: false,
+        line: 0,
     }
     .to_bytes();
     let mut g = c.benchmark_group("coalesce");

@@ -64,8 +64,14 @@ struct RxState {
     /// For a whole buffer: the record's length.
     target: usize,
     /// For a whole buffer: where its record starts (0 unless it was a cache,
-    /// [`cache_into_whole`](Self::cache_into_whole)).
+    /// [`cache_into_whole`](Self::cache_into_whole), or the record has a place in the line).
     base: usize,
+    /// For a whole buffer: the address its record starts at, modulo [`LINE`], if the
+    /// owner asked for one (kept when the memory grows).
+    at: Option<usize>,
+    /// For a cache: where its reads start when it holds nothing (0 unless the owner asked
+    /// for records at a place in the line, [`reuse_as_cache`](Self::reuse_as_cache)).
+    origin: usize,
     /// The next read may fill the spare region completely ([`fill_next_read`](Self::fill_next_read)).
     fill: bool,
     /// For a whole buffer: the owner's note on what it holds (opaque here).
@@ -85,6 +91,8 @@ impl RxState {
         limit: 0,
         target: 0,
         base: 0,
+        at: None,
+        origin: 0,
         fill: false,
         whole: None,
         read_cap: None,
@@ -169,7 +177,7 @@ impl RxBuf {
     /// longest record it can hold).
     #[inline]
     pub fn room(&self) -> usize {
-        self.0.limit
+        self.0.limit - self.0.origin
     }
 
     /// Where the unconsumed bytes start.
@@ -207,10 +215,10 @@ impl RxBuf {
         &self.mem()[r]
     }
 
-    /// Capacity of the buffer.
+    /// Capacity of the buffer (from where its reads start).
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.mem().len()
+        self.mem().len() - self.0.origin
     }
 
     /// The buffer's memory: its own, or the registered region it was placed in.
@@ -236,8 +244,8 @@ impl RxBuf {
     /// always fits.
     pub fn append_upto(&mut self, src: &[u8], want: usize) -> usize {
         if self.0.pos == self.0.filled && self.0.whole.is_none() {
-            self.0.pos = 0;
-            self.0.filled = 0;
+            self.0.pos = self.0.origin;
+            self.0.filled = self.0.origin;
         }
         let n = want
             .saturating_sub(self.pending())
@@ -262,13 +270,14 @@ impl RxBuf {
     /// Moves unconsumed bytes to the front so the next read has the most room. Called
     /// once per read, after every complete record was taken.
     pub fn compact(&mut self) {
+        let origin = self.0.origin;
         if self.0.pos == self.0.filled {
-            self.0.pos = 0;
-            self.0.filled = 0;
-        } else if self.0.pos > 0 {
-            self.0.data.copy_within(self.0.pos..self.0.filled, 0);
-            self.0.filled -= self.0.pos;
-            self.0.pos = 0;
+            self.0.pos = origin;
+            self.0.filled = origin;
+        } else if self.0.pos > origin {
+            self.0.data.copy_within(self.0.pos..self.0.filled, origin);
+            self.0.filled -= self.0.pos - origin;
+            self.0.pos = origin;
         }
     }
 
@@ -276,23 +285,41 @@ impl RxBuf {
     /// consumes up to `len` unread bytes of this cache into `large` (a reused buffer) and
     /// returns `large`, marked with `note` and ready to be rented to the reactor. Its
     /// first read window is what `large` already holds, or [`WHOLE_FIRST`] bytes (at most
-    /// `len`); [`grow_whole`](Self::grow_whole) widens it as bytes arrive.
-    pub fn split_whole(&mut self, len: usize, note: u64, mut large: Self) -> Self {
+    /// `len`); [`grow_whole`](Self::grow_whole) widens it as bytes arrive. With `at`, the
+    /// record starts at an address that is `at` modulo [`LINE`] (a multiple of
+    /// [`RECORD_ALIGN`]), now and after the memory grows.
+    pub fn split_whole(
+        &mut self,
+        len: usize,
+        note: u64,
+        mut large: Self,
+        at: Option<usize>,
+    ) -> Self {
         let have = self.pending().min(len);
-        let window = first_window(len, have, large.0.data.len());
-        if large.0.data.len() < window {
-            large.0.data = vec![0; window];
+        let slack = if at.is_some() { LINE } else { 0 };
+        let window = first_window(len, have, large.0.data.len().saturating_sub(slack));
+        if large.0.data.len() < window + slack {
+            large.0.data = vec![0; window + slack];
         }
-        large.0.data[..have].copy_from_slice(&self.0.data[self.0.pos..self.0.pos + have]);
+        let base = at.map_or(0, |at| large.line_offset(0, at));
+        large.0.data[base..base + have]
+            .copy_from_slice(&self.0.data[self.0.pos..self.0.pos + have]);
         self.0.pos += have;
-        large.0.pos = 0;
-        large.0.filled = have;
-        large.0.limit = window;
+        large.0.pos = base;
+        large.0.filled = base + have;
+        large.0.limit = base + window;
         large.0.target = len;
-        large.0.base = 0;
+        large.0.base = base;
+        large.0.at = at;
         large.0.whole = Some(note);
         large.0.read_cap = None;
         large
+    }
+
+    /// The first offset at or after `from` whose address is `at` modulo [`LINE`].
+    fn line_offset(&self, from: usize, at: usize) -> usize {
+        let addr = self.0.data.as_ptr() as usize + from;
+        from + (at + LINE - addr % LINE) % LINE
     }
 
     /// Like [`split_whole`](Self::split_whole), but the record goes to the memory of a
@@ -347,17 +374,29 @@ impl RxBuf {
         if self.0.whole.is_none() || self.0.filled < self.0.limit || self.0.limit >= end {
             return false;
         }
-        let window = self.0.base
-            + self
-                .0
-                .target
-                .min(((self.0.limit - self.0.base) * 2).max(WHOLE_FIRST));
-        if self.0.data.len() < window {
+        let grown = self
+            .0
+            .target
+            .min(((self.0.limit - self.0.base) * 2).max(WHOLE_FIRST));
+        let slack = if self.0.at.is_some() { LINE } else { 0 };
+        if self.0.data.len() < self.0.base + grown {
             // Exactly the window: a doubling reserve could hold twice the record.
-            self.0.data.reserve_exact(window - self.0.data.len());
-            self.0.data.resize(window, 0);
+            let size = (self.0.base + grown).max(grown + slack);
+            self.0.data.reserve_exact(size - self.0.data.len());
+            self.0.data.resize(size, 0);
+            if let Some(at) = self.0.at {
+                // The memory moved: the record moves back to its place in the line.
+                let base = self.line_offset(0, at);
+                if base != self.0.base {
+                    let (old, have) = (self.0.base, self.0.filled - self.0.base);
+                    self.0.data.copy_within(old..old + have, base);
+                    self.0.base = base;
+                    self.0.pos = base;
+                    self.0.filled = base + have;
+                }
+            }
         }
-        self.0.limit = window;
+        self.0.limit = self.0.base + grown;
         true
     }
 
@@ -374,15 +413,24 @@ impl RxBuf {
     /// Turns an idle whole buffer (after [`reset_whole`](Self::reset_whole)) into a cache
     /// of exactly `len` bytes, keeping whatever memory it holds beyond them for later
     /// records. False (and nothing changed) for a buffer holding no memory.
-    pub fn reuse_as_cache(&mut self, len: usize) -> bool {
+    ///
+    /// With `(lead, at)`, the cache's reads start where the byte `lead` bytes into them
+    /// lies at an address that is `at` modulo [`LINE`]: a record read behind a `lead`-byte
+    /// header then starts at that place in the line.
+    pub fn reuse_as_cache(&mut self, len: usize, place: Option<(usize, usize)>) -> bool {
         debug_assert!(self.0.whole.is_none() && self.0.placed.is_none() && self.0.filled == 0);
         if self.0.data.is_empty() {
             return false;
         }
-        if self.0.data.len() < len {
-            self.0.data.resize(len, 0);
+        let slack = if place.is_some() { LINE } else { 0 };
+        if self.0.data.len() < len + slack {
+            self.0.data.resize(len + slack, 0);
         }
-        self.0.limit = len;
+        let origin = place.map_or(0, |(lead, at)| self.line_offset(lead, at) - lead);
+        self.0.origin = origin;
+        self.0.pos = origin;
+        self.0.filled = origin;
+        self.0.limit = origin + len;
         self.0.read_cap = None;
         true
     }
@@ -394,23 +442,34 @@ impl RxBuf {
     /// buffer's record always is), and the read window grows as in
     /// [`split_whole`](Self::split_whole) (at first what the memory holds, or
     /// [`WHOLE_FIRST`] bytes, at most the record).
-    pub fn cache_into_whole(&mut self, hdr: usize, len: usize, note: u64) {
+    pub fn cache_into_whole(&mut self, hdr: usize, len: usize, note: u64, at: Option<usize>) {
         debug_assert!(self.0.whole.is_none() && self.pending() >= hdr);
         let start = self.0.pos + hdr;
         debug_assert!(self.0.filled - start < len, "bytes past the record");
-        let base = start.next_multiple_of(RECORD_ALIGN);
         let have = (self.0.filled - start).min(len);
-        let window = first_window(len, have, self.0.data.len().saturating_sub(base));
-        if self.0.data.len() < base + window {
-            self.0.data.reserve_exact(base + window - self.0.data.len());
-            self.0.data.resize(base + window, 0);
+        // Where the record goes, or at most a line past the start (the place in the line
+        // is taken once the memory is as large as it gets here).
+        let most = match at {
+            Some(_) => start + LINE,
+            None => start.next_multiple_of(RECORD_ALIGN),
+        };
+        let window = first_window(len, have, self.0.data.len().saturating_sub(most));
+        if self.0.data.len() < most + window {
+            self.0.data.reserve_exact(most + window - self.0.data.len());
+            self.0.data.resize(most + window, 0);
         }
+        let base = match at {
+            Some(at) => self.line_offset(start, at),
+            None => start.next_multiple_of(RECORD_ALIGN),
+        };
         if base != start {
             self.0.data.copy_within(start..start + have, base);
         }
         self.0.filled = base + have;
         self.0.pos = base;
         self.0.base = base;
+        self.0.at = at;
+        self.0.origin = 0;
         self.0.limit = base + window;
         self.0.target = len;
         self.0.whole = Some(note);
@@ -428,6 +487,8 @@ impl RxBuf {
         self.0.limit = 0;
         self.0.target = 0;
         self.0.base = 0;
+        self.0.at = None;
+        self.0.origin = 0;
         self.0.fill = false;
     }
 
@@ -445,6 +506,7 @@ impl RxBuf {
         self.0.pos = 0;
         self.0.filled = n;
         self.0.limit = capacity;
+        self.0.origin = 0;
     }
 
     /// Bytes of the buffer kept allocated (for memory accounting).
@@ -631,8 +693,13 @@ fn first_window(len: usize, have: usize, held: usize) -> usize {
 }
 
 /// Where a whole buffer's record starts is a multiple of this (its memory's start is at
-/// least as aligned): readers may take 8-byte fields of a record where it lies.
-const RECORD_ALIGN: usize = 8;
+/// least as aligned): readers may take 8-byte fields of a record where it lies. A place in
+/// the line asked for is one too.
+pub const RECORD_ALIGN: usize = 8;
+
+/// The line a record's place is given in ([`RxBuf::split_whole`]): a cache line, and the
+/// unit of the wire's [`Header::line`](crate::wire::Header::line).
+pub const LINE: usize = crate::wire::LINE;
 
 // ----- send ------------------------------------------------------------------------------
 
@@ -941,7 +1008,7 @@ mod tests {
         c.commit(10);
         let r = c.consume(2);
         assert_eq!(c.bytes(r), b"01");
-        let mut w = c.split_whole(12, 7, RxBuf::empty_large());
+        let mut w = c.split_whole(12, 7, RxBuf::empty_large(), None);
         assert_eq!(c.pending(), 0, "the cached start moved to the whole buffer");
         assert!(w.wants_all() && w.missing() == 4 && w.whole_complete().is_none());
         assert_eq!(w.append(b"abcdef"), 4, "takes exactly what it misses");
@@ -949,6 +1016,103 @@ mod tests {
         assert_eq!((note, bytes), (7, &b"23456789abcd"[..]));
         w.reset_whole();
         assert!(!w.wants_all() && w.allocated() == 12);
+    }
+
+    /// Fills a whole buffer's record by reads of at most `step` bytes of `byte(i)`, growing
+    /// its window as it fills, and checks after every step that the record's first byte
+    /// stays at `at` modulo the line.
+    fn fill_whole(w: &mut RxBuf, from: usize, step: usize, at: usize, byte: impl Fn(usize) -> u8) {
+        let place = |w: &RxBuf| (w.mem().as_ptr() as usize + w.record_start()) % LINE;
+        let mut i = from;
+        for _ in 0..100_000 {
+            if w.missing() == 0 {
+                return;
+            }
+            if w.spare_mut().is_empty() {
+                assert!(w.grow_whole(), "a full window grows");
+            }
+            let spare = w.spare_mut();
+            let n = spare.len().min(step);
+            for (k, b) in spare[..n].iter_mut().enumerate() {
+                *b = byte(i + k);
+            }
+            w.commit(n);
+            i += n;
+            assert_eq!(place(w), at, "the record keeps its place after {i} bytes");
+        }
+        panic!(
+            "a record of {} bytes not filled in 100,000 reads",
+            w.record_len()
+        );
+    }
+
+    /// A record asked for at a place in the line starts there, whatever the buffer's
+    /// address, and keeps it while its memory grows (and may move); the bytes received
+    /// before the buffer was made come first.
+    #[test]
+    fn whole_buffer_keeps_its_place_in_the_line() {
+        let byte = |i: usize| (i % 251) as u8;
+        for at in (0..LINE).step_by(RECORD_ALIGN) {
+            let mut c = RxBuf::cache(64);
+            let head: Vec<u8> = (0..40).map(byte).collect();
+            c.append_upto(&head, head.len());
+            let len = 3 * WHOLE_FIRST + 5;
+            let mut w = c.split_whole(len, 9, RxBuf::empty_large(), Some(at));
+            assert_eq!(c.pending(), 0);
+            fill_whole(&mut w, head.len(), 100_000, at, byte);
+            let (note, bytes) = w.whole_complete().expect("complete");
+            assert_eq!(note, 9);
+            assert_eq!(bytes.as_ptr() as usize % LINE, at);
+            assert!(bytes.iter().enumerate().all(|(i, b)| *b == byte(i)));
+            // Reused for a record at another place: it moves there.
+            w.reset_whole();
+            let other = (at + 24) % LINE;
+            let mut w = RxBuf::cache(16).split_whole(1000, 1, w, Some(other));
+            fill_whole(&mut w, 0, 300, other, byte);
+            let (_, bytes) = w.whole_complete().expect("complete");
+            assert_eq!(bytes.as_ptr() as usize % LINE, other);
+        }
+    }
+
+    /// A cache asked to read records behind a header at a place in the line starts its
+    /// reads there, after every compaction too; a cache turned into a whole buffer moves
+    /// its record to the place asked for, its bytes intact.
+    #[test]
+    fn cache_reads_put_records_at_their_place_in_the_line() {
+        let hdr = 8;
+        for at in (0..LINE).step_by(RECORD_ALIGN) {
+            let mut w = RxBuf::cache(16).split_whole(100, 0, RxBuf::empty_large(), None);
+            w.append(&[7; 100]);
+            w.reset_whole();
+            assert!(w.reuse_as_cache(hdr + 100, Some((hdr, at))));
+            assert_eq!(w.room(), hdr + 100);
+            for round in 0..3u8 {
+                let spare = w.spare_mut();
+                assert!(spare.len() >= hdr + 100, "room for a whole frame");
+                assert_eq!((spare.as_ptr() as usize + hdr) % LINE, at, "round {round}");
+                spare[..hdr + 100].fill(round);
+                w.commit(hdr + 100);
+                let r = w.consume(hdr + 100);
+                let rec = &w.bytes(r)[hdr..];
+                assert_eq!((rec.as_ptr() as usize % LINE, rec.len()), (at, 100));
+                w.compact();
+            }
+            // Half a frame in, then a record larger than the cache: in place, moved to
+            // its place in the line.
+            let spare = w.spare_mut();
+            spare[..hdr].fill(0xee);
+            for (i, b) in spare[hdr..hdr + 50].iter_mut().enumerate() {
+                *b = i as u8;
+            }
+            w.commit(hdr + 50);
+            let to = (at + 40) % LINE;
+            w.cache_into_whole(hdr, 500, 3, Some(to));
+            assert_eq!(w.missing(), 450);
+            fill_whole(&mut w, 50, 64, to, |i| i as u8);
+            let (_, bytes) = w.whole_complete().expect("complete");
+            assert_eq!(bytes.as_ptr() as usize % LINE, to);
+            assert!(bytes.iter().enumerate().all(|(i, b)| *b == i as u8));
+        }
     }
 
     /// A region is in use while a buffer placed in it lives; a key dies with its

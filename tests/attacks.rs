@@ -161,6 +161,7 @@ fn huge_header_then_stall(kind: BackendKind) {
         tag: Tag(1),
         len: max,
         ack: false,
+        line: 0,
     };
     let mut out = hdr.to_bytes().to_vec();
     out.extend(std::iter::repeat_n(0x33u8, SENT));

@@ -660,12 +660,14 @@ fn data_after_fin_is_a_protocol_error(kind: BackendKind) {
         tag: Tag(0),
         len: 0,
         ack: false,
+        line: 0,
     };
     let send = Header {
         kind: FrameKind::Send,
         tag: Tag(1),
         len: 3,
         ack: false,
+        line: 0,
     };
     let mut bytes = fin.to_bytes().to_vec();
     bytes.extend_from_slice(&send.to_bytes());

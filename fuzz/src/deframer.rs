@@ -145,6 +145,7 @@ fn build(specs: &[FrameSpec]) -> Vec<Frame> {
                 tag: Tag(if s.fin { 0 } else { s.tag }),
                 len,
                 ack: false,
+                line: 0,
             };
             let payload = (0..len as usize)
                 .map(|j| (i.wrapping_mul(31) ^ j) as u8)

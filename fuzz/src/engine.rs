@@ -283,6 +283,7 @@ fn peer_bytes(input: &Input) -> Vec<u8> {
                     tag: Tag(*tag),
                     len: u32::from(*len),
                     ack: false,
+                    line: 0,
                 };
                 out.extend_from_slice(&h.to_bytes());
                 out.extend((0..*len).map(|j| (i as u16 ^ j) as u8));
@@ -293,6 +294,7 @@ fn peer_bytes(input: &Input) -> Vec<u8> {
                     tag: Tag(0),
                     len: 0,
                     ack: false,
+                    line: 0,
                 }
                 .to_bytes(),
             ),

@@ -45,6 +45,10 @@ fn check_header_bytes(b: &[u8], max_len: u32) {
         h.kind != FrameKind::Put || (h.len as usize >= PUT_TARGET_LEN && h.tag == Tag(0)),
         "PUT without its target or with a tag: {h:?}"
     );
+    assert!(
+        h.line < 64 && (h.ack || h.line == 0),
+        "a line offset out of its bits or without FLAG_ACK: {h:?}"
+    );
     let enc = h.to_bytes();
     assert_eq!(
         &enc[..],
@@ -85,8 +89,13 @@ fn check_header_fields((fin, tag, len): (bool, u8, u32), max_len: u32) {
         kind: if fin { FrameKind::Fin } else { FrameKind::Send },
         tag: Tag(tag),
         len,
-        // The ACK flag is valid on a SEND only (of these two kinds).
+        // The ACK flag (with a line offset) is valid on a SEND only (of these two kinds).
         ack: !fin && tag & 1 == 1,
+        line: if !fin && tag & 1 == 1 {
+            (len % 64) as u8
+        } else {
+            0
+        },
     };
     let parsed = Header::parse(&h.to_bytes(), max_len);
     let valid = len <= max_len && (!fin || (len == 0 && tag == 0));

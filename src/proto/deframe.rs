@@ -23,13 +23,19 @@
 //! larger one becomes, in place, a whole buffer behind its header. No byte is copied in
 //! any of these cases, and a large frame costs no read of its header alone.
 //!
+//! A payload whose pages the sender lent is copied by the kernel straight from those pages,
+//! and that copy is several times slower when it writes just ahead of where it reads
+//! modulo 4 KiB ([`Header::line`]): such a payload is placed in its whole buffer at the
+//! line offset its header gives, and a large buffer serving as the cache after one starts
+//! its reads where the next payload of that sender lands at the same offset.
+//!
 //! The framing primitives over an [`RxBuf`] ([`Frames`]) are here too: the buffer itself
 //! is a neutral byte container ([`crate::buf`]). No I/O here.
 
 use std::mem;
 use std::ops::Range;
 
-use crate::buf::{Regions, RxBuf};
+use crate::buf::{Regions, RxBuf, RECORD_ALIGN};
 use crate::wire::{
     FrameKind, Header, Hello, PutTarget, WireError, HEADER_LEN, HELLO_LEN, PUT_TARGET_LEN,
 };
@@ -131,7 +137,7 @@ impl Frames for RxBuf {
     fn into_large(&mut self, hdr: Header, large: RxBuf) -> RxBuf {
         self.consume(HEADER_LEN);
         let note = u64::from_be_bytes(hdr.to_bytes());
-        self.split_whole(hdr.len as usize, note, large)
+        self.split_whole(hdr.len as usize, note, large, place(&hdr))
     }
 
     #[inline]
@@ -381,9 +387,14 @@ impl Deframer {
             return;
         }
         let frame = HEADER_LEN + large.record_len();
+        // The next frame is likely like this one: its payload goes where this one's went.
+        let at = large.large_complete().and_then(|(h, _)| place(&h));
         large.reset_large();
         large.trim(LARGE_KEEP);
-        if self.reuse_large && rx.pending() == 0 && large.reuse_as_cache(frame) {
+        if self.reuse_large
+            && rx.pending() == 0
+            && large.reuse_as_cache(frame, at.map(|at| (HEADER_LEN, at)))
+        {
             // A large payload is often followed by another of its size: the next read
             // brings it with its header, into this buffer, where it is handed out.
             self.home = Some(mem::replace(rx, large));
@@ -402,7 +413,7 @@ impl Deframer {
     /// and the cache proper comes back after it.
     fn big_to_whole(&mut self, rx: &mut RxBuf, h: Header) {
         let note = u64::from_be_bytes(h.to_bytes());
-        rx.cache_into_whole(HEADER_LEN, h.len as usize, note);
+        rx.cache_into_whole(HEADER_LEN, h.len as usize, note, place(&h));
         self.parked = self.home.take();
         self.big = false;
     }
@@ -417,6 +428,15 @@ impl Deframer {
         self.spare_large = Some(big);
         self.big = false;
     }
+}
+
+/// Where a frame's payload goes in a line of the receiving buffer ([`RxBuf::split_whole`]):
+/// for a payload whose pages the sender lent, at the line offset its header carries,
+/// rounded down to a whole record alignment, so that the kernel's copy from those pages
+/// never writes just ahead of where it reads (see [`Header::line`]); anywhere otherwise.
+#[inline]
+fn place(h: &Header) -> Option<usize> {
+    (h.ack && h.kind == FrameKind::Send).then_some(usize::from(h.line) & !(RECORD_ALIGN - 1))
 }
 
 /// The header of a frame whose bytes are all in the cache, and the frame's length with its
@@ -434,7 +454,7 @@ fn whole_in_cache(rx: &RxBuf, max: u32) -> Result<Option<(Header, usize)>, WireE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buf::WHOLE_FIRST;
+    use crate::buf::{LINE, WHOLE_FIRST};
     use crate::wire::{FrameKind, Tag};
     use proptest::prelude::*;
     use std::ptr::NonNull;
@@ -445,6 +465,7 @@ mod tests {
             tag: Tag(tag),
             len: payload.len() as u32,
             ack: false,
+            line: 0,
         }
         .to_bytes()
         .to_vec();
@@ -606,6 +627,7 @@ mod tests {
             tag: Tag(0),
             len: (PUT_TARGET_LEN + data.len()) as u32,
             ack: false,
+            line: 0,
         }
         .to_bytes()
         .to_vec();
@@ -624,6 +646,53 @@ mod tests {
         #[allow(unsafe_code)]
         let key = unsafe { regions.register(base, len) };
         (regions, mem, key)
+    }
+
+    /// A payload whose pages the sender lent lands at the line offset its header gives
+    /// (rounded down to 8 bytes): in its own buffer, and in that buffer serving as the
+    /// cache for the next ones; an unlent payload keeps the 8-byte alignment alone.
+    #[test]
+    fn lent_payloads_land_at_their_place_in_the_line() {
+        let p: Vec<u8> = (0..3000u32).map(|i| (i % 253) as u8).collect();
+        for line in [0u8, 5, 8, 24, 40, 63] {
+            let mut s = Vec::new();
+            for tag in 0..4u8 {
+                let mut f = frame(tag, &p);
+                f[2] = line;
+                f[3] = 1; // FLAG_ACK, with the line offset in bits 8-13
+                s.extend(f);
+            }
+            let (mut d, mut rx, regions) = (Deframer::own_cache(), cache(256), Regions::default());
+            let (mut off, mut got) = (0, 0u8);
+            for _ in 0..1000 {
+                if off == s.len() {
+                    break;
+                }
+                let spare = rx.spare_mut();
+                let n = spare.len().min(s.len() - off);
+                assert!(n > 0, "room for the next read");
+                spare[..n].copy_from_slice(&s[off..off + n]);
+                rx.commit(n);
+                off += n;
+                let mut at = 0;
+                while let Some((h, src)) =
+                    d.frame(&mut rx, &[], &mut at, 1 << 24, &regions).unwrap()
+                {
+                    let Source::Cache(r) = src else {
+                        panic!("the own cache hands out cached bytes")
+                    };
+                    let q = rx.bytes(r);
+                    assert_eq!((h.tag.0, h.ack, h.line, q), (got, true, line, &p[..]));
+                    let want = usize::from(line) & !7;
+                    assert_eq!(q.as_ptr() as usize % LINE, want, "frame {got}, line {line}");
+                    got += 1;
+                }
+                if !rx.wants_all() {
+                    rx.compact();
+                }
+            }
+            assert_eq!((off, got), (s.len(), 4));
+        }
     }
 
     #[test]
@@ -755,6 +824,7 @@ mod tests {
                 tag: Tag(0),
                 len: len as u32,
                 ack: false,
+                line: 0,
             }
             .to_bytes();
             rx.spare_mut()[..8].copy_from_slice(&h);
@@ -835,6 +905,7 @@ mod tests {
             tag: Tag(0),
             len: u32::MAX,
             ack: false,
+            line: 0,
         }
         .to_bytes();
         rx.spare_mut()[..8].copy_from_slice(&h);

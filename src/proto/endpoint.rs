@@ -49,6 +49,7 @@ impl Frag {
             tag: Tag(0),
             len: 0,
             ack: false,
+            line: 0,
         };
         Self::new(hdr, None, None)
     }
@@ -222,6 +223,7 @@ impl Core {
             tag,
             len: 0,
             ack: false,
+            line: 0,
         };
         self.enqueue(peer, hdr, None, segs, cookie)
     }
@@ -242,6 +244,7 @@ impl Core {
             tag: Tag(0),
             len: PUT_TARGET_LEN as u32,
             ack: false,
+            line: 0,
         };
         self.enqueue(peer, hdr, Some(target), segs, cookie)
     }

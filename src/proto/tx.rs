@@ -16,7 +16,7 @@ use crate::proto::config::CoreConfig;
 use crate::proto::conn::{Conn, Orphans, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
 use crate::proto::endpoint::{Endpoint, EpState, Lent, FRAG_INLINE, FRAG_WIRE};
-use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK};
+use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK, LINE};
 
 /// The ACK frame (see [`FrameKind::Ack`]).
 const ACK_FRAME: [u8; Header::LEN] = Header {
@@ -24,6 +24,7 @@ const ACK_FRAME: [u8; Header::LEN] = Header {
     tag: Tag(0),
     len: 0,
     ack: false,
+    line: 0,
 }
 .to_bytes();
 
@@ -207,7 +208,9 @@ impl Core {
                 if lend {
                     let mut h = [0u8; FRAG_WIRE];
                     h[..head.len()].copy_from_slice(head);
-                    h[2..4].copy_from_slice(&FLAG_ACK.to_be_bytes());
+                    let line = payload_line(ep.segs.iter().take(usize::from(f.nsegs)));
+                    let flags = FLAG_ACK | (u16::from(line) << 8);
+                    h[2..4].copy_from_slice(&flags.to_be_bytes());
                     batch.push_copy(&h[..head.len()]);
                 } else {
                     batch.push_copy(head);
@@ -494,5 +497,50 @@ impl SentRuns {
     fn recycle(&mut self, mut cookies: VecDeque<Option<u64>>) {
         cookies.clear();
         self.spare.push(cookies);
+    }
+}
+
+/// [`Header::line`] of a lent payload made of `segs`: where its first byte would lie in a
+/// [`LINE`] of the sender's memory if the payload were contiguous, taken from its largest
+/// segment (the one whose copy counts), so that the receiver, placing the payload at that
+/// offset, puts that segment at the offset of its pages.
+fn payload_line<'a>(segs: impl Iterator<Item = &'a Bytes>) -> u8 {
+    let (mut off, mut best, mut line) = (0usize, 0usize, 0usize);
+    for s in segs {
+        if s.len() > best {
+            best = s.len();
+            line = (s.as_ptr() as usize).wrapping_sub(off) % LINE;
+        }
+        off += s.len();
+    }
+    line as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The line of a lent payload follows its largest segment, counted back to the
+    /// payload's first byte.
+    #[test]
+    fn payload_line_follows_the_largest_segment() {
+        let mem = Bytes::from(vec![0u8; 4096]);
+        let base = mem.as_ptr() as usize;
+        let line = |segs: &[Bytes]| usize::from(payload_line(segs.iter()));
+        let at = |off: usize| (base + off) % LINE;
+        assert_eq!(line(&[mem.slice(..)]), at(0));
+        assert_eq!(line(&[mem.slice(13..)]), at(13));
+        // A small header segment before the data: the data's place, 40 bytes back.
+        let head = Bytes::from_static(&[1; 40]);
+        assert_eq!(
+            line(&[head.clone(), mem.slice(100..)]),
+            (at(100) + LINE - 40) % LINE
+        );
+        // The larger of two segments counts.
+        let segs = [mem.slice(3..1003), mem.slice(2000..2100)];
+        assert_eq!(line(&segs), at(3));
+        let segs = [mem.slice(3..53), mem.slice(2000..2100)];
+        assert_eq!(line(&segs), (at(2000) + LINE - 50) % LINE);
+        assert_eq!(line(&[]), 0);
     }
 }

@@ -684,6 +684,7 @@ fn whole_buf(len: usize) -> RxBuf {
         tag: Tag(1),
         len: len as u32,
         ack: false,
+        line: 0,
     };
     let bytes = hdr.to_bytes();
     let mut cache = RxBuf::cache(64);

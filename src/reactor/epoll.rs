@@ -1455,6 +1455,7 @@ mod tests {
             tag: Tag(1),
             len: (MSG - HEADER_LEN) as u32,
             ack: false,
+            line: 0,
         };
         let mut b = TxBatch::with_capacity(MSG, 2);
         b.push_copy(&hdr.to_bytes());

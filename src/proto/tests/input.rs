@@ -60,6 +60,7 @@ fn stream(sizes: &[usize]) -> (Vec<u8>, Vec<Sent>) {
                 tag: Tag(i as u8),
                 len: n as u32,
                 ack: false,
+                line: 0,
             }
             .to_bytes(),
         );

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::error::Cause;
-use crate::wire::FLAG_ACK;
+use crate::wire::{FLAG_ACK, LINE};
 
 /// Node `n`'s completions so far, in the order they were reported.
 fn done(net: &Net, n: usize) -> Vec<(u64, bool)> {
@@ -83,6 +83,32 @@ fn lent_frame_completes_on_the_peers_ack_and_frames_behind_it_wait() {
             "seed {seed}: the ACK completes the lent frame, then the one behind it"
         );
         assert!(net.failed_events(0).is_empty());
+    }
+}
+
+/// A lent frame's header says where its payload starts in a line of the sender's memory
+/// (its largest segment's place, counted back to the payload's first byte), so that the
+/// receiver can put it at the same place.
+#[test]
+fn lent_frame_carries_its_payloads_place_in_the_line() {
+    let mem = Bytes::from(vec![7u8; 9000]);
+    for off in [0usize, 1, 8, 13, 40, 63] {
+        let mut net = Net::pair(off as u64);
+        let r = confirmed_raw_peer(&mut net);
+        let head = Bytes::from_static(&[1; 24]);
+        let data = mem.slice(off..off + 8192);
+        let want = ((data.as_ptr() as usize + LINE - 24) % LINE) as u8;
+        let now = net.now();
+        let core = &mut net.nodes[0].core;
+        core.send(now, PeerId(1), Tag(2), &[head, data], 1).unwrap();
+        core.send(now, PeerId(1), Tag(3), &[mem.slice(off..off + 100)], 2)
+            .unwrap();
+        net.run(false);
+        let hs: Vec<(bool, u8)> = headers(&net.raw_read(r))
+            .iter()
+            .map(|h| (h.ack, h.line))
+            .collect();
+        assert_eq!(hs, [(true, want), (false, 0)], "offset {off}");
     }
 }
 

@@ -1154,6 +1154,7 @@ fn frame(kind: FrameKind, tag: u8, payload: &[u8]) -> Vec<u8> {
         tag: Tag(tag),
         len: payload.len() as u32,
         ack: false,
+        line: 0,
     }
     .to_bytes()
     .to_vec();
