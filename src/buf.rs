@@ -8,6 +8,7 @@
 //! reactor for one operation and comes back with its completion, so whatever the kernel
 //! may touch is owned by the reactor's operation table meanwhile.
 
+use std::mem;
 use std::ops::Range;
 use std::ptr::NonNull;
 use std::rc::Rc;
@@ -297,7 +298,7 @@ impl RxBuf {
     ) -> Self {
         let have = self.pending().min(len);
         let slack = if at.is_some() { LINE } else { 0 };
-        let window = first_window(len, have, large.0.data.len().saturating_sub(slack));
+        let window = first_window(len, have, large.0.data.len());
         if large.0.data.len() < window + slack {
             large.0.data = vec![0; window + slack];
         }
@@ -424,6 +425,8 @@ impl RxBuf {
         }
         let slack = if place.is_some() { LINE } else { 0 };
         if self.0.data.len() < len + slack {
+            // Exactly: a doubling reserve could hold twice the frame.
+            self.0.data.reserve_exact(len + slack - self.0.data.len());
             self.0.data.resize(len + slack, 0);
         }
         let origin = place.map_or(0, |(lead, at)| self.line_offset(lead, at) - lead);
@@ -699,6 +702,13 @@ pub const RECORD_ALIGN: usize = 8;
 
 /// The line a record's place is given in ([`RxBuf::split_whole`]): a cache line, and the
 /// unit of the wire's [`Header::line`](crate::wire::Header::line).
+///
+/// Where a record lies modulo 4 KiB matters to the kernel's copy into it: `rep movsb`, which
+/// the kernel copies with, runs several times slower on x86 when the destination lies 1 to
+/// 32 bytes past the source modulo 4 KiB. A record whose pages the sender lent lies at the
+/// place of its source ([`Header::line`](crate::wire::Header::line)); any other was copied by
+/// the sender's kernel into socket pages, where in a ping-pong the frame's header starts a
+/// fresh page, so a record of its own buffer is placed one header past the start of a line.
 pub const LINE: usize = crate::wire::LINE;
 
 // ----- send ------------------------------------------------------------------------------
@@ -843,7 +853,7 @@ impl TxBatch {
     pub fn take_lent(&mut self, mut f: impl FnMut(Bytes)) {
         for part in &mut self.parts {
             if let Part::Lent(b) = part {
-                f(std::mem::take(b));
+                f(mem::take(b));
             }
         }
     }

@@ -35,7 +35,7 @@
 use std::mem;
 use std::ops::Range;
 
-use crate::buf::{Regions, RxBuf, RECORD_ALIGN};
+use crate::buf::{Regions, RxBuf, LINE, RECORD_ALIGN};
 use crate::wire::{
     FrameKind, Header, Hello, PutTarget, WireError, HEADER_LEN, HELLO_LEN, PUT_TARGET_LEN,
 };
@@ -430,13 +430,19 @@ impl Deframer {
     }
 }
 
-/// Where a frame's payload goes in a line of the receiving buffer ([`RxBuf::split_whole`]):
-/// for a payload whose pages the sender lent, at the line offset its header carries,
-/// rounded down to a whole record alignment, so that the kernel's copy from those pages
-/// never writes just ahead of where it reads (see [`Header::line`]); anywhere otherwise.
+/// Where a message's payload goes in a line of the receiving buffer
+/// ([`RxBuf::split_whole`]), so that the kernel's copy into it does not write just ahead of
+/// where it reads (see [`LINE`]): a payload whose pages the sender lent at the line offset
+/// its header carries, rounded down to a whole record alignment ([`Header::line`]); any
+/// other one header past the start of a line, where it lies in the sender's socket pages
+/// when its header starts one. A put's data goes where its target says.
 #[inline]
 fn place(h: &Header) -> Option<usize> {
-    (h.ack && h.kind == FrameKind::Send).then_some(usize::from(h.line) & !(RECORD_ALIGN - 1))
+    match (h.kind, h.ack) {
+        (FrameKind::Send, true) => Some(usize::from(h.line) & !(RECORD_ALIGN - 1)),
+        (FrameKind::Send, false) => Some(HEADER_LEN % LINE),
+        _ => None,
+    }
 }
 
 /// The header of a frame whose bytes are all in the cache, and the frame's length with its
@@ -649,19 +655,31 @@ mod tests {
     }
 
     /// A payload whose pages the sender lent lands at the line offset its header gives
-    /// (rounded down to 8 bytes): in its own buffer, and in that buffer serving as the
-    /// cache for the next ones; an unlent payload keeps the 8-byte alignment alone.
+    /// (rounded down to 8 bytes), one the sender's kernel copied lands a header past the
+    /// start of a line: in its own buffer, and in that buffer serving as the cache for the
+    /// next ones.
     #[test]
-    fn lent_payloads_land_at_their_place_in_the_line() {
+    fn large_payloads_land_at_their_place_in_the_line() {
         let p: Vec<u8> = (0..3000u32).map(|i| (i % 253) as u8).collect();
-        for line in [0u8, 5, 8, 24, 40, 63] {
+        for line in [
+            None,
+            Some(0u8),
+            Some(5),
+            Some(8),
+            Some(24),
+            Some(40),
+            Some(63),
+        ] {
             let mut s = Vec::new();
             for tag in 0..4u8 {
                 let mut f = frame(tag, &p);
-                f[2] = line;
-                f[3] = 1; // FLAG_ACK, with the line offset in bits 8-13
+                if let Some(line) = line {
+                    f[2] = line;
+                    f[3] = 1; // FLAG_ACK, with the line offset in bits 8-13
+                }
                 s.extend(f);
             }
+            let want = line.map_or(HEADER_LEN, |l| usize::from(l) & !7);
             let (mut d, mut rx, regions) = (Deframer::own_cache(), cache(256), Regions::default());
             let (mut off, mut got) = (0, 0u8);
             for _ in 0..1000 {
@@ -682,9 +700,16 @@ mod tests {
                         panic!("the own cache hands out cached bytes")
                     };
                     let q = rx.bytes(r);
-                    assert_eq!((h.tag.0, h.ack, h.line, q), (got, true, line, &p[..]));
-                    let want = usize::from(line) & !7;
-                    assert_eq!(q.as_ptr() as usize % LINE, want, "frame {got}, line {line}");
+                    let lent = line.is_some();
+                    assert_eq!(
+                        (h.tag.0, h.ack, h.line, q),
+                        (got, lent, line.unwrap_or(0), &p[..])
+                    );
+                    assert_eq!(
+                        q.as_ptr() as usize % LINE,
+                        want,
+                        "frame {got}, line {line:?}"
+                    );
                     got += 1;
                 }
                 if !rx.wants_all() {
@@ -811,8 +836,9 @@ mod tests {
         assert_eq!(header_reads, 2);
     }
 
-    /// A reused large-payload buffer grows to exactly the new frame, never to twice the
-    /// previous one (a peer must not make a connection hold more than the maximum frame).
+    /// A reused large-payload buffer grows to exactly the new frame (and the line its
+    /// payload may start into), never to twice the previous one (a peer must not make a
+    /// connection hold more than the maximum frame).
     #[test]
     fn large_buffer_never_exceeds_the_largest_frame() {
         let max = 64_511usize;
@@ -833,7 +859,7 @@ mod tests {
                 panic!("expected a large frame");
             };
             let mut l = rx.into_large(h, spare);
-            assert!(l.allocated() <= max, "{} > {max}", l.allocated());
+            assert!(l.allocated() <= max + LINE, "{} > {max}", l.allocated());
             l.reset_large();
             spare = l;
         }
@@ -883,17 +909,27 @@ mod tests {
                 off += n;
                 let held = rx.allocated();
                 peak = peak.max(held);
+                // Beyond the bytes: the record may start up to a line into its buffer,
+                // which may start up to a line into the cache it was.
+                let lines = 2 * LINE;
                 assert!(
-                    held <= (2 * off).max(WHOLE_FIRST + HEADER_LEN),
+                    held <= (2 * off).max(WHOLE_FIRST + HEADER_LEN) + lines,
                     "lent {lent}: {held} bytes held after {off} received"
                 );
                 if off == HEADER_LEN + 1000 || off == n {
-                    assert!(held <= WHOLE_FIRST, "a barely started payload holds {held}");
+                    assert!(
+                        held <= WHOLE_FIRST + lines,
+                        "a barely started payload holds {held}"
+                    );
                 }
             }
             assert_eq!(out, Some((3, true)), "lent {lent}");
-            // At most the frame, header included (it lies in the buffer behind its header).
-            assert!(peak <= HEADER_LEN + len, "lent {lent}: {peak} > {len}");
+            // At most the frame, header included (it lies in the buffer behind its header),
+            // and the lines above.
+            assert!(
+                peak <= HEADER_LEN + len + 2 * LINE,
+                "lent {lent}: {peak} > {len}"
+            );
         }
     }
 
