@@ -4,23 +4,26 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 struct Counting;
 
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    // Per thread: tests run side by side, each counting its own allocations only.
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    if COUNTING.with(Cell::get) {
+        ALLOCS.with(|a| a.set(a.get() + 1));
+    }
 }
 
 // SAFETY: forwards to the system allocator; only counts calls made on a thread that
 // enabled counting.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
+        count();
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(l) }
     }
@@ -29,9 +32,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
+        count();
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(p, l, n) }
     }
@@ -42,9 +43,9 @@ static GLOBAL: Counting = Counting;
 
 /// Runs `f` and returns how many allocations this thread made meanwhile.
 pub(crate) fn allocations_during(f: impl FnOnce()) -> u64 {
-    ALLOCS.store(0, Ordering::Relaxed);
+    ALLOCS.with(|a| a.set(0));
     COUNTING.with(|c| c.set(true));
     f();
     COUNTING.with(|c| c.set(false));
-    ALLOCS.load(Ordering::Relaxed)
+    ALLOCS.with(Cell::get)
 }
