@@ -181,10 +181,11 @@ impl RxBuf {
         self.0.limit - self.0.origin
     }
 
-    /// Where the unconsumed bytes start.
+    /// Where the unconsumed bytes start, counted from where the buffer's reads start when it
+    /// holds nothing (0: they are at its front).
     #[inline]
     pub fn unread_at(&self) -> usize {
-        self.0.pos
+        self.0.pos - self.0.origin
     }
 
     /// Received bytes not yet consumed.

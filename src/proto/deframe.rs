@@ -720,6 +720,55 @@ mod tests {
         }
     }
 
+    /// After a large payload, the next ones of its size come through its buffer serving as
+    /// the cache even when each arrives in two reads, and that buffer does not grow: a cache
+    /// whose reads start into a line (to place the payload) is not a frame behind others.
+    #[test]
+    fn the_big_cache_takes_frames_cut_in_two_without_growing() {
+        let p: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let mut s = Vec::new();
+        for tag in 0..6u8 {
+            s.extend(frame(tag, &p));
+        }
+        let (mut d, mut rx, regions) = (Deframer::own_cache(), cache(256), Regions::default());
+        let (mut off, mut got, mut held) = (0, 0u8, None);
+        for _ in 0..1000 {
+            if off == s.len() {
+                break;
+            }
+            let spare = rx.spare_mut();
+            let n = spare.len().min(s.len() - off).min(1500);
+            assert!(n > 0, "room for the next read");
+            spare[..n].copy_from_slice(&s[off..off + n]);
+            rx.commit(n);
+            off += n;
+            let mut at = 0;
+            while let Some((h, src)) = d.frame(&mut rx, &[], &mut at, 1 << 24, &regions).unwrap() {
+                let Source::Cache(r) = src else {
+                    panic!("the own cache hands out cached bytes")
+                };
+                assert_eq!((h.tag.0, rx.bytes(r)), (got, &p[..]));
+                if got > 0 {
+                    assert!(
+                        d.big && !rx.wants_all(),
+                        "frame {got} came through the big cache"
+                    );
+                    let now = rx.allocated();
+                    assert_eq!(
+                        *held.get_or_insert(now),
+                        now,
+                        "the big cache grew at frame {got}"
+                    );
+                }
+                got += 1;
+            }
+            if !rx.wants_all() {
+                rx.compact();
+            }
+        }
+        assert_eq!((off, got), (s.len(), 6));
+    }
+
     #[test]
     fn many_frames_per_read_and_straddling() {
         let mut s = Vec::new();
