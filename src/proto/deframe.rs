@@ -654,6 +654,42 @@ mod tests {
         (regions, mem, key)
     }
 
+    /// Reads `s` into an own-cache deframer (cache of 256 bytes) at most `max_read` bytes at
+    /// a time, as the reactor does, and hands every frame (its header, its cached payload,
+    /// the deframer and the cache) to `check`; returns how many frames came.
+    fn walk_own_cache(
+        s: &[u8],
+        max_read: usize,
+        mut check: impl FnMut(&Header, &[u8], &Deframer, &RxBuf),
+    ) -> usize {
+        let (mut d, mut rx, regions) = (Deframer::own_cache(), cache(256), Regions::default());
+        let (mut off, mut got) = (0, 0);
+        for _ in 0..1000 {
+            if off == s.len() {
+                break;
+            }
+            let spare = rx.spare_mut();
+            let n = spare.len().min(s.len() - off).min(max_read);
+            assert!(n > 0, "room for the next read");
+            spare[..n].copy_from_slice(&s[off..off + n]);
+            rx.commit(n);
+            off += n;
+            let mut at = 0;
+            while let Some((h, src)) = d.frame(&mut rx, &[], &mut at, 1 << 24, &regions).unwrap() {
+                let Source::Cache(r) = src else {
+                    panic!("the own cache hands out cached bytes")
+                };
+                check(&h, rx.bytes(r), &d, &rx);
+                got += 1;
+            }
+            if !rx.wants_all() {
+                rx.compact();
+            }
+        }
+        assert_eq!(off, s.len(), "the whole stream was read");
+        got
+    }
+
     /// A payload whose pages the sender lent lands at the line offset its header gives
     /// (rounded down to 8 bytes), one the sender's kernel copied lands a header past the
     /// start of a line: in its own buffer, and in that buffer serving as the cache for the
@@ -680,43 +716,21 @@ mod tests {
                 s.extend(f);
             }
             let want = line.map_or(HEADER_LEN, |l| usize::from(l) & !7);
-            let (mut d, mut rx, regions) = (Deframer::own_cache(), cache(256), Regions::default());
-            let (mut off, mut got) = (0, 0u8);
-            for _ in 0..1000 {
-                if off == s.len() {
-                    break;
-                }
-                let spare = rx.spare_mut();
-                let n = spare.len().min(s.len() - off);
-                assert!(n > 0, "room for the next read");
-                spare[..n].copy_from_slice(&s[off..off + n]);
-                rx.commit(n);
-                off += n;
-                let mut at = 0;
-                while let Some((h, src)) =
-                    d.frame(&mut rx, &[], &mut at, 1 << 24, &regions).unwrap()
-                {
-                    let Source::Cache(r) = src else {
-                        panic!("the own cache hands out cached bytes")
-                    };
-                    let q = rx.bytes(r);
-                    let lent = line.is_some();
-                    assert_eq!(
-                        (h.tag.0, h.ack, h.line, q),
-                        (got, lent, line.unwrap_or(0), &p[..])
-                    );
-                    assert_eq!(
-                        q.as_ptr() as usize % LINE,
-                        want,
-                        "frame {got}, line {line:?}"
-                    );
-                    got += 1;
-                }
-                if !rx.wants_all() {
-                    rx.compact();
-                }
-            }
-            assert_eq!((off, got), (s.len(), 4));
+            let mut got = 0u8;
+            let n = walk_own_cache(&s, usize::MAX, |h, q, _, _| {
+                let lent = line.is_some();
+                assert_eq!(
+                    (h.tag.0, h.ack, h.line, q),
+                    (got, lent, line.unwrap_or(0), &p[..])
+                );
+                assert_eq!(
+                    q.as_ptr() as usize % LINE,
+                    want,
+                    "frame {got}, line {line:?}"
+                );
+                got += 1;
+            });
+            assert_eq!(n, 4);
         }
     }
 
@@ -730,43 +744,24 @@ mod tests {
         for tag in 0..6u8 {
             s.extend(frame(tag, &p));
         }
-        let (mut d, mut rx, regions) = (Deframer::own_cache(), cache(256), Regions::default());
-        let (mut off, mut got, mut held) = (0, 0u8, None);
-        for _ in 0..1000 {
-            if off == s.len() {
-                break;
+        let (mut got, mut held) = (0u8, None);
+        let n = walk_own_cache(&s, 1500, |h, q, d, rx| {
+            assert_eq!((h.tag.0, q), (got, &p[..]));
+            if got > 0 {
+                assert!(
+                    d.big && !rx.wants_all(),
+                    "frame {got} came through the big cache"
+                );
+                let now = rx.allocated();
+                assert_eq!(
+                    *held.get_or_insert(now),
+                    now,
+                    "the big cache grew at frame {got}"
+                );
             }
-            let spare = rx.spare_mut();
-            let n = spare.len().min(s.len() - off).min(1500);
-            assert!(n > 0, "room for the next read");
-            spare[..n].copy_from_slice(&s[off..off + n]);
-            rx.commit(n);
-            off += n;
-            let mut at = 0;
-            while let Some((h, src)) = d.frame(&mut rx, &[], &mut at, 1 << 24, &regions).unwrap() {
-                let Source::Cache(r) = src else {
-                    panic!("the own cache hands out cached bytes")
-                };
-                assert_eq!((h.tag.0, rx.bytes(r)), (got, &p[..]));
-                if got > 0 {
-                    assert!(
-                        d.big && !rx.wants_all(),
-                        "frame {got} came through the big cache"
-                    );
-                    let now = rx.allocated();
-                    assert_eq!(
-                        *held.get_or_insert(now),
-                        now,
-                        "the big cache grew at frame {got}"
-                    );
-                }
-                got += 1;
-            }
-            if !rx.wants_all() {
-                rx.compact();
-            }
-        }
-        assert_eq!((off, got), (s.len(), 6));
+            got += 1;
+        });
+        assert_eq!(n, 6);
     }
 
     #[test]
