@@ -74,7 +74,8 @@
 //! the receiver's configured maximum frame size is a protocol error on that connection,
 //! never an allocation. The flags are defined on SEND and PUT only: [`FLAG_ACK`] (bit 0)
 //! and, with it, the payload's line offset (bits 8-13, [`FLAG_LINE_MASK`]; see below);
-//! every other bit must be zero.
+//! on a SEND without [`FLAG_ACK`], [`FLAG_PAD`] (bit 1) and, with it, the number of padding
+//! bytes in the same bits (see below); every other bit must be zero.
 //!
 //! # ACK: the receiver has read a frame whose pages the sender lent
 //!
@@ -94,6 +95,28 @@
 //! the source modulo 4 KiB (the loads then seem to depend on the stores just made): the
 //! receiver places the payload at the same offset of a line (rounded down to 8 bytes),
 //! which keeps the two at most 7 bytes apart in the other direction.
+//!
+//! # Padding: where a copied payload lands in the sender's socket pages
+//!
+//! ```text
+//!  0        8             8 + pad                8 + length
+//!  +--------+-------------+-----------------------+
+//!  | header | padding     | payload               |
+//!  | PAD    | (ignored)   | (length - pad bytes)  |
+//!  +--------+-------------+-----------------------+
+//! ```
+//!
+//! A payload the sender's kernel copies meets the same slow copy on the way out: the
+//! kernel copies each write into fresh socket pages (an idle socket's start at offset 0),
+//! header first, so a payload read from 0 to 7 bytes into a page, as `malloc` hands out
+//! large buffers, lands 1 to 8 bytes past its source. A SEND whose payload is copied may
+//! therefore carry [`FLAG_PAD`] with a number of padding bytes (a multiple of 8, from 8 to
+//! 56, at most the frame's length) in bits 8-13: that many bytes after the header are not
+//! the payload, and `length` counts them. The sender chooses them so that the payload's
+//! largest segment lands in the socket pages at most 7 bytes before its own offset in a
+//! line ([`Header::pad`]); the receiver places what follows the header one header past the
+//! start of a line as for any copied payload, and hands out the payload behind the
+//! padding, still 8-byte aligned.
 //!
 //! # Put (one-sided write into registered memory)
 //!
@@ -180,10 +203,11 @@ pub enum WireError {
 
 /// The magic that opens every ringbtl handshake record.
 pub const MAGIC: [u8; 8] = *b"RINGBTL\0";
-/// Protocol version this build speaks (5: the line offset of lent payloads; 4: the ACK
+/// Protocol version this build speaks (6: padding before copied payloads; 5: the line
+/// offset of lent payloads; 4: the ACK
 /// flag and frame; 3: PUT frames; 2: the authenticated handshake; 1 had a 24-byte record
 /// that carried the job token).
-pub const VERSION: u16 = 0x0005;
+pub const VERSION: u16 = 0x0006;
 /// Length of the handshake record.
 pub const HELLO_LEN: usize = 84;
 /// Bytes of a handshake record that identify its protocol: magic and version.
@@ -417,12 +441,21 @@ impl FrameKind {
 /// and completes the send only once the receiver answers with an ACK frame.
 pub const FLAG_ACK: u16 = 0x0001;
 
+/// Header flag of a SEND without [`FLAG_ACK`]: padding bytes, as many as the bits of
+/// [`FLAG_LINE_MASK`] say, come between the header and the payload (see the module docs).
+pub const FLAG_PAD: u16 = 0x0002;
+
 /// Header flag bits of a frame with [`FLAG_ACK`]: [`Header::line`], the offset of the
-/// payload's first byte within a 64-byte line of the sender's memory.
+/// payload's first byte within a 64-byte line of the sender's memory; with [`FLAG_PAD`],
+/// the number of padding bytes.
 pub const FLAG_LINE_MASK: u16 = 0x3f00;
 
 /// Bytes in the line of [`Header::line`].
 pub const LINE: usize = 64;
+
+/// [`FLAG_PAD`]'s padding is a multiple of this, so that a payload whose frame starts
+/// 8-byte aligned stays so.
+pub const PAD_ALIGN: usize = 8;
 
 /// Length of a [`PutTarget`] on the wire (the first bytes of a PUT frame's payload).
 pub const PUT_TARGET_LEN: usize = 16;
@@ -467,12 +500,15 @@ pub struct Header {
     pub kind: FrameKind,
     /// Active-message tag.
     pub tag: Tag,
-    /// Payload length in bytes.
+    /// Length in bytes of what follows the header: the payload, and its padding if any
+    /// ([`pad`](Self::pad)).
     pub len: u32,
     /// [`FLAG_ACK`]: the receiver answers with an ACK frame once it read this frame.
     pub ack: bool,
     /// With `ack`: the address of the payload's first byte in the sender's memory, modulo
-    /// [`LINE`] (where to place the payload, see the module docs); 0 without.
+    /// [`LINE`] (where to place the payload, see the module docs). Without, on a SEND: the
+    /// padding bytes before the payload ([`FLAG_PAD`], a multiple of 8, within `len`;
+    /// see [`pad`](Self::pad)); 0 on every other frame.
     pub line: u8,
 }
 
@@ -481,8 +517,10 @@ impl Header {
     pub const LEN: usize = HEADER_LEN;
 
     /// Parses a header, rejecting unknown kinds, unknown flags (and [`FLAG_ACK`] on a
-    /// frame other than SEND or PUT), a FIN or ACK with a payload or a tag, a PUT without
-    /// room for its target or with a tag, and any length above `max_len`.
+    /// frame other than SEND or PUT, [`FLAG_PAD`] on a frame other than SEND, with
+    /// [`FLAG_ACK`], or with a padding that is not a multiple of 8 from 8 up to the
+    /// length), a FIN or ACK with a payload or a tag, a PUT without room for its target or
+    /// with a tag, and any length above `max_len`.
     pub fn parse(buf: &[u8], max_len: u32) -> Result<Self, WireError> {
         let b: &[u8; HEADER_LEN] = buf
             .get(..HEADER_LEN)
@@ -497,14 +535,20 @@ impl Header {
         };
         let flags = u16::from_be_bytes([b[2], b[3]]);
         let ack = flags & FLAG_ACK != 0;
-        if flags & !(FLAG_ACK | FLAG_LINE_MASK) != 0
-            || (ack && !matches!(kind, FrameKind::Send | FrameKind::Put))
-            || (!ack && flags != 0)
+        let line = ((flags & FLAG_LINE_MASK) >> 8) as u8;
+        let len = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        let padded = flags & FLAG_PAD != 0;
+        if flags & !(FLAG_ACK | FLAG_PAD | FLAG_LINE_MASK) != 0
+            || (ack && (padded || !matches!(kind, FrameKind::Send | FrameKind::Put)))
+            || (padded
+                && (kind != FrameKind::Send
+                    || line == 0
+                    || usize::from(line) % PAD_ALIGN != 0
+                    || u32::from(line) > len))
+            || (!ack && !padded && flags != 0)
         {
             return Err(WireError::BadFlags(flags));
         }
-        let line = ((flags & FLAG_LINE_MASK) >> 8) as u8;
-        let len = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
         if len > max_len {
             return Err(WireError::FrameTooLarge { len, max: max_len });
         }
@@ -523,6 +567,17 @@ impl Header {
         })
     }
 
+    /// The padding bytes between the header and the payload ([`FLAG_PAD`]): the payload
+    /// is the frame's last `len - pad()` bytes.
+    #[inline]
+    pub const fn pad(&self) -> usize {
+        if self.ack {
+            0
+        } else {
+            self.line as usize
+        }
+    }
+
     /// Encodes the header.
     pub const fn to_bytes(&self) -> [u8; HEADER_LEN] {
         let k = match self.kind {
@@ -531,8 +586,11 @@ impl Header {
             FrameKind::Fin => FrameKind::FIN,
             FrameKind::Ack => FrameKind::ACK,
         };
+        let line = ((self.line as u16) << 8) & FLAG_LINE_MASK;
         let f = if self.ack {
-            FLAG_ACK | (((self.line as u16) << 8) & FLAG_LINE_MASK)
+            FLAG_ACK | line
+        } else if self.line != 0 {
+            FLAG_PAD | line
         } else {
             0
         }
@@ -669,6 +727,34 @@ mod tests {
         assert_eq!(Header::parse(&x, 100), Err(WireError::BadFlags(0x4001)));
         x[2] = 0x80;
         assert_eq!(Header::parse(&x, 100), Err(WireError::BadFlags(0x8001)));
+        // Padding: FLAG_PAD on a SEND without FLAG_ACK, a multiple of 8 from 8 up to the
+        // length, in bits 8-13.
+        for pad in [8u8, 16, 56] {
+            x[2] = pad;
+            x[3] = 2;
+            let padded = Header::parse(&x, 100).expect("a padding");
+            assert!(!padded.ack && padded.pad() == usize::from(pad) && padded.to_bytes() == x);
+        }
+        for (pad, flags) in [(0u8, 2u8), (4, 2), (60, 2), (63, 2), (8, 3), (8, 6)] {
+            x[2] = pad;
+            x[3] = flags;
+            let want = u16::from_be_bytes([pad, flags]);
+            assert_eq!(Header::parse(&x, 100), Err(WireError::BadFlags(want)));
+        }
+        let short = Header {
+            len: 16,
+            line: 24,
+            ..h
+        };
+        assert_eq!(
+            Header::parse(&short.to_bytes(), 100),
+            Err(WireError::BadFlags(0x1802)),
+            "more padding than the frame holds"
+        );
+        let all = Header { len: 24, ..short };
+        assert_eq!(Header::parse(&all.to_bytes(), 100).map(|h| h.pad()), Ok(24));
+        // A lent frame's line offset is no padding.
+        assert_eq!(Header { ack: true, ..short }.pad(), 0);
         let control = |kind, tag: u8, len, ack| {
             let mut b = Header {
                 kind,
@@ -695,6 +781,9 @@ mod tests {
             lined[2] = 0x01;
             lined[3] = 0x01;
             assert_eq!(Header::parse(&lined, 100), Err(WireError::BadFlags(0x0101)));
+            lined[2] = 0x08;
+            lined[3] = 0x02;
+            assert_eq!(Header::parse(&lined, 100), Err(WireError::BadFlags(0x0802)));
             let ok = control(kind, 0, 0, false).expect("a bare control frame");
             assert!(ok.kind == kind && ok.len == 0 && !ok.ack);
         }
@@ -717,6 +806,14 @@ mod tests {
         );
         assert_eq!(put(7, 16), Err(WireError::BadPut { len: 16, tag: 7 }));
         assert!(put(0, 16).is_ok(), "a put of no data");
+        let mut padded_put = put(0, 64).map(|h| h.to_bytes()).expect("a put");
+        padded_put[2] = 0x08;
+        padded_put[3] = 0x02;
+        assert_eq!(
+            Header::parse(&padded_put, 100),
+            Err(WireError::BadFlags(0x0802)),
+            "a put is not padded"
+        );
         // u32::MAX length against the largest maximum is still only an error value.
         let mut x = b;
         x[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
@@ -734,6 +831,14 @@ mod tests {
                 _ => Header { kind: FrameKind::Put, tag: Tag(0), len: len.max(16), ack, line },
             };
             prop_assert_eq!(Header::parse(&h.to_bytes(), u32::MAX), Ok(h));
+        }
+
+        #[test]
+        fn padded_send_round_trip(tag: u8, len in 56..u32::MAX, pad in 1..8u8) {
+            let h = Header { kind: FrameKind::Send, tag: Tag(tag), len, ack: false, line: pad * 8 };
+            let back = Header::parse(&h.to_bytes(), u32::MAX);
+            prop_assert_eq!(back, Ok(h));
+            prop_assert_eq!(h.pad(), usize::from(pad) * 8);
         }
 
         #[test]

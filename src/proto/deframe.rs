@@ -55,7 +55,8 @@ pub fn cache(capacity: usize) -> RxBuf {
 /// What the next bytes of a cache hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
-    /// A complete frame: the payload is `buf.bytes(range)`.
+    /// A complete frame: its bytes after the header are `buf.bytes(range)` (the payload,
+    /// behind its [`Header::pad`] padding).
     Frame(Header, Range<usize>),
     /// A frame whose payload cannot fit in the cache: continue with
     /// [`Frames::into_large`].
@@ -89,7 +90,8 @@ pub trait Frames {
     // though the cache stays usable.
     #[allow(clippy::wrong_self_convention)]
     fn into_large(&mut self, hdr: Header, large: RxBuf) -> RxBuf;
-    /// For a large-payload buffer: the header and payload once every byte has arrived.
+    /// For a large-payload buffer: the header and the frame's bytes after it (the payload,
+    /// behind its [`Header::pad`] padding) once every byte has arrived.
     fn large_complete(&self) -> Option<(Header, &[u8])>;
     /// Turns a consumed large-payload buffer back into an idle spare.
     fn reset_large(&mut self);
@@ -249,7 +251,7 @@ impl Deframer {
                 let start = rx.record_start();
                 return Ok(rx.large_complete().map(|(h, p)| {
                     self.large_delivered = true;
-                    (h, Source::Cache(start..start + p.len()))
+                    (h, Source::Cache(start + h.pad()..start + p.len()))
                 }));
             }
             if rx.pending() == 0 {
@@ -266,7 +268,8 @@ impl Deframer {
                     if rest.len() >= need && h.kind != FrameKind::Put {
                         let start = *at + HEADER_LEN;
                         *at += need;
-                        return Ok(Some((h, Source::Input(start..start + h.len as usize))));
+                        let payload = start + h.pad()..start + h.len as usize;
+                        return Ok(Some((h, Source::Input(payload))));
                     }
                 }
             }
@@ -356,14 +359,14 @@ impl Deframer {
     }
 
     /// Consumes the whole frame of header `h` (`need` bytes with it) at the front of the
-    /// cache and says where in the cache its payload lies.
+    /// cache and says where in the cache its payload lies (behind its padding).
     #[inline]
     fn take_cached(&mut self, rx: &mut RxBuf, h: Header, need: usize) -> (Header, Range<usize>) {
         if self.big {
             self.last_large = need > self.home.as_ref().map_or(0, RxBuf::room);
         }
         let r = rx.consume(need);
-        (h, r.start + HEADER_LEN..r.end)
+        (h, r.start + HEADER_LEN + h.pad()..r.end)
     }
 
     /// A delivered large payload: `rx` is the receive cache parked during the large read

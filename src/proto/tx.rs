@@ -16,7 +16,7 @@ use crate::proto::config::CoreConfig;
 use crate::proto::conn::{Conn, Orphans, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
 use crate::proto::endpoint::{Endpoint, EpState, Lent, FRAG_INLINE, FRAG_WIRE};
-use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK, LINE};
+use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK, LINE, PAD_ALIGN};
 
 /// The ACK frame (see [`FrameKind::Ack`]).
 const ACK_FRAME: [u8; Header::LEN] = Header {
@@ -169,11 +169,12 @@ impl Core {
     }
 
     fn fill_batch(&mut self, peer: PeerId, conn: ConnKey) {
-        let (budget, max_iov, inline, splice_min) = (
+        let (budget, max_iov, inline, splice_min, max_frame) = (
             self.cfg.coalesce_bytes,
             self.cfg.max_iov,
             self.cfg.inline_limit,
             self.cfg.splice_min,
+            self.cfg.max_frame,
         );
         let Some(c) = slot(&mut self.conns, conn.0) else {
             return;
@@ -205,17 +206,32 @@ impl Core {
                 batch.push_small(&f.wire, f.wire_len());
             } else {
                 let head = &f.wire[..f.head as usize];
+                let small = hdr.len as usize <= inline;
+                let segs = || ep.segs.iter().take(usize::from(f.nsegs));
                 if lend {
                     let mut h = [0u8; FRAG_WIRE];
                     h[..head.len()].copy_from_slice(head);
-                    let line = payload_line(ep.segs.iter().take(usize::from(f.nsegs)));
+                    let line = payload_line(segs());
                     let flags = FLAG_ACK | (u16::from(line) << 8);
                     h[2..4].copy_from_slice(&flags.to_be_bytes());
                     batch.push_copy(&h[..head.len()]);
+                } else if let Some(pad) = (hdr.kind == FrameKind::Send && !small)
+                    .then(|| copy_pad(batch.remaining(), segs()))
+                    .filter(|&p| p > 0 && hdr.len as usize + p <= max_frame as usize)
+                {
+                    // The header, then the padding that puts the payload where its copy
+                    // runs fast (zeros: the arena is not read by the peer's handler).
+                    let mut h = [0u8; Header::LEN + PAD_MAX];
+                    let padded = Header {
+                        len: hdr.len + pad as u32,
+                        line: pad as u8,
+                        ..hdr
+                    };
+                    h[..Header::LEN].copy_from_slice(&padded.to_bytes());
+                    batch.push_copy(&h[..Header::LEN + pad]);
                 } else {
                     batch.push_copy(head);
                 }
-                let small = hdr.len as usize <= inline;
                 for _ in 0..f.nsegs {
                     let Some(s) = ep.segs.pop_front() else { break };
                     if lend {
@@ -498,6 +514,35 @@ impl SentRuns {
         cookies.clear();
         self.spare.push(cookies);
     }
+}
+
+/// Most padding [`copy_pad`] asks for.
+const PAD_MAX: usize = LINE - PAD_ALIGN;
+
+/// A copied payload whose largest segment is at least this large is padded ([`copy_pad`]):
+/// below a page the copy's speed hardly shows.
+pub(crate) const PAD_MIN: usize = 4096;
+
+/// [`Header::pad`] for a copied SEND whose header starts `at` bytes into the next write
+/// and whose payload is made of `segs`: the padding after which the payload's largest
+/// segment lies, in the kernel's socket pages (which an idle socket's write starts at a
+/// page's first byte), at most 7 bytes before its own offset in a [`LINE`], where the
+/// kernel's copy from it runs fast (see [`wire`](crate::wire), "Padding"). 0 when that
+/// segment is under [`PAD_MIN`] or already lies there.
+fn copy_pad<'a>(at: usize, segs: impl Iterator<Item = &'a Bytes>) -> usize {
+    let (mut off, mut best, mut src, mut before) = (0usize, 0usize, 0usize, 0usize);
+    for s in segs {
+        if s.len() > best {
+            (best, src, before) = (s.len(), s.as_ptr() as usize, off);
+        }
+        off += s.len();
+    }
+    if best < PAD_MIN {
+        return 0;
+    }
+    // Where the segment lands without padding: `at + header + before`.
+    let unpadded = at.wrapping_add(Header::LEN).wrapping_add(before);
+    (src.wrapping_sub(unpadded) % LINE) & !(PAD_ALIGN - 1)
 }
 
 /// [`Header::line`] of a lent payload made of `segs`: where its first byte would lie in a

@@ -36,6 +36,7 @@ mod garbage;
 mod input;
 mod lazy;
 mod lent;
+mod pad;
 mod traffic;
 
 pub(super) const TOKEN: u64 = 0x5249_4e47_4254_4c00;
