@@ -521,11 +521,29 @@ impl Header {
     /// [`FLAG_ACK`], or with a padding that is not a multiple of 8 from 8 up to the
     /// length), a FIN or ACK with a payload or a tag, a PUT without room for its target or
     /// with a tag, and any length above `max_len`.
+    #[inline]
     pub fn parse(buf: &[u8], max_len: u32) -> Result<Self, WireError> {
         let b: &[u8; HEADER_LEN] = buf
             .get(..HEADER_LEN)
             .and_then(|s| s.try_into().ok())
             .ok_or(WireError::Truncated)?;
+        // The common frame first, from one load: a SEND without flags within the maximum.
+        let w = u64::from_be_bytes(*b);
+        if (w >> 32) & 0xff00_ffff == u64::from(FrameKind::SEND) << 24 && w as u32 <= max_len {
+            return Ok(Self {
+                kind: FrameKind::Send,
+                tag: Tag(b[1]),
+                len: w as u32,
+                ack: false,
+                line: 0,
+            });
+        }
+        Self::parse_any(b, max_len)
+    }
+
+    /// [`parse`](Self::parse) of every other header, and of every error.
+    #[inline(never)]
+    fn parse_any(b: &[u8; HEADER_LEN], max_len: u32) -> Result<Self, WireError> {
         let kind = match b[0] {
             FrameKind::SEND => FrameKind::Send,
             FrameKind::PUT => FrameKind::Put,
@@ -839,6 +857,21 @@ mod tests {
             let back = Header::parse(&h.to_bytes(), u32::MAX);
             prop_assert_eq!(back, Ok(h));
             prop_assert_eq!(h.pad(), usize::from(pad) * 8);
+        }
+
+        /// The fast path of the common frame decides as the general parse does.
+        #[test]
+        fn fast_and_general_parse_agree(
+            b: [u8; HEADER_LEN],
+            kind in prop_oneof![Just(FrameKind::SEND), any::<u8>()],
+            flags in prop_oneof![Just(0u16), any::<u16>()],
+            max_len: u32,
+        ) {
+            let mut b = b;
+            b[0] = kind;
+            b[2..4].copy_from_slice(&flags.to_be_bytes());
+            prop_assert_eq!(Header::parse(&b, max_len), Header::parse_any(&b, max_len));
+            prop_assert_eq!(Header::parse(&b, u32::MAX), Header::parse_any(&b, u32::MAX));
         }
 
         #[test]
