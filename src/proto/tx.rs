@@ -530,13 +530,7 @@ pub(crate) const PAD_MIN: usize = 4096;
 /// kernel's copy from it runs fast (see [`wire`](crate::wire), "Padding"). 0 when that
 /// segment is under [`PAD_MIN`] or already lies there.
 fn copy_pad<'a>(at: usize, segs: impl Iterator<Item = &'a Bytes>) -> usize {
-    let (mut off, mut best, mut src, mut before) = (0usize, 0usize, 0usize, 0usize);
-    for s in segs {
-        if s.len() > best {
-            (best, src, before) = (s.len(), s.as_ptr() as usize, off);
-        }
-        off += s.len();
-    }
+    let (best, src, before) = largest_segment(segs);
     if best < PAD_MIN {
         return 0;
     }
@@ -550,15 +544,21 @@ fn copy_pad<'a>(at: usize, segs: impl Iterator<Item = &'a Bytes>) -> usize {
 /// segment (the one whose copy counts), so that the receiver, placing the payload at that
 /// offset, puts that segment at the offset of its pages.
 fn payload_line<'a>(segs: impl Iterator<Item = &'a Bytes>) -> u8 {
-    let (mut off, mut best, mut line) = (0usize, 0usize, 0usize);
+    let (_, src, before) = largest_segment(segs);
+    (src.wrapping_sub(before) % LINE) as u8
+}
+
+/// The largest of a payload's segments (the first of equals): its length, its address, and
+/// the payload's bytes before it; all 0 for no bytes.
+fn largest_segment<'a>(segs: impl Iterator<Item = &'a Bytes>) -> (usize, usize, usize) {
+    let (mut off, mut best) = (0usize, (0usize, 0usize, 0usize));
     for s in segs {
-        if s.len() > best {
-            best = s.len();
-            line = (s.as_ptr() as usize).wrapping_sub(off) % LINE;
+        if s.len() > best.0 {
+            best = (s.len(), s.as_ptr() as usize, off);
         }
         off += s.len();
     }
-    line as u8
+    best
 }
 
 #[cfg(test)]

@@ -19,15 +19,7 @@ fn done(net: &Net, n: usize) -> Vec<(u64, bool)> {
 
 /// The frame headers in `bytes` (a whole number of frames).
 fn headers(bytes: &[u8]) -> Vec<Header> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        let h = Header::parse(&bytes[at..], u32::MAX).expect("a valid header");
-        at += Header::LEN + h.len as usize;
-        out.push(h);
-    }
-    assert_eq!(at, bytes.len(), "whole frames");
-    out
+    frames(bytes).into_iter().map(|(h, _)| h).collect()
 }
 
 /// Node 0 failed peer 1 once, for breaking the protocol with `err`.
@@ -37,15 +29,6 @@ fn assert_failed_with(net: &Net, err: &ProtoError) {
         matches!(&failed[..], [(PeerId(1), FailReason::Protocol { err: e, .. })] if e == err),
         "{failed:?}"
     );
-}
-
-/// A raw peer (process 1) whose first frame reached node 0, so that node 0's frames
-/// leave at once (not at the first-bytes deadline) and no timer is needed.
-fn confirmed_raw_peer(net: &mut Net) -> usize {
-    let r = raw_peer(net, 1);
-    net.raw_write(r, &frame(FrameKind::Send, 9, b"hi"));
-    net.run(false);
-    r
 }
 
 fn ack() -> Vec<u8> {

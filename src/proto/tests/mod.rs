@@ -1149,6 +1149,29 @@ fn raw_peer(net: &mut Net, pid: u32) -> usize {
     r
 }
 
+/// The frames in `bytes` (a whole number of them): header, and what follows it.
+fn frames(bytes: &[u8]) -> Vec<(Header, &[u8])> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let h = Header::parse(&bytes[at..], u32::MAX).expect("a valid header");
+        let end = at + Header::LEN + h.len as usize;
+        out.push((h, &bytes[at + Header::LEN..end]));
+        at = end;
+    }
+    assert_eq!(at, bytes.len(), "whole frames");
+    out
+}
+
+/// A raw peer (process 1) whose first frame reached node 0, so that node 0's frames
+/// leave at once (not at the first-bytes deadline) and no timer is needed.
+fn confirmed_raw_peer(net: &mut Net) -> usize {
+    let r = raw_peer(net, 1);
+    net.raw_write(r, &frame(FrameKind::Send, 9, b"hi"));
+    net.run(false);
+    r
+}
+
 fn frame(kind: FrameKind, tag: u8, payload: &[u8]) -> Vec<u8> {
     let mut v = Header {
         kind,

@@ -13,28 +13,6 @@ fn copying(pid: u32) -> CoreConfig {
     }
 }
 
-/// The frames in `bytes` (a whole number of them): header, and what follows it.
-fn frames(bytes: &[u8]) -> Vec<(Header, &[u8])> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        let h = Header::parse(&bytes[at..], u32::MAX).expect("a valid header");
-        let end = at + Header::LEN + h.len as usize;
-        out.push((h, &bytes[at + Header::LEN..end]));
-        at = end;
-    }
-    assert_eq!(at, bytes.len(), "whole frames");
-    out
-}
-
-/// A raw peer of node 0 (process 1) whose first bytes node 0 has seen.
-fn confirmed_raw_peer(net: &mut Net) -> usize {
-    let r = raw_peer(net, 1);
-    net.raw_write(r, &frame(FrameKind::Send, 9, b"hi"));
-    net.run(false);
-    r
-}
-
 #[test]
 fn a_copied_payload_is_padded_to_its_place_in_the_line() {
     let mem = Bytes::from((0..9000u32).map(|i| i as u8).collect::<Vec<u8>>());
