@@ -849,6 +849,18 @@ impl TxBatch {
         self.parts.push(Part::Lent(seg));
     }
 
+    /// The unsent bytes of the batch when they are one piece of its arena (small frames
+    /// copied next to their headers), else `None`.
+    #[inline]
+    pub fn unsent_piece(&self) -> Option<&[u8]> {
+        match self.parts[..] {
+            [Part::Arena { start, len }] if self.sent < len => {
+                self.arena.get(start + self.sent..start + len)
+            }
+            _ => None,
+        }
+    }
+
     /// Hands `f` every lent segment, in order, leaving empty ones in their place: the
     /// protocol keeps the caller's memory alive until the peer's ACK, past the batch.
     pub fn take_lent(&mut self, mut f: impl FnMut(Bytes)) {

@@ -103,6 +103,11 @@ pub struct Stats {
     pub recv_direct: u64,
     /// Puts from peers whose data was placed in a registered region.
     pub puts_placed: u64,
+    /// Small messages written to the socket by [`send`](Transport::send) itself, before
+    /// the rest of the caller's pass: those sent on a connection whose last gathered send
+    /// carried one frame (a ping-pong, a request and its answer). A stream's messages
+    /// are gathered and leave together at the end of the pass.
+    pub written_at_once: u64,
 }
 
 type Handler = Box<dyn FnMut(&mut Transport, &Am<'_>)>;
@@ -438,7 +443,21 @@ impl Transport {
     ) -> Result<(), SendError> {
         // The engine reads `now` only to arm timers, which a send does not do: the time
         // of the last pass is precise enough and saves a clock read per message.
-        self.core.send(self.last_now, peer, tag, segs, cookie)
+        self.core.send(self.last_now, peer, tag, segs, cookie)?;
+        if self.core.has_direct() {
+            self.write_direct();
+        }
+        Ok(())
+    }
+
+    /// A ping-pong's message leaves now, before the rest of the caller's pass (see
+    /// [`Stats::written_at_once`]).
+    #[inline(never)]
+    fn write_direct(&mut self) {
+        if let Some((k, bytes)) = self.core.direct_bytes() {
+            let n = self.backend.write_now(conn_id(k), bytes);
+            self.core.direct_written(k, n);
+        }
     }
 
     /// Queues a put of the concatenated `segs` for `peer`: the bytes go straight into the
@@ -671,6 +690,7 @@ impl Transport {
             recv_starved: k.recv_starved,
             recv_direct: c.recv_direct,
             puts_placed: c.puts_placed,
+            written_at_once: c.written_at_once,
         }
     }
 

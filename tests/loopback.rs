@@ -18,6 +18,7 @@ use ringbtl::{
 backend_tests!(
     stream_100k_checked_both_directions,
     reply_from_handler,
+    ping_pong_messages_leave_from_send,
     connect_refused_fails_after_retries,
     unknown_tag_is_counted_not_fatal,
     clean_shutdown_sends_fin,
@@ -145,6 +146,58 @@ fn reply_from_handler(kind: BackendKind) {
         || seen.get().is_some(),
     );
     assert_eq!(seen.get(), Some(true));
+}
+
+/// In a ping-pong, each small message is written by `send` itself (the ping from the
+/// caller, the pong from the handler), not at the end of the pass; every one arrives,
+/// in order, and completes once.
+fn ping_pong_messages_leave_from_send(kind: BackendKind) {
+    const N: u32 = 200;
+    let (mut a, mut b) = pair(kind);
+    b.register(Tag(7), |t, am| {
+        let reply = Bytes::copy_from_slice(am.payload);
+        t.send(am.src, Tag(8), &[reply], 0).unwrap();
+    })
+    .unwrap();
+    let got = Rc::new(RefCell::new(Vec::new()));
+    let g = got.clone();
+    a.register(Tag(8), move |_, am| {
+        g.borrow_mut().push(am.payload.to_vec())
+    })
+    .unwrap();
+    let comp = completions(&mut a);
+    for i in 0..N {
+        let ping = Bytes::copy_from_slice(&[i.to_le_bytes(), [0xa5; 4]].concat());
+        a.send(PeerId(1), Tag(7), &[ping], u64::from(i)).unwrap();
+        let want = i as usize + 1;
+        drive(
+            &mut [&mut a, &mut b],
+            Duration::from_secs(10),
+            "pong",
+            || got.borrow().len() == want,
+        );
+    }
+    for (i, p) in got.borrow().iter().enumerate() {
+        assert_eq!(p[..4], (i as u32).to_le_bytes(), "pong {i}");
+    }
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(10),
+        "completions",
+        || comp.borrow().len() == N as usize,
+    );
+    common::assert_all_ok_in_order(&comp.borrow(), N as usize);
+    // All but the first few (connecting, then a batch of one frame to learn from): a
+    // ping-pong never fills a socket buffer, so each 16-byte frame is taken at once.
+    let (sa, sb) = (a.stats(), b.stats());
+    for (who, st) in [("pinging", &sa), ("answering", &sb)] {
+        assert!(
+            st.written_at_once >= u64::from(N) - 3,
+            "{}: {who} side wrote {} of {N} messages at once",
+            a.backend_name(),
+            st.written_at_once
+        );
+    }
 }
 
 /// A transport whose peer 5 is a loopback port where nobody listens (bound, noted,
@@ -451,6 +504,13 @@ fn coalesced_small_messages_keep_order(kind: BackendKind) {
         "frames were not coalesced: {} frames in {} sends",
         st.frames,
         st.batches
+    );
+    // Only the burst's first message found the batch of a lone frame (message 0's):
+    // the others were gathered, none written from `send` itself.
+    assert!(
+        st.written_at_once <= 1,
+        "{} messages of a burst written at once",
+        st.written_at_once
     );
 }
 

@@ -110,6 +110,11 @@ pub(super) struct Conn {
     /// until the acceptor's answer: ACCEPT completes them, anything else leaves them to
     /// the next connection.
     pub(super) early: u32,
+    /// The last batch handed to the driver held one frame (a ping-pong, a request and
+    /// its answer): a small frame that finds the batch empty is written at once
+    /// ([`Core::direct_bytes`]) rather than at the next flush, where a stream's frames
+    /// are gathered.
+    pub(super) solo: bool,
 }
 
 impl Conn {
@@ -137,6 +142,7 @@ impl Conn {
             held: Vec::new(),
             unconfirmed: false,
             early: 0,
+            solo: false,
         }
     }
 

@@ -218,6 +218,9 @@ pub struct Counters {
     pub recv_direct: u64,
     /// PUT frames whose data was placed in a registered region.
     pub puts_placed: u64,
+    /// Messages whose bytes went to the socket, all or in part, from the send call
+    /// itself ([`Core::direct_bytes`]) rather than with the next flush.
+    pub written_at_once: u64,
 }
 
 /// What [`Core::recv_step`] found.
@@ -285,6 +288,9 @@ pub struct Core {
     /// Sends completed without error, a run per batch, in order with `events`.
     pub(super) sent: SentRuns,
     pub(super) dirty: Vec<PeerId>,
+    /// A send just began a batch that the driver should write at once
+    /// ([`direct_bytes`](Self::direct_bytes)).
+    pub(super) direct: Option<ConnKey>,
     /// Earliest time any timer may fire (a lower bound: conservative is fine).
     pub(super) next_timer: Option<Instant>,
     pub(super) shutting_down: bool,
@@ -321,6 +327,7 @@ impl Core {
             events: VecDeque::with_capacity(256),
             sent: SentRuns::default(),
             dirty: Vec::with_capacity(64),
+            direct: None,
             next_timer: None,
             shutting_down: false,
             ask_unknown: false,
@@ -464,6 +471,7 @@ impl Core {
                     }
                     c.tx_ready = false;
                     let Some(batch) = c.tx.take() else { continue };
+                    c.solo = batch.frames() == 1;
                     Action::Transmit { conn: k, batch }
                 }
                 Todo::Receive(k) => {

@@ -295,6 +295,13 @@ impl Core {
             if !ep.dirty {
                 ep.dirty = true;
                 self.dirty.push(peer);
+                // The first frame since the last flush, so alone in its batch: on a
+                // connection whose last batch held one frame too, it leaves at once.
+                if let EpState::Connected { conn } = ep.state {
+                    if slot(&mut self.conns, conn.0).is_some_and(|c| c.solo) {
+                        self.direct = Some(conn);
+                    }
+                }
             }
             return Ok(());
         }

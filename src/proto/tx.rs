@@ -43,6 +43,39 @@ impl Core {
         self.flush_dirty()
     }
 
+    /// Whether a send left bytes for [`direct_bytes`](Self::direct_bytes).
+    #[inline]
+    pub fn has_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// The bytes a send just put into an empty batch of a connection in a ping-pong
+    /// (its last batch held one frame), for the driver to write at once with a
+    /// non-blocking call before the rest of its pass, then to report with
+    /// [`direct_written`](Self::direct_written). The batch stays where it is: the next
+    /// flush hands it over as usual with what is left of it (nothing, normally), and
+    /// its send completes the frame. `None` in every other case, so a stream's frames
+    /// are gathered into one send per pass.
+    #[inline]
+    pub fn direct_bytes(&mut self) -> Option<(ConnKey, &[u8])> {
+        let k = self.direct.take()?;
+        let batch = self.conn_mut(k)?.tx.as_ref()?;
+        Some((k, batch.unsent_piece()?))
+    }
+
+    /// The driver wrote the first `n` bytes of what [`direct_bytes`](Self::direct_bytes)
+    /// gave it.
+    #[inline]
+    pub fn direct_written(&mut self, k: ConnKey, n: usize) {
+        if n == 0 {
+            return;
+        }
+        if let Some(batch) = self.conn_mut(k).and_then(|c| c.tx.as_mut()) {
+            batch.advance(n);
+            self.counters.written_at_once += 1;
+        }
+    }
+
     fn flush_dirty(&mut self) -> bool {
         let mut held = false;
         let mut dirty = mem::take(&mut self.dirty);

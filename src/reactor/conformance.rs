@@ -27,7 +27,7 @@ pub(super) fn run_all<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
 
 /// [`run_all`] without the cases named in `skip` (each caller says why).
 pub(super) fn run_all_except<B: Backend>(make: &dyn Fn(SockOpts) -> B, skip: &[&str]) {
-    let cases: [(&str, Case<B>); 14] = [
+    let cases: [(&str, Case<B>); 15] = [
         ("connect_accept", case_connect_accept),
         ("multipart_batch", case_multipart_batch),
         ("more_parts_than_iov_max", case_more_parts_than_iov_max),
@@ -45,6 +45,7 @@ pub(super) fn run_all_except<B: Backend>(make: &dyn Fn(SockOpts) -> B, skip: &[&
         ("many_connections", case_many_connections),
         ("misuse_returns_buffers", case_misuse_returns_buffers),
         ("wants_all_completes_full", case_wants_all_completes_full),
+        ("write_now_heads_the_batch", case_write_now_heads_the_batch),
     ];
     let backend = make(SockOpts::default()).name();
     for (name, case) in cases {
@@ -671,6 +672,47 @@ fn case_wants_all_completes_full<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
     h.wait_sent(client).1.expect("send");
     h.assert_quiet(server, Duration::from_millis(20));
     h.close_and_wait(&[client, server]);
+}
+
+/// `write_now` writes the head of a connection's next batch at once; the batch, advanced
+/// by that count, brings the rest (or nothing) and completes as usual. It writes nothing
+/// beside a send in progress, on a closing connection or on an id that names none.
+fn case_write_now_heads_the_batch<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    let mut h = Harness::new(make(small_bufs()));
+    let (client, server) = h.pair();
+    // Part of the batch at once, the rest by its send.
+    let mut b = TxBatch::default();
+    b.push_copy(b"head+tail");
+    assert_eq!(h.b.write_now(client, b"head"), 4);
+    b.advance(4);
+    h.b.send(client, b);
+    assert_eq!(h.recv_exact(server, 9, 64, false), b"head+tail");
+    h.wait_sent(client).1.expect("send of the rest");
+    // All of it at once: the batch's send writes nothing more and completes.
+    let mut b = TxBatch::default();
+    b.push_copy(b"whole");
+    assert_eq!(h.b.write_now(client, b"whole"), 5);
+    b.advance(5);
+    h.b.send(client, b);
+    let (b, result) = h.wait_sent(client);
+    result.expect("send of a written batch");
+    assert_eq!(b.remaining(), 0);
+    assert_eq!(h.recv_exact(server, 5, 64, false), b"whole");
+    // Beside a send in progress (more than the small buffers hold, unread): nothing.
+    let (batch, want) = mixed_batch(4, 256 * 1024);
+    h.b.send(client, batch);
+    h.pump_for(Duration::from_millis(30));
+    assert_eq!(h.b.write_now(client, b"cut in"), 0, "written beside a send");
+    let got = h.recv_exact(server, want.len(), 64 * 1024, false);
+    assert!(got == want, "the stream differs");
+    h.wait_sent(client).1.expect("large send");
+    h.assert_quiet(server, Duration::from_millis(20));
+    // Closing, and an id that names no connection: nothing.
+    h.b.close(server);
+    assert_eq!(h.b.write_now(server, b"late"), 0);
+    h.wait_closed(server);
+    assert_eq!(h.b.write_now(server, b"gone"), 0);
+    h.close_and_wait(&[client]);
 }
 
 /// An empty buffer that wants all of its `len` bytes: a large payload's buffer, made

@@ -253,6 +253,14 @@ impl SendOp {
         self.batch.is_some()
     }
 
+    /// Whether nothing of this connection's sends is left in the op: no batch, no bytes
+    /// in the pipe. Only then may bytes go to the socket outside a batch
+    /// ([`write_now`]).
+    #[inline]
+    pub(crate) fn idle(&self) -> bool {
+        self.batch.is_none() && self.piped == 0
+    }
+
     /// The batch in progress.
     #[inline]
     #[cfg_attr(not(feature = "uring"), allow(dead_code))]
@@ -426,6 +434,26 @@ impl SendOp {
             }
         }
     }
+}
+
+/// One non-blocking `send` of `bytes` on `fd` (`MSG_NOSIGNAL | MSG_DONTWAIT`), counted in
+/// `counts`: the bytes the socket took, 0 when it took none or the call failed (the
+/// caller's own send of the same bytes then meets the error). The backends' `write_now`,
+/// for the head of a connection's next batch (see `Backend::write_now`).
+#[inline]
+pub(crate) fn write_now(fd: RawFd, bytes: &[u8], counts: &mut SendCounts) -> usize {
+    // SAFETY: `bytes` is a live borrowed slice for the call; `send` only reads its
+    // `len()` bytes and keeps no pointer. The caller keeps `fd` open for the call.
+    let res = unsafe {
+        libc::send(
+            fd,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    };
+    counts.calls += 1;
+    usize::try_from(res).unwrap_or(0)
 }
 
 /// A receive into an [`RxBuf`]: one read into its spare region, or, for a buffer that

@@ -893,6 +893,22 @@ impl Backend for Uring {
     }
 
     #[inline]
+    fn write_now(&mut self, conn: ConnId, bytes: &[u8]) -> usize {
+        match self.slots.get(conn.0 as usize) {
+            Some(s)
+                if s.send.idle()
+                    && !s.closing
+                    && !self.shutting_down
+                    && s.io.connect.is_none()
+                    && s.io.fd >= 0 =>
+            {
+                super::op::write_now(s.io.fd, bytes, &mut self.send_direct)
+            }
+            _ => 0,
+        }
+    }
+
+    #[inline]
     fn recv(&mut self, conn: ConnId, rx: RxBuf) {
         let Some((idx, rx)) = self.slots.admit_recv(conn, rx) else {
             return;

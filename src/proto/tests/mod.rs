@@ -31,6 +31,7 @@ mod admit;
 mod auth_handshake;
 mod close;
 mod connect;
+mod direct;
 mod early;
 mod garbage;
 mod input;
@@ -247,6 +248,9 @@ struct Knobs {
     /// Sends of this node never complete (the peer stopped reading) until the socket is
     /// closed.
     stall: Option<usize>,
+    /// How many bytes a socket takes of a write made at once ([`Net::write_direct`]);
+    /// `None`: all of them, a part or none, at random.
+    at_once: Option<usize>,
 }
 
 struct Net {
@@ -313,6 +317,7 @@ impl Net {
                 split: true,
                 jitter: true,
                 stall: None,
+                at_once: None,
             },
             base: Instant::now(),
             offset: Duration::ZERO,
@@ -364,7 +369,49 @@ impl Net {
         node.core.send(now, PeerId(to), Tag(tag), &segs, cookie)?;
         node.next_cookie += 1;
         node.sent.insert(cookie, (PeerId(to), tag, payload));
+        self.write_direct(n);
         Ok(cookie)
+    }
+
+    /// What the driver does after every send (`Transport::send`): writes what
+    /// `direct_bytes` offers at once, with the socket taking all of it, a part of it
+    /// (a full buffer) or nothing, and reports the count.
+    fn write_direct(&mut self, n: usize) {
+        let Some((k, bytes)) = self.nodes[n].core.direct_bytes() else {
+            return;
+        };
+        let bytes = bytes.to_vec();
+        let s = self.sock_of(n, k);
+        assert!(
+            self.socks[s].tx.is_none(),
+            "seed {}: node {n}: bytes offered at once on {k:?} beside a send in flight",
+            self.seed
+        );
+        let Some(o) = self.socks[s].other else { return };
+        if self.socks[s].closing || self.socks[o].closed || self.socks[s].peer_dead {
+            // The call fails; the batch's own send meets the error.
+            return;
+        }
+        let take = match self.knobs.at_once {
+            Some(n) => n.min(bytes.len()),
+            None => match self.rng.below(4) {
+                0 => 0,
+                1 => self.rng.below(bytes.len()),
+                _ => bytes.len(),
+            },
+        };
+        self.wire_out(s, o, &bytes[..take]);
+        self.nodes[n].core.direct_written(k, take);
+    }
+
+    /// Bytes written by end `s` arrive at its other end `o`.
+    fn wire_out(&mut self, s: usize, o: usize, bytes: &[u8]) {
+        if self.socks[s].head.len() < 2 * HELLO_LEN {
+            let need = 2 * HELLO_LEN - self.socks[s].head.len();
+            let take = need.min(bytes.len());
+            self.socks[s].head.extend_from_slice(&bytes[..take]);
+        }
+        self.socks[o].inbox.extend(bytes);
     }
 
     fn send(&mut self, n: usize, to: u32, tag: u8, payload: Vec<u8>) -> Result<u64, SendError> {
@@ -665,14 +712,7 @@ impl Net {
                     self.socks[s].tx_err = Some(Errno::ECANCELED);
                 } else {
                     match self.socks[s].other {
-                        Some(o) if !self.socks[o].closed => {
-                            if self.socks[s].head.len() < 2 * HELLO_LEN {
-                                let need = 2 * HELLO_LEN - self.socks[s].head.len();
-                                let take = need.min(bytes.len());
-                                self.socks[s].head.extend_from_slice(&bytes[..take]);
-                            }
-                            self.socks[o].inbox.extend(&bytes);
-                        }
+                        Some(o) if !self.socks[o].closed => self.wire_out(s, o, &bytes),
                         _ => {
                             // Writing to a connection the peer has closed: either the bytes
                             // vanish or the kernel reports the reset (always, once the peer

@@ -1,0 +1,129 @@
+//! A small message on a connection whose last batch held one frame (a ping-pong) is
+//! offered to the driver from the send call itself (`Core::direct_bytes`); a stream's
+//! messages are gathered at the flush. `Net::send` writes what is offered, as
+//! `Transport::send` does, so these tests see the bytes on the wire before the network
+//! runs.
+
+use super::*;
+
+fn written_at_once(net: &Net) -> u64 {
+    net.nodes[0].core.counters().written_at_once
+}
+
+/// Node 0 and a confirmed raw peer, after one message from node 0 left alone in its
+/// batch.
+fn solo_pair(seed: u64) -> (Net, usize) {
+    let mut net = Net::new(seed, vec![cfg(0), cfg(1)]);
+    let r = confirmed_raw_peer(&mut net);
+    net.knobs.at_once = Some(usize::MAX);
+    net.send(0, 1, 3, b"first".to_vec()).unwrap();
+    net.run(false);
+    let fs = net.raw_read(r);
+    assert_eq!(frames(&fs).len(), 1);
+    (net, r)
+}
+
+#[test]
+fn a_ping_pong_message_is_on_the_wire_when_send_returns() {
+    let (mut net, r) = solo_pair(1);
+    for i in 0..5u8 {
+        let before = written_at_once(&net);
+        let cookie = net.send(0, 1, 4, vec![i; 8]).unwrap();
+        // Not run: the frame left from the send itself.
+        let wire = net.raw_read(r);
+        let fs = frames(&wire);
+        let [(h, body)] = &fs[..] else {
+            panic!("message {i}: one frame at once, got {}", fs.len())
+        };
+        assert_eq!((h.tag, *body), (Tag(4), &[i; 8][..]));
+        assert_eq!(written_at_once(&net), before + 1);
+        // The batch's own send brings nothing more and completes the message.
+        net.run(false);
+        assert!(net.raw_read(r).is_empty(), "message {i} sent twice");
+        let done = net.completions(0);
+        assert_eq!(done.get(&cookie), Some(&Ok(())), "message {i}");
+        // The peer answers, as in a ping-pong.
+        net.raw_write(r, &frame(FrameKind::Send, 5, &[i]));
+        net.run(false);
+    }
+}
+
+#[test]
+fn a_stream_is_gathered_and_only_a_lone_message_leaves_at_once() {
+    let (mut net, r) = solo_pair(2);
+    // What reached the peer: the first payload byte of each frame, in order.
+    let mut order = Vec::new();
+    let mut read = |net: &mut Net| {
+        let wire = net.raw_read(r);
+        let fs = frames(&wire);
+        order.extend(fs.iter().map(|(_, body)| body[0]));
+        fs.len()
+    };
+    // Three in a row: the first finds the batch empty and leaves at once; the two others
+    // are gathered.
+    for i in 0..3u8 {
+        net.send(0, 1, 4, vec![i; 8]).unwrap();
+    }
+    assert_eq!(read(&mut net), 1);
+    assert_eq!(written_at_once(&net), 1);
+    net.run(false);
+    assert_eq!(read(&mut net), 2, "the two others in one batch");
+    // The last batch held two frames: the next message waits for the flush ...
+    net.send(0, 1, 4, vec![3; 8]).unwrap();
+    assert_eq!(read(&mut net), 0, "a stream's message left at once");
+    net.run(false);
+    assert_eq!(read(&mut net), 1);
+    // ... and, its batch holding it alone, the one after it leaves at once.
+    net.send(0, 1, 4, vec![4; 8]).unwrap();
+    assert_eq!(read(&mut net), 1);
+    assert_eq!(written_at_once(&net), 2);
+    net.run(false);
+    assert_eq!(read(&mut net), 0);
+    assert_eq!(order, [0, 1, 2, 3, 4]);
+    assert!(net.completions(0).values().all(Result::is_ok));
+}
+
+/// A socket that takes part of the frame, or none of it: the batch's send brings the
+/// rest, and the peer reads the frame whole.
+#[test]
+fn what_the_socket_does_not_take_at_once_leaves_with_the_batch() {
+    for take in [0usize, 1, 3, 8, 15] {
+        let (mut net, r) = solo_pair(10 + take as u64);
+        net.knobs.at_once = Some(take);
+        let before = written_at_once(&net);
+        let cookie = net.send(0, 1, 6, vec![0xab; 8]).unwrap();
+        assert_eq!(net.raw_read(r).len(), take, "take {take}");
+        assert_eq!(written_at_once(&net), before + u64::from(take > 0));
+        let mut wire = frame(FrameKind::Send, 6, &[0xab; 8]);
+        net.run(false);
+        let rest = net.raw_read(r);
+        assert_eq!(rest[..], wire.split_off(take)[..], "take {take}");
+        assert_eq!(net.completions(0).get(&cookie), Some(&Ok(())));
+    }
+}
+
+/// Two engines in a ping-pong of small and large messages, each socket taking all, part
+/// or none of what is written at once: every message arrives, in order, and completes.
+#[test]
+fn ping_pong_through_partial_writes_delivers_everything() {
+    for seed in 0..8u64 {
+        let mut net = Net::pair(seed);
+        net.knobs.split = seed % 2 == 0;
+        for i in 0..60u32 {
+            let (from, to) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
+            let len = match i % 7 {
+                0 => 20_000,
+                1 => 0,
+                _ => 1 + (i as usize % 32),
+            };
+            net.send(from, to as u32, 2, vec![i as u8; len]).unwrap();
+            net.run(false);
+        }
+        net.assert_all_delivered(0, 1);
+        net.assert_all_delivered(1, 0);
+        assert!(net.completions(0).values().all(Result::is_ok));
+        assert!(net.completions(1).values().all(Result::is_ok));
+        let at_once = written_at_once(&net) + net.nodes[1].core.counters().written_at_once;
+        assert!(at_once > 0, "seed {seed}: nothing written at once");
+    }
+}
