@@ -849,16 +849,28 @@ impl TxBatch {
         self.parts.push(Part::Lent(seg));
     }
 
-    /// The unsent bytes of the batch when they are one piece of its arena (small frames
-    /// copied next to their headers), else `None`.
-    #[inline]
-    pub fn unsent_piece(&self) -> Option<&[u8]> {
-        match self.parts[..] {
-            [Part::Arena { start, len }] if self.sent < len => {
-                self.arena.get(start + self.sent..start + len)
-            }
-            _ => None,
+    /// The unsent bytes of the batch, in order, as at most `N` slices into `out` (its
+    /// arena's pieces and the caller's segments), for one gathered write. Returns how
+    /// many; `None` when nothing is unsent, when they take more than `N` slices, or when a
+    /// lent segment is among them (its pages go through a pipe, see
+    /// [`push_lent`](Self::push_lent)).
+    pub fn unsent_pieces<'a, const N: usize>(&'a self, out: &mut [&'a [u8]; N]) -> Option<usize> {
+        if self.lent {
+            return None;
         }
+        let mut skip = self.sent;
+        let mut n = 0;
+        for part in &self.parts {
+            let s = self.part_bytes(part);
+            if skip >= s.len() {
+                skip -= s.len();
+                continue;
+            }
+            *out.get_mut(n)? = &s[skip..];
+            skip = 0;
+            n += 1;
+        }
+        (n > 0).then_some(n)
     }
 
     /// Hands `f` every lent segment, in order, leaving empty ones in their place: the
@@ -995,6 +1007,35 @@ impl TxBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unsent_pieces_are_the_unwritten_rest_in_order() {
+        fn pieces<const N: usize>(b: &TxBatch) -> Option<Vec<Vec<u8>>> {
+            let mut out: [&[u8]; N] = [&[]; N];
+            let n = b.unsent_pieces(&mut out)?;
+            Some(out[..n].iter().map(|p| p.to_vec()).collect())
+        }
+        let mut b = TxBatch::with_capacity(64, 4);
+        assert_eq!(pieces::<3>(&b), None, "nothing to write");
+        b.push_copy(b"header");
+        b.push_ext(Bytes::from_static(b"payload"));
+        b.push_copy(b"tail");
+        let want: [&[u8]; 3] = [b"header", b"payload", b"tail"];
+        assert_eq!(pieces::<3>(&b).unwrap(), want);
+        b.advance(8);
+        let want: [&[u8]; 2] = [b"yload", b"tail"];
+        assert_eq!(pieces::<3>(&b).unwrap(), want);
+        // More pieces than room: none.
+        b.push_ext(Bytes::from_static(b"more"));
+        assert_eq!(pieces::<2>(&b), None);
+        b.advance(b.remaining());
+        assert_eq!(pieces::<3>(&b), None, "all written");
+        // Lent pages go through a pipe, never in such a write.
+        let mut lent = TxBatch::with_capacity(64, 4);
+        lent.push_copy(b"h");
+        lent.push_lent(Bytes::from_static(b"pages"));
+        assert_eq!(pieces::<3>(&lent), None);
+    }
 
     #[test]
     fn merges_contiguous_copies_and_tracks_partial_writes() {

@@ -27,6 +27,7 @@ use crate::proto::config::CoreConfig;
 use crate::proto::core::{
     Action, ConnKey, Core, CoreEvent, EndpointState, InputStep, Source, Step,
 };
+use crate::reactor::op::WRITE_NOW_PIECES;
 use crate::reactor::{AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry};
 use crate::wire::{PeerId, PutTarget, Tag};
 use crate::wireup::ifaces::{self, Interface};
@@ -454,9 +455,10 @@ impl Transport {
     /// [`Stats::written_at_once`]).
     #[inline(never)]
     fn write_direct(&mut self) {
-        if let Some((k, bytes)) = self.core.direct_bytes() {
-            let n = self.backend.write_now(conn_id(k), bytes);
-            self.core.direct_written(k, n);
+        let mut pieces: [&[u8]; WRITE_NOW_PIECES] = [&[]; WRITE_NOW_PIECES];
+        if let Some((k, n)) = self.core.direct_pieces(&mut pieces) {
+            let w = self.backend.write_now(conn_id(k), &pieces[..n]);
+            self.core.direct_written(k, w);
         }
     }
 

@@ -6,7 +6,8 @@
 //! engine the way the transport does, with a virtual clock: reads of arbitrary size
 //! through the buffer of an `Action::Receive` walked with `recv_step` / `recv_done`, or,
 //! in multishot mode, provided buffers walked with `input_begin` / `input_step` /
-//! `input_done` (with the pause for a large payload), application sends to peer 1, completions
+//! `input_done` (with the pause for a large payload), application sends to peer 1 (with a
+//! prefix of what `direct_pieces` offers written at once), completions
 //! of the gathered sends, end of stream, clock ticks through `handle_timeout`, a clean
 //! shutdown. Dials the engine asks for are refused or left connecting. At the end every
 //! socket is drained (sends complete, reads see end of stream, the clock runs far ahead).
@@ -17,7 +18,7 @@
 //! - `PeerFailed` is raised at most once per peer;
 //! - the driver contract holds: at most one send and one read in flight per socket, no
 //!   read beside a multishot receive, no empty batch, no read armed without room, no
-//!   socket closed twice.
+//!   socket closed twice, no bytes offered at once beside a send in flight.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
@@ -342,6 +343,18 @@ impl Driver {
                 self.next_cookie += 1;
                 if self.core.send(now, PEER, Tag(tag), &parts, cookie).is_ok() {
                     self.accepted.insert(cookie);
+                }
+                // What `Transport::send` does next: write what is offered at once, here a
+                // prefix of it that the input picks.
+                let mut pieces: [&[u8]; 12] = [&[]; 12];
+                if let Some((k, np)) = self.core.direct_pieces(&mut pieces) {
+                    let offered: usize = pieces[..np].iter().map(|p| p.len()).sum();
+                    let n = len % (offered + 1);
+                    assert!(
+                        self.sock(k).tx.is_none(),
+                        "bytes offered at once on {k:?} beside a send in flight"
+                    );
+                    self.core.direct_written(k, n);
                 }
             }
             Op::SendDone { conn, ok } => {

@@ -112,7 +112,7 @@ pub(super) struct Conn {
     pub(super) early: u32,
     /// The last batch handed to the driver held one frame (a ping-pong, a request and
     /// its answer): a small frame that finds the batch empty is written at once
-    /// ([`Core::direct_bytes`]) rather than at the next flush, where a stream's frames
+    /// ([`Core::direct_pieces`]) rather than at the next flush, where a stream's frames
     /// are gathered.
     pub(super) solo: bool,
 }

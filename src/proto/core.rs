@@ -219,7 +219,7 @@ pub struct Counters {
     /// PUT frames whose data was placed in a registered region.
     pub puts_placed: u64,
     /// Messages whose bytes went to the socket, all or in part, from the send call
-    /// itself ([`Core::direct_bytes`]) rather than with the next flush.
+    /// itself ([`Core::direct_pieces`]) rather than with the next flush.
     pub written_at_once: u64,
 }
 
@@ -289,7 +289,7 @@ pub struct Core {
     pub(super) sent: SentRuns,
     pub(super) dirty: Vec<PeerId>,
     /// A send just began a batch that the driver should write at once
-    /// ([`direct_bytes`](Self::direct_bytes)).
+    /// ([`direct_pieces`](Self::direct_pieces)).
     pub(super) direct: Option<ConnKey>,
     /// Earliest time any timer may fire (a lower bound: conservative is fine).
     pub(super) next_timer: Option<Instant>,

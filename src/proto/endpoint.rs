@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason, ProtoError, SendError};
 use crate::proto::conn::{Conn, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo, MAX_PEERS, MAX_SEGMENTS};
@@ -330,9 +331,18 @@ impl Core {
                 self.dial_next(peer);
             }
             // As `mark_dirty`, without looking the endpoint up again.
-            EpState::Connected { .. } if !ep.dirty => {
+            EpState::Connected { conn } if !ep.dirty => {
                 ep.dirty = true;
                 self.dirty.push(peer);
+                // Alone in the queue, first since the last flush, and the connection's
+                // batch idle and empty: on a connection in a ping-pong it leaves at once.
+                if ep.queue.len() == 1
+                    && slot(&mut self.conns, conn.0).is_some_and(|c| {
+                        c.solo && !c.unconfirmed && c.tx.as_ref().is_some_and(TxBatch::is_empty)
+                    })
+                {
+                    self.direct = Some(conn);
+                }
             }
             _ => {}
         }

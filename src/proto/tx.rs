@@ -43,27 +43,35 @@ impl Core {
         self.flush_dirty()
     }
 
-    /// Whether a send left bytes for [`direct_bytes`](Self::direct_bytes).
+    /// Whether a send left a frame for [`direct_pieces`](Self::direct_pieces).
     #[inline]
     pub fn has_direct(&self) -> bool {
         self.direct.is_some()
     }
 
-    /// The bytes a send just put into an empty batch of a connection in a ping-pong
-    /// (its last batch held one frame), for the driver to write at once with a
+    /// The frame a send just began an empty batch with, on a connection in a ping-pong
+    /// (its last batch held one frame), for the driver to write at once with one
     /// non-blocking call before the rest of its pass, then to report with
-    /// [`direct_written`](Self::direct_written). The batch stays where it is: the next
-    /// flush hands it over as usual with what is left of it (nothing, normally), and
-    /// its send completes the frame. `None` in every other case, so a stream's frames
-    /// are gathered into one send per pass.
+    /// [`direct_written`](Self::direct_written): its bytes as at most `N` pieces in `out`
+    /// (a queued frame is moved into the batch first), and how many. The batch stays
+    /// where it is: the next flush hands it over as usual with what is left of it
+    /// (nothing, normally), and its send completes the frame. `None` in every other case
+    /// (and for lent pages), so a stream's frames are gathered into one send per pass.
     #[inline]
-    pub fn direct_bytes(&mut self) -> Option<(ConnKey, &[u8])> {
+    pub fn direct_pieces<'a, const N: usize>(
+        &'a mut self,
+        out: &mut [&'a [u8]; N],
+    ) -> Option<(ConnKey, usize)> {
         let k = self.direct.take()?;
+        let peer = self.conn_mut(k)?.peer?;
+        if self.ep(peer).is_some_and(|e| !e.queue.is_empty()) {
+            self.fill_batch(peer, k, false);
+        }
         let batch = self.conn_mut(k)?.tx.as_ref()?;
-        Some((k, batch.unsent_piece()?))
+        Some((k, batch.unsent_pieces(out)?))
     }
 
-    /// The driver wrote the first `n` bytes of what [`direct_bytes`](Self::direct_bytes)
+    /// The driver wrote the first `n` bytes of what [`direct_pieces`](Self::direct_pieces)
     /// gave it.
     #[inline]
     pub fn direct_written(&mut self, k: ConnKey, n: usize) {
@@ -91,7 +99,7 @@ impl Core {
                 // Frames wait for the dialer's first bytes (`Core::confirm`).
                 continue;
             }
-            self.fill_batch(peer, conn);
+            self.fill_batch(peer, conn, true);
             held |= self.ep(peer).is_some_and(|e| !e.queue.is_empty());
         }
         self.dirty = dirty;
@@ -201,7 +209,11 @@ impl Core {
         });
     }
 
-    fn fill_batch(&mut self, peer: PeerId, conn: ConnKey) {
+    /// Moves `peer`'s queued frames (ACKs owed first) into the idle batch of `conn`, as
+    /// far as its budget goes, and, with `submit`, queues the batch's
+    /// [`Action::Transmit`](super::core::Action::Transmit). Without, the flush that
+    /// follows submits it (frames a send writes at once, [`direct_pieces`](Self::direct_pieces)).
+    fn fill_batch(&mut self, peer: PeerId, conn: ConnKey, submit: bool) {
         let (budget, max_iov, inline, splice_min, max_frame) = (
             self.cfg.coalesce_bytes,
             self.cfg.max_iov,
@@ -291,7 +303,7 @@ impl Core {
             }
             ep.inflight.push_back(cookie);
         }
-        if !batch.is_empty() && !c.tx_ready {
+        if submit && !batch.is_empty() && !c.tx_ready {
             c.tx_ready = true;
             self.counters.batches += 1;
             self.counters.frames += batch.frames() as u64;

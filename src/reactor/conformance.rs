@@ -680,19 +680,26 @@ fn case_wants_all_completes_full<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
 fn case_write_now_heads_the_batch<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
     let mut h = Harness::new(make(small_bufs()));
     let (client, server) = h.pair();
-    // Part of the batch at once, the rest by its send.
+    // Part of the batch at once (its first piece), the rest by its send.
     let mut b = TxBatch::default();
-    b.push_copy(b"head+tail");
-    assert_eq!(h.b.write_now(client, b"head"), 4);
+    b.push_copy(b"head");
+    b.push_ext(Bytes::from_static(b"+tail"));
+    let mut pieces: [&[u8]; 4] = [&[]; 4];
+    assert_eq!(b.unsent_pieces(&mut pieces), Some(2));
+    assert_eq!(h.b.write_now(client, &pieces[..1]), 4);
     b.advance(4);
     h.b.send(client, b);
     assert_eq!(h.recv_exact(server, 9, 64, false), b"head+tail");
     h.wait_sent(client).1.expect("send of the rest");
-    // All of it at once: the batch's send writes nothing more and completes.
+    // All of it at once, gathered: the batch's send writes nothing more and completes.
     let mut b = TxBatch::default();
-    b.push_copy(b"whole");
-    assert_eq!(h.b.write_now(client, b"whole"), 5);
-    b.advance(5);
+    b.push_copy(b"who");
+    b.push_ext(Bytes::from_static(b"le"));
+    let mut pieces: [&[u8]; 4] = [&[]; 4];
+    let n = b.unsent_pieces(&mut pieces).expect("unsent pieces");
+    let w = h.b.write_now(client, &pieces[..n]);
+    assert_eq!(w, 5);
+    b.advance(w);
     h.b.send(client, b);
     let (b, result) = h.wait_sent(client);
     result.expect("send of a written batch");
@@ -702,16 +709,20 @@ fn case_write_now_heads_the_batch<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
     let (batch, want) = mixed_batch(4, 256 * 1024);
     h.b.send(client, batch);
     h.pump_for(Duration::from_millis(30));
-    assert_eq!(h.b.write_now(client, b"cut in"), 0, "written beside a send");
+    assert_eq!(
+        h.b.write_now(client, &[&b"cut in"[..]]),
+        0,
+        "written beside a send"
+    );
     let got = h.recv_exact(server, want.len(), 64 * 1024, false);
     assert!(got == want, "the stream differs");
     h.wait_sent(client).1.expect("large send");
     h.assert_quiet(server, Duration::from_millis(20));
     // Closing, and an id that names no connection: nothing.
     h.b.close(server);
-    assert_eq!(h.b.write_now(server, b"late"), 0);
+    assert_eq!(h.b.write_now(server, &[&b"late"[..]]), 0);
     h.wait_closed(server);
-    assert_eq!(h.b.write_now(server, b"gone"), 0);
+    assert_eq!(h.b.write_now(server, &[&b"gone"[..]]), 0);
     h.close_and_wait(&[client]);
 }
 

@@ -461,10 +461,10 @@ impl Backend for Epoll {
     }
 
     #[inline]
-    fn write_now(&mut self, conn: ConnId, bytes: &[u8]) -> usize {
+    fn write_now(&mut self, conn: ConnId, pieces: &[&[u8]]) -> usize {
         match self.slots.get(conn.0 as usize) {
             Some(s) if s.send.idle() && !s.closing && !s.io.connecting && s.io.writable => {
-                super::op::write_now(s.io.raw_fd(), bytes, &mut self.send_calls)
+                super::op::write_now(s.io.raw_fd(), pieces, &mut self.send_calls)
             }
             _ => 0,
         }

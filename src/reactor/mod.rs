@@ -135,12 +135,13 @@ pub(crate) trait Backend {
     fn connect(&mut self, addr: SocketAddr, bind: Option<SocketAddr>) -> io::Result<ConnId>;
     /// Starts writing the whole batch (one gathered `sendmsg`, resumed on short writes).
     fn send(&mut self, conn: ConnId, batch: TxBatch);
-    /// Writes what the socket takes of `bytes` now, with one non-blocking `send`, and
-    /// returns that count: 0 when the connection has a send of its own in progress, is
-    /// still connecting or closing, or the call fails (the batch's send of the same
-    /// bytes then meets the error and reports it). `bytes` must be the head of the
-    /// connection's next batch, which the caller then advances by the count.
-    fn write_now(&mut self, conn: ConnId, bytes: &[u8]) -> usize;
+    /// Writes what the socket takes of `pieces` (in order) now, with one non-blocking
+    /// call, and returns that count: 0 when the connection has a send of its own in
+    /// progress, is still connecting or closing, or the call fails (the batch's send of
+    /// the same bytes then meets the error and reports it). `pieces` must be the head of
+    /// the connection's next batch, which the caller then advances by the count; at most
+    /// `op::WRITE_NOW_PIECES` of them are written.
+    fn write_now(&mut self, conn: ConnId, pieces: &[&[u8]]) -> usize;
     /// Starts receiving into `rx.spare_mut()` (all of it when `rx.wants_all()`).
     fn recv(&mut self, conn: ConnId, rx: RxBuf);
     /// Closes the connection once its pending operations have completed (they are
@@ -288,8 +289,8 @@ impl Backend for AnyBackend {
         forward!(self, b => b.send(conn, batch))
     }
     #[inline]
-    fn write_now(&mut self, conn: ConnId, bytes: &[u8]) -> usize {
-        forward!(self, b => b.write_now(conn, bytes))
+    fn write_now(&mut self, conn: ConnId, pieces: &[&[u8]]) -> usize {
+        forward!(self, b => b.write_now(conn, pieces))
     }
     #[inline]
     fn recv(&mut self, conn: ConnId, rx: RxBuf) {

@@ -436,21 +436,43 @@ impl SendOp {
     }
 }
 
-/// One non-blocking `send` of `bytes` on `fd` (`MSG_NOSIGNAL | MSG_DONTWAIT`), counted in
-/// `counts`: the bytes the socket took, 0 when it took none or the call failed (the
-/// caller's own send of the same bytes then meets the error). The backends' `write_now`,
-/// for the head of a connection's next batch (see `Backend::write_now`).
+/// At most this many pieces go in one [`write_now`] (a frame: its header, padding or
+/// inline payload, and up to `MAX_SEGMENTS` segments of the caller's).
+pub(crate) const WRITE_NOW_PIECES: usize = 12;
+
+/// One non-blocking write of `pieces`, in order, on `fd` (`send` for one piece, `sendmsg`
+/// for several; `MSG_NOSIGNAL | MSG_DONTWAIT`), counted in `counts`: the bytes the socket
+/// took, 0 when it took none or the call failed (the caller's own send of the same bytes
+/// then meets the error). The backends' `write_now`, for the head of a connection's next
+/// batch (see `Backend::write_now`). Pieces beyond [`WRITE_NOW_PIECES`] are not written.
 #[inline]
-pub(crate) fn write_now(fd: RawFd, bytes: &[u8], counts: &mut SendCounts) -> usize {
-    // SAFETY: `bytes` is a live borrowed slice for the call; `send` only reads its
-    // `len()` bytes and keeps no pointer. The caller keeps `fd` open for the call.
-    let res = unsafe {
-        libc::send(
-            fd,
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-        )
+pub(crate) fn write_now(fd: RawFd, pieces: &[&[u8]], counts: &mut SendCounts) -> usize {
+    let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+    let res = if let [one] = pieces {
+        // SAFETY: `one` is a live borrowed slice for the call; `send` only reads its
+        // `len()` bytes and keeps no pointer. The caller keeps `fd` open for the call.
+        unsafe { libc::send(fd, one.as_ptr().cast(), one.len(), flags) }
+    } else {
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; WRITE_NOW_PIECES];
+        let n = pieces.len().min(WRITE_NOW_PIECES);
+        for (v, p) in iov.iter_mut().zip(pieces) {
+            *v = libc::iovec {
+                iov_base: p.as_ptr().cast_mut().cast(),
+                iov_len: p.len(),
+            };
+        }
+        // SAFETY: `msghdr` is a plain C struct for which all-zero bytes is the valid
+        // empty value (no name, no control data).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n as _;
+        // SAFETY: `msg` points at `iov`, whose first `n` entries point into the borrowed
+        // `pieces`; all live on this frame for the call. sendmsg only reads them and
+        // keeps no pointer after it returns.
+        unsafe { libc::sendmsg(fd, &msg, flags) }
     };
     counts.calls += 1;
     usize::try_from(res).unwrap_or(0)

@@ -893,7 +893,7 @@ impl Backend for Uring {
     }
 
     #[inline]
-    fn write_now(&mut self, conn: ConnId, bytes: &[u8]) -> usize {
+    fn write_now(&mut self, conn: ConnId, pieces: &[&[u8]]) -> usize {
         match self.slots.get(conn.0 as usize) {
             Some(s)
                 if s.send.idle()
@@ -902,7 +902,7 @@ impl Backend for Uring {
                     && s.io.connect.is_none()
                     && s.io.fd >= 0 =>
             {
-                super::op::write_now(s.io.fd, bytes, &mut self.send_direct)
+                super::op::write_now(s.io.fd, pieces, &mut self.send_direct)
             }
             _ => 0,
         }

@@ -1,5 +1,5 @@
 //! A small message on a connection whose last batch held one frame (a ping-pong) is
-//! offered to the driver from the send call itself (`Core::direct_bytes`); a stream's
+//! offered to the driver from the send call itself (`Core::direct_pieces`); a stream's
 //! messages are gathered at the flush. `Net::send` writes what is offered, as
 //! `Transport::send` does, so these tests see the bytes on the wire before the network
 //! runs.
@@ -13,6 +13,10 @@ fn written_at_once(net: &Net) -> u64 {
 /// Node 0 and a confirmed raw peer, after one message from node 0 left alone in its
 /// batch.
 fn solo_pair(seed: u64) -> (Net, usize) {
+    solo_pair_with(seed, cfg)
+}
+
+fn solo_pair_with(seed: u64, cfg: impl Fn(u32) -> CoreConfig) -> (Net, usize) {
     let mut net = Net::new(seed, vec![cfg(0), cfg(1)]);
     let r = confirmed_raw_peer(&mut net);
     net.knobs.at_once = Some(usize::MAX);
@@ -83,6 +87,54 @@ fn a_stream_is_gathered_and_only_a_lone_message_leaves_at_once() {
     assert!(net.completions(0).values().all(Result::is_ok));
 }
 
+/// A message too large to be copied next to its header (its segments go by reference)
+/// leaves at once too, gathered: the queued frame is moved into the batch first.
+#[test]
+fn a_larger_message_in_a_ping_pong_leaves_at_once_gathered() {
+    let copying = |pid| CoreConfig {
+        splice_min: None,
+        ..cfg(pid)
+    };
+    let (mut net, r) = solo_pair_with(3, copying);
+    for (i, len) in [100usize, 1000, 9000, 60_000].into_iter().enumerate() {
+        let payload: Vec<u8> = (0..len).map(|j| (i * 7 + j) as u8).collect();
+        let before = written_at_once(&net);
+        let cookie = net.send_segs(0, 1, 4, payload.clone(), 3).unwrap();
+        let wire = net.raw_read(r);
+        let fs = frames(&wire);
+        let [(h, body)] = &fs[..] else {
+            panic!("{len} B: one frame at once, got {}", fs.len())
+        };
+        assert_eq!(&body[h.pad()..], &payload[..], "{len} B");
+        assert_eq!(written_at_once(&net), before + 1, "{len} B");
+        net.run(false);
+        assert!(net.raw_read(r).is_empty(), "{len} B sent twice");
+        assert_eq!(net.completions(0).get(&cookie), Some(&Ok(())), "{len} B");
+        net.raw_write(r, &frame(FrameKind::Send, 5, &[i as u8]));
+        net.run(false);
+    }
+}
+
+/// A payload whose pages are lent (spliced) is never written at once: it waits for the
+/// flush, which sends it through the pipe.
+#[test]
+fn lent_pages_wait_for_the_flush() {
+    let (mut net, r) = solo_pair(4);
+    let len = SPLICE_MIN.expect("lending on") + 100;
+    let before = written_at_once(&net);
+    let cookie = net.send(0, 1, 4, vec![9; len]).unwrap();
+    assert!(net.raw_read(r).is_empty(), "lent pages written at once");
+    assert_eq!(written_at_once(&net), before);
+    net.run(false);
+    let wire = net.raw_read(r);
+    let fs = frames(&wire);
+    assert!(matches!(&fs[..], [(h, body)] if h.ack && body.len() == len));
+    // Its ACK completes it.
+    net.raw_write(r, &frame(FrameKind::Ack, 0, &[]));
+    net.run(false);
+    assert_eq!(net.completions(0).get(&cookie), Some(&Ok(())));
+}
+
 /// A socket that takes part of the frame, or none of it: the batch's send brings the
 /// rest, and the peer reads the frame whole.
 #[test]
@@ -114,6 +166,7 @@ fn ping_pong_through_partial_writes_delivers_everything() {
             let len = match i % 7 {
                 0 => 20_000,
                 1 => 0,
+                2 => 100 + 37 * i as usize,
                 _ => 1 + (i as usize % 32),
             };
             net.send(from, to as u32, 2, vec![i as u8; len]).unwrap();

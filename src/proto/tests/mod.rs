@@ -374,13 +374,14 @@ impl Net {
     }
 
     /// What the driver does after every send (`Transport::send`): writes what
-    /// `direct_bytes` offers at once, with the socket taking all of it, a part of it
+    /// `direct_pieces` offers at once, with the socket taking all of it, a part of it
     /// (a full buffer) or nothing, and reports the count.
     fn write_direct(&mut self, n: usize) {
-        let Some((k, bytes)) = self.nodes[n].core.direct_bytes() else {
+        let mut pieces: [&[u8]; 12] = [&[]; 12];
+        let Some((k, np)) = self.nodes[n].core.direct_pieces(&mut pieces) else {
             return;
         };
-        let bytes = bytes.to_vec();
+        let bytes = pieces[..np].concat();
         let s = self.sock_of(n, k);
         assert!(
             self.socks[s].tx.is_none(),
