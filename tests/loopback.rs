@@ -100,7 +100,10 @@ fn stream_100k_checked_both_directions(kind: BackendKind) {
     println!("backend {}: {} messages checked", a.backend_name(), 2 * N);
 }
 
-fn reply_from_handler(kind: BackendKind) {
+/// A pair whose transport 1 answers every message of tag 7 from its handler with the
+/// same payload on tag 8; transport 0 keeps those answers, in order.
+#[allow(clippy::type_complexity)]
+fn echo_pair(kind: BackendKind) -> (Transport, Transport, Rc<RefCell<Vec<Vec<u8>>>>) {
     let (mut a, mut b) = pair(kind);
     b.register(Tag(7), |t, am| {
         let reply = Bytes::copy_from_slice(am.payload);
@@ -113,6 +116,11 @@ fn reply_from_handler(kind: BackendKind) {
         g.borrow_mut().push(am.payload.to_vec())
     })
     .unwrap();
+    (a, b, got)
+}
+
+fn reply_from_handler(kind: BackendKind) {
+    let (mut a, mut b, got) = echo_pair(kind);
     for i in 0..100u32 {
         a.send(
             PeerId(1),
@@ -153,18 +161,7 @@ fn reply_from_handler(kind: BackendKind) {
 /// pass; every one arrives, in order, and completes once.
 fn ping_pong_messages_leave_from_send(kind: BackendKind) {
     const N: u32 = 200;
-    let (mut a, mut b) = pair(kind);
-    b.register(Tag(7), |t, am| {
-        let reply = Bytes::copy_from_slice(am.payload);
-        t.send(am.src, Tag(8), &[reply], 0).unwrap();
-    })
-    .unwrap();
-    let got = Rc::new(RefCell::new(Vec::new()));
-    let g = got.clone();
-    a.register(Tag(8), move |_, am| {
-        g.borrow_mut().push(am.payload.to_vec())
-    })
-    .unwrap();
+    let (mut a, mut b, got) = echo_pair(kind);
     let comp = completions(&mut a);
     for i in 0..N {
         // Small pings are copied next to their header, larger ones (every third) go by
