@@ -104,10 +104,11 @@ pub struct Stats {
     pub recv_direct: u64,
     /// Puts from peers whose data was placed in a registered region.
     pub puts_placed: u64,
-    /// Small messages written to the socket by [`send`](Transport::send) itself, before
-    /// the rest of the caller's pass: those sent on a connection whose last gathered send
-    /// carried one frame (a ping-pong, a request and its answer). A stream's messages
-    /// are gathered and leave together at the end of the pass.
+    /// Messages written to the socket, all or in part, by [`send`](Transport::send)
+    /// itself, before the rest of the caller's pass: those that found their connection's
+    /// batch empty and nothing queued, on a connection whose last gathered send carried
+    /// one frame (a ping-pong, a request and its answer), lent pages excepted. A stream's
+    /// messages are gathered and leave together at the end of the pass.
     pub written_at_once: u64,
 }
 

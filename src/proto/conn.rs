@@ -111,7 +111,7 @@ pub(super) struct Conn {
     /// the next connection.
     pub(super) early: u32,
     /// The last batch handed to the driver held one frame (a ping-pong, a request and
-    /// its answer): a small frame that finds the batch empty is written at once
+    /// its answer): a frame that finds the batch empty and nothing queued is written at once
     /// ([`Core::direct_pieces`]) rather than at the next flush, where a stream's frames
     /// are gathered.
     pub(super) solo: bool,
