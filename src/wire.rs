@@ -528,17 +528,28 @@ impl Header {
             .and_then(|s| s.try_into().ok())
             .ok_or(WireError::Truncated)?;
         // The common frame first, from one load: a SEND without flags within the maximum.
-        let w = u64::from_be_bytes(*b);
-        if (w >> 32) & 0xff00_ffff == u64::from(FrameKind::SEND) << 24 && w as u32 <= max_len {
+        if let Some((tag, len)) = Self::plain_send(u64::from_be_bytes(*b), max_len) {
             return Ok(Self {
                 kind: FrameKind::Send,
-                tag: Tag(b[1]),
-                len: w as u32,
+                tag,
+                len,
                 ack: false,
                 line: 0,
             });
         }
         Self::parse_any(b, max_len)
+    }
+
+    /// The tag and length of the common frame, a SEND without flags within `max_len`,
+    /// from its header read as one big-endian word `w`; `None` for every other header
+    /// (which [`parse`](Self::parse) decides).
+    #[inline]
+    pub const fn plain_send(w: u64, max_len: u32) -> Option<(Tag, u32)> {
+        if (w >> 32) & 0xff00_ffff == (FrameKind::SEND as u64) << 24 && w as u32 <= max_len {
+            Some((Tag((w >> 48) as u8), w as u32))
+        } else {
+            None
+        }
     }
 
     /// [`parse`](Self::parse) of every other header, and of every error.
@@ -594,6 +605,13 @@ impl Header {
         } else {
             self.line as usize
         }
+    }
+
+    /// The encoded header of a SEND without flags for `tag` and `len` payload bytes: what
+    /// [`to_bytes`](Self::to_bytes) gives for it, from one store.
+    #[inline]
+    pub const fn send_head(tag: Tag, len: u32) -> [u8; HEADER_LEN] {
+        ((FrameKind::SEND as u64) << 56 | (tag.0 as u64) << 48 | len as u64).to_be_bytes()
     }
 
     /// Encodes the header.
@@ -849,6 +867,13 @@ mod tests {
                 _ => Header { kind: FrameKind::Put, tag: Tag(0), len: len.max(16), ack, line },
             };
             prop_assert_eq!(Header::parse(&h.to_bytes(), u32::MAX), Ok(h));
+        }
+
+        /// The small send's header from one store is the general encoding's.
+        #[test]
+        fn send_head_is_to_bytes(tag: u8, len: u32) {
+            let h = Header { kind: FrameKind::Send, tag: Tag(tag), len, ack: false, line: 0 };
+            prop_assert_eq!(Header::send_head(Tag(tag), len), h.to_bytes());
         }
 
         #[test]

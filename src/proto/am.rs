@@ -10,11 +10,11 @@ pub const AM_SLOTS: usize = 256;
 
 /// Tag-indexed handler slots.
 ///
-/// Invariant: `slots.len() == AM_SLOTS`, so every `Tag` indexes a slot (no bounds check
-/// can fail and no lookup allocates).
+/// Every `Tag` indexes a slot of the fixed-size array: no lookup is bounds-checked at run
+/// time or allocates.
 #[derive(Debug)]
 pub struct AmTable<H> {
-    slots: Vec<Option<H>>,
+    slots: Box<[Option<H>; AM_SLOTS]>,
     /// Per tag: [`LENT`] from the take of its handler for a call (kept after the call
     /// until the next take), plus [`REMOVED`] once unregistered after that take: a
     /// handler removed during its call is then not put back.
@@ -36,10 +36,8 @@ impl<H> Default for AmTable<H> {
 impl<H> AmTable<H> {
     /// An empty table.
     pub fn new() -> Self {
-        let mut slots = Vec::with_capacity(AM_SLOTS);
-        slots.resize_with(AM_SLOTS, || None);
         Self {
-            slots,
+            slots: Box::new(std::array::from_fn(|_| None)),
             flags: [0; AM_SLOTS],
             unknown: 0,
         }

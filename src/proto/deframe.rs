@@ -37,7 +37,7 @@ use std::ops::Range;
 
 use crate::buf::{Regions, RxBuf, LINE, RECORD_ALIGN};
 use crate::wire::{
-    FrameKind, Header, Hello, PutTarget, WireError, HEADER_LEN, HELLO_LEN, PUT_TARGET_LEN,
+    FrameKind, Header, Hello, PutTarget, Tag, WireError, HEADER_LEN, HELLO_LEN, PUT_TARGET_LEN,
 };
 
 /// Whole large-payload buffers above this size are released after use (others are kept).
@@ -336,18 +336,32 @@ impl Deframer {
         }
     }
 
-    /// The next frame when it is an active message whose bytes are all in the cache
-    /// (consumed, with where its payload lies); `None`, consuming nothing, for anything
-    /// else, which [`frame`](Self::frame) handles. A header it cannot parse is left to
-    /// `frame` too, which reports it.
+    /// The next frame when it is an active message without flags whose bytes are all in
+    /// the cache (consumed): its tag and where its payload lies; `None`, consuming
+    /// nothing, for anything else (padded and lent payloads among them), which
+    /// [`frame`](Self::frame) handles. A header it cannot parse is left to `frame` too,
+    /// which reports it.
     #[inline]
-    pub fn cached_send(&mut self, rx: &mut RxBuf, max: u32) -> Option<(Header, Range<usize>)> {
-        match whole_in_cache(rx, max) {
-            Ok(Some((h, need))) if h.kind == FrameKind::Send && !h.ack => {
-                Some(self.take_cached(rx, h, need))
-            }
-            _ => None,
+    pub fn cached_send(&mut self, rx: &mut RxBuf, max: u32) -> Option<(Tag, Range<usize>)> {
+        if rx.wants_all() {
+            return None;
         }
+        let unread = rx.unread();
+        let head: [u8; HEADER_LEN] = unread.get(..HEADER_LEN)?.try_into().ok()?;
+        let (tag, len) = Header::plain_send(u64::from_be_bytes(head), max)?;
+        let need = HEADER_LEN + len as usize;
+        if need > unread.len() {
+            return None;
+        }
+        let h = Header {
+            kind: FrameKind::Send,
+            tag,
+            len,
+            ack: false,
+            line: 0,
+        };
+        let (_, range) = self.take_cached(rx, h, need);
+        Some((tag, range))
     }
 
     /// Whether `rx` is used up with nothing for [`frame`](Self::frame) to do about it

@@ -219,6 +219,10 @@ impl Core {
         segs: &[Bytes],
         cookie: u64,
     ) -> Result<(), SendError> {
+        // The common case first: a small message that goes straight into its peer's batch.
+        if self.send_small(peer, tag, segs, cookie) {
+            return Ok(());
+        }
         let hdr = Header {
             kind: FrameKind::Send,
             tag,
@@ -227,6 +231,41 @@ impl Core {
             line: 0,
         };
         self.enqueue(peer, hdr, None, segs, cookie)
+    }
+
+    /// The fast path of [`send`](Self::send): a message of at most [`FRAG_INLINE`] bytes
+    /// (and the configured inline limit) to a connected peer with nothing queued, whose
+    /// connection's batch is idle and has room, is written straight into that batch
+    /// ([`tx::batch_small`]). Returns false, changing nothing, in every other case (every
+    /// error among them), which [`enqueue`](Self::enqueue) then decides.
+    #[inline]
+    fn send_small(&mut self, peer: PeerId, tag: Tag, segs: &[Bytes], cookie: u64) -> bool {
+        if self.shutting_down || segs.len() > MAX_SEGMENTS {
+            return false;
+        }
+        let len = segs.iter().map(Bytes::len).sum::<usize>();
+        if len > FRAG_INLINE || len > self.cfg.inline_limit || len > self.cfg.max_frame as usize {
+            return false;
+        }
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return false;
+        };
+        // A Failed endpoint is not Connected; after our FIN nothing more may leave.
+        if ep.fin_sent || !tx::batch_small(ep, &mut self.conns, tag, len, segs, cookie, &self.cfg) {
+            return false;
+        }
+        if !ep.dirty {
+            ep.dirty = true;
+            self.dirty.push(peer);
+            // The first frame since the last flush, so alone in its batch: on a
+            // connection whose last batch held one frame too, it leaves at once.
+            if let EpState::Connected { conn } = ep.state {
+                if slot(&mut self.conns, conn.0).is_some_and(|c| c.solo) {
+                    self.direct = Some(conn);
+                }
+            }
+        }
+        true
     }
 
     /// Queues a put: the concatenated `segs` go to `target`, inside a region `peer`
@@ -287,25 +326,6 @@ impl Core {
             return Err(SendError::WouldBlock(peer));
         }
         hdr.len = len as u32;
-        // A small message (not a put) to a peer with nothing queued and an idle batch
-        // goes straight into the batch.
-        if inline
-            && target.is_none()
-            && tx::batch_small(ep, &mut self.conns, &hdr, segs, cookie, &self.cfg)
-        {
-            if !ep.dirty {
-                ep.dirty = true;
-                self.dirty.push(peer);
-                // The first frame since the last flush, so alone in its batch: on a
-                // connection whose last batch held one frame too, it leaves at once.
-                if let EpState::Connected { conn } = ep.state {
-                    if slot(&mut self.conns, conn.0).is_some_and(|c| c.solo) {
-                        self.direct = Some(conn);
-                    }
-                }
-            }
-            return Ok(());
-        }
         let mut frag = Frag::new(hdr, target.as_ref(), Some(cookie));
         if inline {
             // Small: copied now, so the queue holds no reference to the caller's buffer.

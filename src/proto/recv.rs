@@ -61,12 +61,8 @@ impl Core {
         if slot(&mut self.endpoints, peer.0).is_none_or(|e| e.fin_rcvd) {
             return None;
         }
-        if let Some((h, range)) = c.deframer.cached_send(rx, max) {
-            return Some(Step::Deliver {
-                peer,
-                tag: h.tag,
-                range,
-            });
+        if let Some((tag, range)) = c.deframer.cached_send(rx, max) {
+            return Some(Step::Deliver { peer, tag, range });
         }
         // Every frame of the read handed out: the next read (no frame in progress, so no
         // stall deadline).

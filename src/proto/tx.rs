@@ -487,16 +487,18 @@ impl Core {
     }
 }
 
-/// The fast path of a small send: with nothing queued for the peer and its connection's
-/// batch idle (not with the driver), the frame (header `hdr`, then `segs`, together at
-/// most [`FRAG_INLINE`] payload bytes) is written straight into the batch, as
-/// [`Core::flush`] would move it there (same budget), and its cookie joins the batch's.
-/// Returns false, changing nothing, when the frame must be queued instead.
+/// The fast path of a small send ([`Core::send`]): with nothing queued for the peer and
+/// its connection's batch idle (not with the driver), the SEND frame for `tag` (its
+/// payload `segs`, together `len` bytes, at most [`FRAG_INLINE`]) is written straight
+/// into the batch, as [`Core::flush`] would move it there (same budget), and its cookie
+/// joins the batch's. Returns false, changing nothing, when the frame must be queued
+/// instead.
 #[inline]
 pub(super) fn batch_small(
     ep: &mut Endpoint,
     conns: &mut [Option<Conn>],
-    hdr: &Header,
+    tag: Tag,
+    len: usize,
     segs: &[Bytes],
     cookie: u64,
     cfg: &CoreConfig,
@@ -504,13 +506,13 @@ pub(super) fn batch_small(
     let Some(batch) = idle_batch(ep, conns) else {
         return false;
     };
-    let wire = Header::LEN + hdr.len as usize;
+    let wire = Header::LEN + len;
     if batch.frames() > 0
         && (batch.len() + wire > cfg.coalesce_bytes || batch.parts() + 1 > cfg.max_iov)
     {
         return false;
     }
-    batch.push_frame::<{ Header::LEN }, FRAG_INLINE>(&hdr.to_bytes(), segs);
+    batch.push_frame::<{ Header::LEN }, FRAG_INLINE>(&Header::send_head(tag, len as u32), segs);
     batch.add_frame();
     ep.inflight.push_back(Some(cookie));
     true

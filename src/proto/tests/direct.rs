@@ -180,3 +180,45 @@ fn ping_pong_through_partial_writes_delivers_everything() {
         assert!(at_once > 0, "seed {seed}: nothing written at once");
     }
 }
+
+/// A small message to a connected peer with an idle batch takes the batch's fast path
+/// (`Core::send_small`); every case it must not take is decided as for any message: too
+/// many segments, larger than the maximum frame (below the inline size here), an unknown
+/// peer, after shutdown. Nothing of them reaches the wire, and the fast path still works
+/// after each.
+#[test]
+fn a_small_send_refuses_what_any_send_refuses() {
+    let (mut net, r) = solo_pair_with(7, |pid| CoreConfig {
+        max_frame: 16,
+        ..cfg(pid)
+    });
+    let now = net.now();
+    let nine: Vec<Bytes> = (0..9).map(|i| Bytes::from(vec![i; 1])).collect();
+    let core = &mut net.nodes[0].core;
+    assert_eq!(
+        core.send(now, PeerId(1), Tag(1), &nine, 90),
+        Err(SendError::TooManySegments { got: 9, max: 8 })
+    );
+    assert_eq!(
+        core.send(now, PeerId(1), Tag(1), &[Bytes::from(vec![0; 17])], 91),
+        Err(SendError::TooLarge { len: 17, max: 16 })
+    );
+    assert_eq!(
+        core.send(now, PeerId(9), Tag(1), &[Bytes::from_static(b"x")], 92),
+        Err(SendError::UnknownPeer(PeerId(9)))
+    );
+    net.run(false);
+    assert!(
+        net.raw_read(r).is_empty(),
+        "a refused message reached the wire"
+    );
+    // Within the maximum, the same peer's message leaves.
+    net.send(0, 1, 2, vec![5; 16]).unwrap();
+    net.run(false);
+    let wire = net.raw_read(r);
+    let fs = frames(&wire);
+    assert_eq!(fs.len(), 1);
+    assert_eq!((fs[0].0.tag, fs[0].1), (Tag(2), &[5u8; 16][..]));
+    net.nodes[0].core.shutdown();
+    assert_eq!(net.send(0, 1, 2, vec![1]), Err(SendError::ShuttingDown));
+}
