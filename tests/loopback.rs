@@ -201,8 +201,10 @@ fn ping_pong_messages_leave_from_send(kind: BackendKind) {
     }
 }
 
-/// A transport whose peer 5 is a loopback port where nobody listens (bound, noted,
-/// closed), with `retries` connect attempts, and its completion and failure logs.
+/// A transport whose peer 5 is a loopback port where nobody listens, with `retries`
+/// connect attempts, its completion and failure logs, and the socket that holds the port:
+/// bound without `SO_REUSEADDR` and not listening, so that every connect to it is refused
+/// and no other socket (another test's listener) can take the port while it lives.
 #[allow(clippy::type_complexity)]
 fn dialing_nobody(
     kind: BackendKind,
@@ -211,21 +213,23 @@ fn dialing_nobody(
     Transport,
     Rc<RefCell<Vec<ringbtl::Completion>>>,
     Rc<RefCell<Vec<(PeerId, FailReason)>>>,
+    socket2::Socket,
 ) {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = dead.local_addr().unwrap();
-    drop(dead);
+    let dead = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    dead.bind(&any.into()).unwrap();
+    let addr = dead.local_addr().unwrap().as_socket().unwrap();
     let mut c = common::cfg(0, kind);
     c.core.connect_retries = retries;
     let mut a = Transport::new(c).unwrap();
     a.add_peer(PeerId(5), vec![addr]).unwrap();
     let comp = completions(&mut a);
     let fails = failures(&mut a);
-    (a, comp, fails)
+    (a, comp, fails, dead)
 }
 
 fn connect_refused_fails_after_retries(kind: BackendKind) {
-    let (mut a, comp, fails) = dialing_nobody(kind, 3);
+    let (mut a, comp, fails, _port) = dialing_nobody(kind, 3);
     for i in 0..10 {
         a.send(PeerId(5), Tag(1), &[Bytes::from_static(b"x")], i)
             .unwrap();
@@ -874,7 +878,7 @@ fn loopback_connections_use_reno(kind: BackendKind) {
 
 /// The OS error of a failed connect reaches the application as a number it can match on.
 fn connect_refused_keeps_the_errno(kind: BackendKind) {
-    let (mut a, comp, fails) = dialing_nobody(kind, 1);
+    let (mut a, comp, fails, _port) = dialing_nobody(kind, 1);
     a.send(PeerId(5), Tag(1), &[Bytes::from_static(b"x")], 0)
         .unwrap();
     drive(

@@ -1075,9 +1075,12 @@ mod tests {
     /// listens: the root starts only after the member reported a failed attempt.
     #[test]
     fn members_may_start_before_the_root() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = l.local_addr().unwrap();
-        drop(l); // nobody listens yet: members retry
+        // Bound without SO_REUSEADDR and not listening yet: the members' connects are
+        // refused, and no other socket can take the port before the root listens on it.
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        s.bind(&any.into()).unwrap();
+        let a = s.local_addr().unwrap().as_socket().unwrap();
         let (tx, retries) = std::sync::mpsc::channel();
         let m = thread::spawn(move || {
             member(a, 1, 2, TOKEN, 10_000).join_observed(&[a], "tcp://127.0.0.1:1", &mut |n, e| {
@@ -1088,8 +1091,9 @@ mod tests {
             .recv_timeout(Duration::from_secs(10))
             .expect("the member reports a refused attempt before the root exists");
         assert_eq!((n, kind), (1, io::ErrorKind::ConnectionRefused));
-        let l = TcpListener::bind(a).unwrap();
-        let mut r0 = Rendezvous::root(l, 2, TOKEN, Duration::from_secs(10)).with_key(key());
+        s.listen(128).unwrap();
+        let mut r0 = Rendezvous::root(TcpListener::from(s), 2, TOKEN, Duration::from_secs(10))
+            .with_key(key());
         let t = r0.exchange("tcp://127.0.0.1:2").unwrap();
         assert_eq!(t, ["tcp://127.0.0.1:2", "tcp://127.0.0.1:1"]);
         assert_eq!(m.join().unwrap().unwrap(), t);
