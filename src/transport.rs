@@ -94,6 +94,10 @@ pub struct Stats {
     /// Payload bytes sent from lent pages (`vmsplice` and `splice`, see
     /// [`CoreConfig::splice_min`](crate::CoreConfig::splice_min)) rather than copied.
     pub spliced_bytes: u64,
+    /// Pipes made for lent pages: a connection holds one only while its bytes are in it,
+    /// and up to two empty ones are kept for the next, so this stays small however many
+    /// peers large messages go to.
+    pub lend_pipes: u64,
     /// Times a multishot receive stopped because every provided buffer was in use
     /// (`ENOBUFS`) and was re-armed once buffers came back; no data is lost. Always 0
     /// without [`SocketConfig::recv_multishot`](crate::SocketConfig::recv_multishot).
@@ -687,6 +691,7 @@ impl Transport {
             zerocopy_sends: k.zerocopy_sends,
             zerocopy_copied: k.zerocopy_copied,
             spliced_bytes: k.spliced_bytes,
+            lend_pipes: k.lend_pipes,
             batches: c.batches,
             frames: c.frames,
             send_calls: k.send_calls,

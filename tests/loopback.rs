@@ -36,6 +36,7 @@ backend_tests!(
     handler_unregisters_its_own_tag,
     flush_puts_queued_sends_on_the_wire,
     unknown_peer_resolved_lazily,
+    lent_pages_to_many_peers_share_pipes,
 );
 
 const WINDOW: usize = 128;
@@ -1097,6 +1098,98 @@ fn unknown_peer_resolved_lazily(kind: BackendKind) {
             ),
             "{:?}",
             fd.borrow()
+        );
+    }
+}
+
+/// Large messages to several peers lend their pages through pipes that the connections
+/// share: sent to one peer after another, every peer's pages pass through the same pipe;
+/// sent to all at once, no more pipes are made than there are peers, and every byte still
+/// reaches its own peer, checked in content and order.
+fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
+    const PEERS: usize = 4;
+    let pat = pattern();
+    let mut a = Transport::new(common::cfg(0, kind)).unwrap();
+    let mut bs = Vec::new();
+    let mut checks = Vec::new();
+    let mut streams = Vec::new();
+    for p in 1..=PEERS as u32 {
+        let mut b = Transport::new(common::cfg(p, kind)).unwrap();
+        a.add_peer(PeerId(p), vec![b.local_addr()]).unwrap();
+        b.add_peer(PeerId(0), vec![a.local_addr()]).unwrap();
+        // Every message 64 KiB..4 MiB (most of them above the 128 KiB that lends).
+        checks.push(common::register_checker(
+            &mut b,
+            u64::from(p),
+            1,
+            pat.clone(),
+        ));
+        streams.push(Stream::new(u64::from(p), pat.clone()));
+        bs.push(b);
+    }
+    let comp = completions(&mut a);
+    let mut sent = 0u64;
+    // Until every send completed and every peer checked what it was sent.
+    let run = |a: &mut Transport, bs: &mut [Transport], sent: u64, each: &[u64], what: &str| {
+        let mut ts: Vec<&mut Transport> = vec![a];
+        ts.extend(bs.iter_mut());
+        drive(&mut ts, Duration::from_secs(120), what, || {
+            comp.borrow().len() as u64 == sent
+                && checks.iter().zip(each).all(|((got, _), n)| got.get() == *n)
+        });
+    };
+    let mut each = [0u64; PEERS];
+    for (p, s) in streams.iter_mut().enumerate() {
+        for _ in 0..2 {
+            let m = s.next(1);
+            a.send(PeerId(p as u32 + 1), Tag(m.tag), &m.segs, sent)
+                .unwrap();
+            sent += 1;
+            each[p] += 1;
+        }
+        run(
+            &mut a,
+            &mut bs,
+            sent,
+            &each,
+            "lent sends, one peer after another",
+        );
+    }
+    let st = a.stats();
+    assert!(st.spliced_bytes > 0, "no page was lent: {st:?}");
+    assert_eq!(
+        st.lend_pipes, 1,
+        "one pipe serves every peer in turn: {st:?}"
+    );
+    for _ in 0..3 {
+        for (p, s) in streams.iter_mut().enumerate() {
+            let m = s.next(1);
+            a.send(PeerId(p as u32 + 1), Tag(m.tag), &m.segs, sent)
+                .unwrap();
+            sent += 1;
+            each[p] += 1;
+        }
+    }
+    run(
+        &mut a,
+        &mut bs,
+        sent,
+        &each,
+        "lent sends to every peer at once",
+    );
+    let st = a.stats();
+    assert!(
+        (1..=PEERS as u64).contains(&st.lend_pipes),
+        "pipes made: {st:?}"
+    );
+    for c in comp.borrow().iter() {
+        assert_eq!(c.result, Ok(()), "cookie {}", c.cookie);
+    }
+    for (got, large) in &checks {
+        assert_eq!(
+            (got.get(), large.get()),
+            (5, 5),
+            "messages checked at a peer"
         );
     }
 }

@@ -93,7 +93,7 @@ use std::{io, ptr};
 use socket2::SockRef;
 
 use super::listen::AcceptBackoff;
-use super::op::{cancelled, Attempt, SendCounts};
+use super::op::{cancelled, Attempt, SendShared};
 use super::slots::{untoken, Slot, Slots, DIRECT_RECV_MAX};
 use super::sys::{self, syscall};
 use super::{Backend, ConnId, Counters, Event, RxBuf, SockOpts, TxBatch};
@@ -112,7 +112,7 @@ pub(crate) struct Epoll {
     /// Connections to try this pass (deduplicated by `Io::queued`).
     run: Vec<usize>,
     /// `sendmsg` calls made (including those that found the socket full).
-    send_calls: SendCounts,
+    send_calls: SendShared,
     /// Sends stored and not yet completed (blocked on `EPOLLOUT` or on a connect).
     tx_waiting: usize,
     /// Connects in progress.
@@ -140,7 +140,7 @@ impl Epoll {
             listeners: Vec::new(),
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX],
             run: Vec::new(),
-            send_calls: SendCounts::default(),
+            send_calls: SendShared::default(),
             accept_pause: AcceptBackoff::new(),
             tx_waiting: 0,
             connecting: 0,
@@ -633,6 +633,7 @@ impl Backend for Epoll {
         Counters {
             send_calls: self.send_calls.calls,
             spliced_bytes: self.send_calls.spliced,
+            lend_pipes: self.send_calls.pipes_made,
             ..Counters::default()
         }
     }
@@ -703,7 +704,7 @@ fn has_work(s: &Slot<Io>) -> bool {
 
 /// Writes as much of the pending batch as the socket takes ([`SendOp::try_now`](super::op::SendOp::try_now)).
 /// Returns the completion when the send is over.
-fn try_send(s: &mut Slot<Io>, conn: ConnId, calls: &mut SendCounts) -> Option<Event> {
+fn try_send(s: &mut Slot<Io>, conn: ConnId, calls: &mut SendShared) -> Option<Event> {
     match s.send.try_now(s.io.raw_fd(), s.io.chunk, calls) {
         Attempt::Blocked => {
             s.io.writable = false;

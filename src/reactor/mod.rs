@@ -183,6 +183,8 @@ pub(crate) struct Counters {
     pub(crate) recv_starved: u64,
     /// Bytes of lent segments that went through a pipe into the socket.
     pub(crate) spliced_bytes: u64,
+    /// Pipes made for lent segments (one serves every connection in turn).
+    pub(crate) lend_pipes: u64,
 }
 
 /// Provided-buffer receive, the extension a backend may have besides [`Backend`] (see the

@@ -37,7 +37,8 @@ pub(crate) struct SendOp {
     iov: Vec<libc::iovec>,
     /// The header of the current call, pointing at `iov`.
     msg: libc::msghdr,
-    /// The pipe lent pages pass through (made at the first lent segment).
+    /// The pipe lent pages pass through: taken from the backend's spares (or made) for the
+    /// first lent segment, given back once empty ([`try_now`](Self::try_now)).
     pipe: Option<Pipe>,
     /// Lent segments are copied instead (no pipe could be made, or `vmsplice` failed).
     no_splice: bool,
@@ -48,16 +49,48 @@ pub(crate) struct SendOp {
     polling: bool,
 }
 
-/// What a backend counts of its sends (see `Counters`).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct SendCounts {
+/// What a backend's send ops share: what they count (see `Counters`), and the spare pipes
+/// for lent pages.
+#[derive(Debug, Default)]
+pub(crate) struct SendShared {
     /// Send calls made with a non-blocking call (`sendmsg`, `send`, `splice`).
     pub(crate) calls: u64,
     /// Bytes that left through a pipe (`splice`, lent pages) rather than copied.
     pub(crate) spliced: u64,
+    /// Pipes made for lent pages.
+    pub(crate) pipes_made: u64,
+    /// Empty pipes, for the next lent pages of any connection.
+    spare: Vec<Pipe>,
 }
 
-/// A connection's pipe for lending pages to its socket.
+/// Empty pipes kept for reuse; more are closed as they empty.
+const SPARE_PIPES: usize = 2;
+
+impl SendShared {
+    /// An empty pipe: a spare one, else a new one.
+    fn pipe(&mut self) -> io::Result<Pipe> {
+        if let Some(p) = self.spare.pop() {
+            return Ok(p);
+        }
+        let p = Pipe::new()?;
+        self.pipes_made += 1;
+        Ok(p)
+    }
+
+    /// Takes back a pipe its send op emptied, unless enough are spare or the pipe, asked,
+    /// does not say it is empty: its next bytes may belong to any connection.
+    fn give_back(&mut self, p: Pipe) {
+        if self.spare.len() < SPARE_PIPES && p.is_empty() {
+            self.spare.push(p);
+        }
+    }
+}
+
+/// A pipe for lending pages to a socket. A connection holds one only while bytes of its
+/// sends are in it ([`SendOp`]); empty, it goes back to the backend's spares
+/// ([`SendShared`]), so that a process with many peers holds a few pipes, not two
+/// descriptors per connection.
+#[derive(Debug)]
 struct Pipe {
     rd: OwnedFd,
     wr: OwnedFd,
@@ -88,6 +121,14 @@ impl Pipe {
             wr,
             cap: cap as usize,
         })
+    }
+
+    /// Whether the kernel says that nothing is in the pipe (`FIONREAD`).
+    fn is_empty(&self) -> bool {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD on an fd we own writes one int through the valid pointer.
+        let r = unsafe { libc::ioctl(self.rd.as_raw_fd(), libc::FIONREAD, &mut n) };
+        r == 0 && n == 0
     }
 }
 
@@ -158,12 +199,12 @@ impl SendOp {
         std::mem::take(&mut self.polling)
     }
 
-    /// Moves the next lent bytes into the pipe (by reference): true when some went in;
-    /// false when splicing is off here now (no pipe, or `vmsplice` refused the memory:
-    /// the segment is then copied).
-    fn lend(&mut self) -> bool {
+    /// Moves the next lent bytes into the pipe (by reference; a spare pipe of `shared` or a
+    /// new one): true when some went in; false when splicing is off here now (no pipe, or
+    /// `vmsplice` refused the memory: the segment is then copied).
+    fn lend(&mut self, shared: &mut SendShared) -> bool {
         if self.pipe.is_none() {
-            match Pipe::new() {
+            match shared.pipe() {
                 Ok(p) => self.pipe = Some(p),
                 Err(e) => {
                     tracing::debug!("no pipe for lent pages ({e}): copying them");
@@ -203,7 +244,7 @@ impl SendOp {
         &mut self,
         fd: RawFd,
         chunk: usize,
-        counts: &mut SendCounts,
+        counts: &mut SendShared,
     ) -> Option<Attempt<()>> {
         while self.piped > 0 {
             let pipe = self.pipe.as_ref()?;
@@ -379,12 +420,25 @@ impl SendOp {
     ///
     /// The epoll backend's send, and the io_uring backend's first attempt (see
     /// `Uring::send`).
+    ///
+    /// A pipe this op emptied goes back to `shared` before it returns.
     pub(crate) fn try_now(
         &mut self,
         fd: RawFd,
         chunk: usize,
-        counts: &mut SendCounts,
+        shared: &mut SendShared,
     ) -> Attempt<()> {
+        let attempt = self.write_some(fd, chunk, shared);
+        if self.piped == 0 {
+            if let Some(p) = self.pipe.take() {
+                shared.give_back(p);
+            }
+        }
+        attempt
+    }
+
+    /// [`try_now`](Self::try_now) but for the pipe's return.
+    fn write_some(&mut self, fd: RawFd, chunk: usize, counts: &mut SendShared) -> Attempt<()> {
         loop {
             if let Some(end) = self.drain_pipe(fd, chunk, counts) {
                 return end;
@@ -392,7 +446,7 @@ impl SendOp {
             if self.batch.as_ref().is_none_or(|b| b.remaining() == 0) {
                 return Attempt::Done(Ok(()));
             }
-            if self.splice_next() && self.lend() {
+            if self.splice_next() && self.lend(counts) {
                 continue;
             }
             let offered = self.prepare(chunk);
@@ -446,7 +500,7 @@ pub(crate) const WRITE_NOW_PIECES: usize = 12;
 /// then meets the error). The backends' `write_now`, for the head of a connection's next
 /// batch (see `Backend::write_now`). Pieces beyond [`WRITE_NOW_PIECES`] are not written.
 #[inline]
-pub(crate) fn write_now(fd: RawFd, pieces: &[&[u8]], counts: &mut SendCounts) -> usize {
+pub(crate) fn write_now(fd: RawFd, pieces: &[&[u8]], counts: &mut SendShared) -> usize {
     let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
     let res = if let [one] = pieces {
         // SAFETY: `one` is a live borrowed slice for the call; `send` only reads its
@@ -651,4 +705,40 @@ impl Misuse {
 /// The result of an operation cut short by `close` (or by the backend shutting down).
 pub(crate) fn cancelled<T>() -> io::Result<T> {
     Err(io::Error::from_raw_os_error(libc::ECANCELED))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pipe goes back to the spares only empty, and only up to `SPARE_PIPES` of them;
+    /// a spare one is handed out before a new one is made.
+    #[test]
+    fn only_empty_pipes_are_shared() {
+        let mut shared = SendShared::default();
+        let p = shared.pipe().expect("a pipe");
+        assert_eq!(shared.pipes_made, 1);
+        // One byte left in it: closed, not kept for another connection.
+        // SAFETY: a one-byte write from a live local into a pipe we own.
+        let n = unsafe { libc::write(p.wr.as_raw_fd(), [7u8].as_ptr().cast(), 1) };
+        assert_eq!(n, 1);
+        assert!(!p.is_empty());
+        shared.give_back(p);
+        assert!(shared.spare.is_empty(), "a pipe with a byte in it was kept");
+        let pipes: Vec<Pipe> = (0..SPARE_PIPES + 1)
+            .map(|_| shared.pipe().expect("a pipe"))
+            .collect();
+        assert_eq!(shared.pipes_made, 1 + SPARE_PIPES as u64 + 1);
+        for p in pipes {
+            assert!(p.is_empty());
+            shared.give_back(p);
+        }
+        assert_eq!(shared.spare.len(), SPARE_PIPES);
+        let _again = shared.pipe().expect("a spare pipe");
+        assert_eq!(
+            shared.pipes_made,
+            1 + SPARE_PIPES as u64 + 1,
+            "a spare one was reused"
+        );
+    }
 }

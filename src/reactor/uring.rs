@@ -57,7 +57,7 @@ use socket2::SockAddr;
 
 use super::bufring::BufPool;
 use super::listen::AcceptBackoff;
-use super::op::{cancelled, Attempt, SendCounts, SendFlavor};
+use super::op::{cancelled, Attempt, SendFlavor, SendShared};
 use super::slots::{token, untoken, Slot, Slots};
 use super::{sys, Backend, ConnId, Counters, Event, RxBuf, SockOpts, TxBatch};
 
@@ -84,7 +84,7 @@ pub(crate) struct Uring {
     /// SendMsg / SendMsgZc SQEs pushed.
     send_sqes: u64,
     /// Direct non-blocking `sendmsg` calls made by `send` before any SQE.
-    send_direct: SendCounts,
+    send_direct: SendShared,
     /// Zero-copy sends whose notification arrived, and how many of them the kernel
     /// copied after all (loopback always does).
     zc_sends: u64,
@@ -302,7 +302,7 @@ impl Uring {
             enters: 0,
             resumes: 0,
             send_sqes: 0,
-            send_direct: SendCounts::default(),
+            send_direct: SendShared::default(),
             zc_sends: 0,
             zc_copied: 0,
             zc_supported,
@@ -1042,6 +1042,7 @@ impl Backend for Uring {
         Counters {
             send_calls: self.send_sqes + self.send_direct.calls,
             spliced_bytes: self.send_direct.spliced,
+            lend_pipes: self.send_direct.pipes_made,
             zerocopy_sends: self.zc_sends,
             zerocopy_copied: self.zc_copied,
             recv_starved: self.starvations,
