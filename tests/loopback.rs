@@ -1133,27 +1133,26 @@ fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
     let run = |a: &mut Transport, bs: &mut [Transport], sent: u64, each: &[u64], what: &str| {
         let mut ts: Vec<&mut Transport> = vec![a];
         ts.extend(bs.iter_mut());
-        drive(&mut ts, Duration::from_secs(120), what, || {
+        let what = format!("lent sends to {what}");
+        drive(&mut ts, Duration::from_secs(120), &what, || {
             comp.borrow().len() as u64 == sent
                 && checks.iter().zip(each).all(|((got, _), n)| got.get() == *n)
         });
     };
+    // Peer p's next message, sent and counted.
+    let send = |a: &mut Transport, p: usize, s: &mut Stream, sent: &mut u64, each: &mut [u64]| {
+        let m = s.next(1);
+        a.send(PeerId(p as u32 + 1), Tag(m.tag), &m.segs, *sent)
+            .unwrap();
+        *sent += 1;
+        each[p] += 1;
+    };
     let mut each = [0u64; PEERS];
     for (p, s) in streams.iter_mut().enumerate() {
         for _ in 0..2 {
-            let m = s.next(1);
-            a.send(PeerId(p as u32 + 1), Tag(m.tag), &m.segs, sent)
-                .unwrap();
-            sent += 1;
-            each[p] += 1;
+            send(&mut a, p, s, &mut sent, &mut each);
         }
-        run(
-            &mut a,
-            &mut bs,
-            sent,
-            &each,
-            "lent sends, one peer after another",
-        );
+        run(&mut a, &mut bs, sent, &each, "one peer after another");
     }
     let st = a.stats();
     assert!(st.spliced_bytes > 0, "no page was lent: {st:?}");
@@ -1163,20 +1162,10 @@ fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
     );
     for _ in 0..3 {
         for (p, s) in streams.iter_mut().enumerate() {
-            let m = s.next(1);
-            a.send(PeerId(p as u32 + 1), Tag(m.tag), &m.segs, sent)
-                .unwrap();
-            sent += 1;
-            each[p] += 1;
+            send(&mut a, p, s, &mut sent, &mut each);
         }
     }
-    run(
-        &mut a,
-        &mut bs,
-        sent,
-        &each,
-        "lent sends to every peer at once",
-    );
+    run(&mut a, &mut bs, sent, &each, "every peer at once");
     let st = a.stats();
     assert!(
         (1..=PEERS as u64).contains(&st.lend_pipes),
