@@ -65,20 +65,20 @@ struct RxState {
     /// For a whole buffer: the record's length.
     target: usize,
     /// For a whole buffer: where its record starts (0 unless it was a cache,
-    /// [`cache_into_whole`](Self::cache_into_whole), or the record has a place in the line).
+    /// [`cache_into_whole`](RxBuf::cache_into_whole), or the record has a place in the line).
     base: usize,
     /// For a whole buffer: the address its record starts at, modulo [`LINE`], if the
     /// owner asked for one (kept when the memory grows).
     at: Option<usize>,
     /// For a cache: where its reads start when it holds nothing (0 unless the owner asked
-    /// for records at a place in the line, [`reuse_as_cache`](Self::reuse_as_cache)).
+    /// for records at a place in the line, [`reuse_as_cache`](RxBuf::reuse_as_cache)).
     origin: usize,
-    /// The next read may fill the spare region completely ([`fill_next_read`](Self::fill_next_read)).
+    /// The next read may fill the spare region completely ([`fill_next_read`](RxBuf::fill_next_read)).
     fill: bool,
     /// For a whole buffer: the owner's note on what it holds (opaque here).
     whole: Option<u64>,
-    /// The next read brings at most this many bytes ([`cap_next_read`](Self::cap_next_read));
-    /// cleared by the [`commit`](Self::commit) of that read.
+    /// The next read brings at most this many bytes ([`cap_next_read`](RxBuf::cap_next_read));
+    /// cleared by the [`commit`](RxBuf::commit) of that read.
     read_cap: Option<usize>,
 }
 

@@ -65,7 +65,7 @@ step "Open MPI across namespace hosts (tools/ompi-netns.sh)"
 tools/ompi-netns.sh
 
 step "doc"
-RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --quiet
+RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --document-private-items --quiet
 
 step "benchmark smoke run (the README's main command, shortened)"
 cargo run --release --quiet --bin ringbtl-bench -- latency --quick --sizes 8,64K,1M --backend both --baseline

@@ -255,7 +255,7 @@ impl Core {
         self.end_conn(conn, false);
     }
 
-    /// As [`kill_conn`](Self::kill_conn), abortively ([`Action::Reset`]).
+    /// As [`kill_conn`](Self::kill_conn), abortively ([`Action::Reset`](crate::proto::core::Action::Reset)).
     pub(super) fn reset_conn(&mut self, conn: ConnKey) {
         self.end_conn(conn, true);
     }

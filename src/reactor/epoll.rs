@@ -46,7 +46,7 @@
 //!
 //! `poll(None)` is spun by a latency-mode progress loop. Every armed receive is in the
 //! connection table's direct set; with at most
-//! [`DIRECT_RECV_MAX`](super::slots::DIRECT_RECV_MAX) of them, it tries each with a
+//! [`DIRECT_RECV_MAX`] of them, it tries each with a
 //! non-blocking `recv` (the spun `recv` is the latency floor) and calls `epoll_wait(0)`
 //! only every [`EPOLL_EVERY`] passes, or on every pass while a connect or a blocked send
 //! waits for an edge. With more receives armed, one `epoll_wait(0)` per pass is cheaper

@@ -26,10 +26,11 @@ pub(crate) const MAX_IOV: usize = 1024;
 /// A gathered send of one [`TxBatch`], resumed after short writes until every byte is out.
 ///
 /// Lent segments ([`TxBatch::push_lent`]) are not copied into the socket: their pages go
-/// into the connection's pipe (`vmsplice`, by reference) and from there into the socket
-/// (`splice`), so the kernel reads the caller's pages until the peer has read them; the
-/// protocol completes such a frame only on the peer's ACK. Where a pipe cannot be had or
-/// `vmsplice` refuses the memory, the segment is copied like any other.
+/// into a pipe (one of [`SendShared`]'s, held while bytes are in it; `vmsplice`, by
+/// reference) and from there into the socket (`splice`), so the kernel reads the caller's
+/// pages until the peer has read them; the protocol completes such a frame only on the
+/// peer's ACK. Where a pipe cannot be had or `vmsplice` refuses the memory, the segment is
+/// copied like any other.
 pub(crate) struct SendOp {
     /// The batch being sent; `Some` exactly while the send is in progress.
     batch: Option<TxBatch>,
@@ -98,7 +99,7 @@ struct Pipe {
     cap: usize,
 }
 
-/// Size asked for a connection's pipe (`F_SETPIPE_SZ`; 1 MiB is the default
+/// Size asked for a lending pipe (`F_SETPIPE_SZ`; 1 MiB is the default
 /// `/proc/sys/fs/pipe-max-size`): the bytes one `vmsplice` and `splice` pair moves.
 const PIPE_SIZE: usize = 1 << 20;
 
