@@ -111,7 +111,8 @@ pub(crate) struct Epoll {
     events: Vec<libc::epoll_event>,
     /// Connections to try this pass (deduplicated by `Io::queued`).
     run: Vec<usize>,
-    /// `sendmsg` calls made (including those that found the socket full).
+    /// Send calls made (including those that found the socket full), and the spare
+    /// pipes of lent pages.
     send_calls: SendShared,
     /// Sends stored and not yet completed (blocked on `EPOLLOUT` or on a connect).
     tx_waiting: usize,

@@ -83,7 +83,8 @@ pub(crate) struct Uring {
     resumes: u64,
     /// SendMsg / SendMsgZc SQEs pushed.
     send_sqes: u64,
-    /// Direct non-blocking `sendmsg` calls made by `send` before any SQE.
+    /// Direct non-blocking send calls (before any SQE, for writes at once, and to resume
+    /// lent pages), and the spare pipes of lent pages.
     send_direct: SendShared,
     /// Zero-copy sends whose notification arrived, and how many of them the kernel
     /// copied after all (loopback always does).
