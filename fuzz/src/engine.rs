@@ -30,6 +30,7 @@ use ringbtl::auth::{handshake_mac, JobKey, Side, Transcript};
 use ringbtl::buf::{RxBuf, TxBatch};
 use ringbtl::proto::core::{
     Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, NonceSource, Source, Step,
+    DIRECT_PIECES,
 };
 use ringbtl::wire::{FrameKind, Header, Hello, HelloKind, PeerId, Tag, NONCE_LEN};
 use ringbtl::Errno;
@@ -346,7 +347,7 @@ impl Driver {
                 }
                 // What `Transport::send` does next: write what is offered at once, here a
                 // prefix of it that the input picks.
-                let mut pieces: [&[u8]; 12] = [&[]; 12];
+                let mut pieces: [&[u8]; DIRECT_PIECES] = [&[]; DIRECT_PIECES];
                 if let Some((k, np)) = self.core.direct_pieces(&mut pieces) {
                     let offered: usize = pieces[..np].iter().map(|p| p.len()).sum();
                     let n = len % (offered + 1);

@@ -85,6 +85,10 @@ use crate::wire::{PeerId, Tag};
 /// Most payload segments (iovecs) one message may have.
 pub const MAX_SEGMENTS: usize = 8;
 
+/// Slots a driver offers [`Core::direct_pieces`]: a frame written at once is its header,
+/// its padding or inline payload, and up to [`MAX_SEGMENTS`] segments (with room to spare).
+pub const DIRECT_PIECES: usize = 12;
+
 /// Largest process id accepted (endpoints are indexed by id).
 pub const MAX_PEERS: u32 = 1 << 22;
 

@@ -491,9 +491,9 @@ impl SendOp {
     }
 }
 
-/// At most this many pieces go in one [`write_now`] (a frame: its header, padding or
-/// inline payload, and up to `MAX_SEGMENTS` segments of the caller's).
-pub(crate) const WRITE_NOW_PIECES: usize = 12;
+/// At most this many pieces go in one [`write_now`]: a frame that a send writes at once
+/// (see [`DIRECT_PIECES`](crate::proto::core::DIRECT_PIECES)).
+pub(crate) const WRITE_NOW_PIECES: usize = crate::proto::core::DIRECT_PIECES;
 
 /// One non-blocking write of `pieces`, in order, on `fd` (`send` for one piece, `sendmsg`
 /// for several; `MSG_NOSIGNAL | MSG_DONTWAIT`), counted in `counts`: the bytes the socket

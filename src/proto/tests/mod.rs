@@ -17,7 +17,7 @@ use proptest::prelude::*;
 
 use super::core::{
     Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, NonceSource, Source,
-    Step,
+    Step, DIRECT_PIECES,
 };
 use crate::auth::{self, AuthMode, JobKey, Side, Transcript};
 use crate::buf::{RxBuf, TxBatch};
@@ -377,7 +377,7 @@ impl Net {
     /// `direct_pieces` offers at once, with the socket taking all of it, a part of it
     /// (a full buffer) or nothing, and reports the count.
     fn write_direct(&mut self, n: usize) {
-        let mut pieces: [&[u8]; 12] = [&[]; 12];
+        let mut pieces: [&[u8]; DIRECT_PIECES] = [&[]; DIRECT_PIECES];
         let Some((k, np)) = self.nodes[n].core.direct_pieces(&mut pieces) else {
             return;
         };
