@@ -632,11 +632,13 @@ impl Transport {
                 _ => {
                     let n = self.pass(None)?;
                     passes = passes.wrapping_add(1);
-                    if n > 0 || passes.is_multiple_of(PASSES_PER_CLOCK) {
+                    if n > 0 {
+                        // The pass read the clock before handling its events: no second
+                        // read between the events and `done` (a reply's critical path).
+                        now = self.last_now;
+                        spin_end = spin.map(|d| now + d);
+                    } else if passes.is_multiple_of(PASSES_PER_CLOCK) {
                         now = Instant::now();
-                        if n > 0 {
-                            spin_end = spin.map(|d| now + d);
-                        }
                     }
                 }
             }

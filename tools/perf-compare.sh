@@ -14,11 +14,20 @@
 # Usage: tools/perf-compare.sh [--quick] [--runs N] [--out DIR] [--cc reno,bbr]
 #                              [--where lo,hosts] [--backends uring,epoll]
 #                              [--skip ompi,ucx]
+#        tools/perf-compare.sh --summarize RESULTS.jsonl [--backends uring,epoll]
 #   --quick   iteration counts / 10 and 1 run by default: shows the script works; the
 #             numbers are noisy. The README's numbers come from a run without it
 #             (default 5 runs) on a quiet machine.
 #   --out     directory for results.jsonl (one record per system, setting, run, metric,
 #             size) and summary.md (the markdown tables); default a new /tmp directory.
+#   --summarize  prints the tables of an earlier run's results.jsonl; measures nothing.
+#
+# The tables, per place: the ratios of the medians over the runs; the ratios of each
+# system's best run (its lowest latency, its highest bandwidth and rate); each system's
+# spread (slowest run / fastest run). The VM these were made on switches between a fast
+# and a slow mode from one run to the next (a plain socket's 8 B one-way latency 6.0 or
+# 10.2 us, 1 MiB 150 or 450 us), so a median mixes the modes in whatever proportion the
+# runs met, and the best runs compare the systems in the fast mode.
 #
 # Measures: latency p50 at 8 B, 64 KiB, 1 MiB (one-way = round trip / 2; between hosts
 # ringbtl-bench under its launcher reports the pairs' p50 in its last column);
@@ -34,7 +43,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
-RUNS="" QUICK=0 OUT="" CCS="reno,bbr" WHERE="lo,hosts" BACKENDS="uring,epoll" SKIP=""
+RUNS="" QUICK=0 OUT="" CCS="reno,bbr" WHERE="lo,hosts" BACKENDS="uring,epoll" SKIP="" SUMMARIZE=""
 die() { echo "perf-compare.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -45,11 +54,93 @@ while [ $# -gt 0 ]; do
         --where) WHERE="${2:?}"; shift ;;
         --backends) BACKENDS="${2:?}"; shift ;;
         --skip) SKIP="${2:?}"; shift ;;
+        --summarize) SUMMARIZE="${2:?}"; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
     shift
 done
+# summarize RESULTS [MISSING...]: the markdown tables of a results.jsonl.
+summarize() {
+    python3 - "$1" "$BACKENDS" "$QUICK" "${@:2}" <<'EOF'
+import json, statistics, sys
+from collections import defaultdict
+path, backends, quick, missing = sys.argv[1], sys.argv[2].split(","), sys.argv[3], sys.argv[4:]
+vals = defaultdict(list)
+for line in open(path):
+    o = json.loads(line)
+    vals[(o["system"], o["cc"], o["where"], o["metric"], o["size"])].append(o["value"])
+runs = max((len(v) for v in vals.values()), default=0)
+med = {k: statistics.median(v) for k, v in vals.items()}
+# A system's best run: its lowest latency, its highest bandwidth or rate.
+best = {k: (min(v) if k[3] == "lat" else max(v)) for k, v in vals.items()}
+def size_name(s):
+    return f"{s >> 20} MiB" if s >= 1 << 20 and s % (1 << 20) == 0 else (
+        f"{s >> 10} KiB" if s >= 1024 and s % 1024 == 0 else f"{s} B")
+rows = [("lat", 8, "floor"), ("lat", 65536, "floor"), ("lat", 8, "ompi"),
+        ("lat", 1048576, "ompi"), ("lat", 1048576, "floor"), ("lat", 8, "ucx"),
+        ("lat", 1048576, "ucx"), ("bw", 1048576, "ompi"), ("bw", 4194304, "ompi"),
+        ("bw", 1048576, "ucx"), ("bw", 4194304, "ucx"), ("rate", 8, "ompi"), ("rate", 8, "ucx"),
+        ("rate64", 8, "ratefloor"), ("rate256", 8, "ratefloor")]
+ccs = sorted({k[1] for k in med}, key=lambda c: (c != "reno", c))
+wheres = [w for w in ("lo", "hosts") if any(k[2] == w for k in med)]
+cols = [(cc, b) for cc in ccs for b in backends]
+def name_of(metric, size, ref):
+    return {"lat": f"latency {size_name(size)} / {ref}", "bw": f"bandwidth {size_name(size)} / {ref}",
+            "rate": f"rate {size_name(size)} / {ref}",
+            "rate64": f"rate {size_name(size)}, windows of 64 / {ref}",
+            "rate256": f"rate {size_name(size)}, windows of 256 / {ref}"}[metric]
+def cell(metric, ref, mine, theirs):
+    if mine is None or not theirs:
+        return "-"
+    if metric == "lat":
+        return f"{mine / theirs:.2f} ({mine:.2f} / {theirs:.2f} us)"
+    if metric == "bw":
+        return f"{mine / theirs:.2f} ({mine:.0f} / {theirs:.0f} MB/s)"
+    if ref == "ratefloor":
+        return f"{mine / theirs:.2f} ({mine / 1e6:.2f} / {theirs / 1e6:.2f} M/s)"
+    return f"{mine / theirs:.1f} ({mine / 1e6:.2f} / {theirs / 1e6:.3f} M/s)"
+def table(where, stat):
+    print("| measure | " + " | ".join(f"{cc}, {b}" for cc, b in cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for metric, size, ref in rows:
+        cells = [cell(metric, ref, stat.get((f"ringbtl-{b}", cc, where, metric, size)),
+                      stat.get((ref, cc, where, metric, size))) for cc, b in cols]
+        if any(c != "-" for c in cells):
+            print(f"| {name_of(metric, size, ref)} | " + " | ".join(cells) + " |")
+print(f"<!-- tools/perf-compare.sh: {runs} alternating runs"
+      f"{' (--quick: smoke run, noisy)' if quick == '1' else ''} -->")
+for m in missing:
+    print(f"<!-- skipped: {m} -->")
+for where in wheres:
+    place = "loopback" if where == "lo" else "two namespace hosts (veth)"
+    print(f"\n#### {place}: ringbtl / reference, medians of the runs "
+          f"(latency: p50, lower is better; bandwidth and rate: higher is better)\n")
+    table(where, med)
+    print(f"\n#### {place}: ringbtl / reference, each system's best run\n")
+    table(where, best)
+    # How far apart a system's runs were: slowest / fastest.
+    spread_rows = [("lat", 8), ("lat", 1048576), ("bw", 4194304), ("rate256", 8)]
+    systems = sorted({k[0] for k in vals if k[2] == where})
+    print(f"\n#### {place}: spread of the runs (slowest / fastest), all settings\n")
+    print("| system | " + " | ".join(name_of(m, s, "").rsplit(" / ", 1)[0] for m, s in spread_rows) + " |")
+    print("|---" * (len(spread_rows) + 1) + "|")
+    for system in systems:
+        cells = []
+        for metric, size in spread_rows:
+            r = [max(v) / min(v) for k, v in vals.items()
+                 if k[0] == system and k[2] == where and k[3] == metric and k[4] == size and min(v) > 0]
+            cells.append(f"{min(r):.2f}-{max(r):.2f}" if r else "-")
+        if any(c != "-" for c in cells):
+            print(f"| {system} | " + " | ".join(cells) + " |")
+print(f"\n<!-- records: {path} -->")
+EOF
+}
+if [ -n "$SUMMARIZE" ]; then
+    [ -r "$SUMMARIZE" ] || die "cannot read $SUMMARIZE"
+    summarize "$SUMMARIZE"
+    exit 0
+fi
 [ -n "$RUNS" ] || { if [ "$QUICK" = 1 ]; then RUNS=1; else RUNS=5; fi; }
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "--runs wants a positive integer"
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, their congestion control)"
@@ -326,54 +417,4 @@ for cc in ${CCS//,/ }; do
     done
 done
 
-python3 - "$RESULTS" "$BACKENDS" "$RUNS" "$QUICK" "${MISSING[@]}" <<'EOF' | tee "$OUT/summary.md"
-import json, statistics, sys
-from collections import defaultdict
-path, backends, runs, quick, missing = sys.argv[1], sys.argv[2].split(","), sys.argv[3], sys.argv[4], sys.argv[5:]
-vals = defaultdict(list)
-for line in open(path):
-    o = json.loads(line)
-    vals[(o["system"], o["cc"], o["where"], o["metric"], o["size"])].append(o["value"])
-med = {k: statistics.median(v) for k, v in vals.items()}
-def size_name(s):
-    return f"{s >> 20} MiB" if s >= 1 << 20 and s % (1 << 20) == 0 else (
-        f"{s >> 10} KiB" if s >= 1024 and s % 1024 == 0 else f"{s} B")
-rows = [("lat", 8, "floor"), ("lat", 65536, "floor"), ("lat", 8, "ompi"),
-        ("lat", 1048576, "ompi"), ("lat", 1048576, "floor"), ("lat", 8, "ucx"),
-        ("lat", 1048576, "ucx"), ("bw", 1048576, "ompi"), ("bw", 4194304, "ompi"),
-        ("bw", 1048576, "ucx"), ("bw", 4194304, "ucx"), ("rate", 8, "ompi"), ("rate", 8, "ucx"),
-        ("rate64", 8, "ratefloor"), ("rate256", 8, "ratefloor")]
-ccs = sorted({k[1] for k in med}, key=lambda c: (c != "reno", c))
-wheres = [w for w in ("lo", "hosts") if any(k[2] == w for k in med)]
-print(f"<!-- tools/perf-compare.sh: medians of {runs} alternating runs"
-      f"{' (--quick: smoke run, noisy)' if quick == '1' else ''} -->")
-for m in missing:
-    print(f"<!-- skipped: {m} -->")
-for where in wheres:
-    print(f"\n#### {'loopback' if where == 'lo' else 'two namespace hosts (veth)'}: ringbtl / reference "
-          f"(latency: p50, lower is better; bandwidth and rate: higher is better)\n")
-    cols = [(cc, b) for cc in ccs for b in backends]
-    print("| measure | " + " | ".join(f"{cc}, {b}" for cc, b in cols) + " |")
-    print("|---" * (len(cols) + 1) + "|")
-    for metric, size, ref in rows:
-        name = {"lat": f"latency {size_name(size)} / {ref}", "bw": f"bandwidth {size_name(size)} / {ref}",
-                "rate": f"rate {size_name(size)} / {ref}",
-                "rate64": f"rate {size_name(size)}, windows of 64 / {ref}",
-                "rate256": f"rate {size_name(size)}, windows of 256 / {ref}"}[metric]
-        cells = []
-        for cc, b in cols:
-            mine, theirs = med.get((f"ringbtl-{b}", cc, where, metric, size)), med.get((ref, cc, where, metric, size))
-            if mine is None or not theirs:
-                cells.append("-")
-            elif metric == "lat":
-                cells.append(f"{mine / theirs:.2f} ({mine:.2f} / {theirs:.2f} us)")
-            elif metric == "bw":
-                cells.append(f"{mine / theirs:.2f} ({mine:.0f} / {theirs:.0f} MB/s)")
-            elif ref == "ratefloor":
-                cells.append(f"{mine / theirs:.2f} ({mine / 1e6:.2f} / {theirs / 1e6:.2f} M/s)")
-            else:
-                cells.append(f"{mine / theirs:.1f} ({mine / 1e6:.2f} / {theirs / 1e6:.3f} M/s)")
-        if any(c != "-" for c in cells):
-            print(f"| {name} | " + " | ".join(cells) + " |")
-print(f"\n<!-- records: {path} -->")
-EOF
+summarize "$RESULTS" "${MISSING[@]}" | tee "$OUT/summary.md"
