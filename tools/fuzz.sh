@@ -7,8 +7,10 @@
 # coverage-guided, on the nightly toolchain if rustup has one, otherwise on stable with
 # RUSTC_BOOTSTRAP=1. A crash leaves its input in fuzz/artifacts/<target>/; replay it with
 # `cargo fuzz run <target> <file>`, or on stable with `cargo test --manifest-path
-# fuzz/Cargo.toml`, which replays every saved artifact. Without cargo-fuzz the same checks
-# run on stable over random seeded inputs for SECONDS each (no coverage feedback).
+# fuzz/Cargo.toml`, which replays every saved input. Once fixed, keep the input in
+# fuzz/regressions/<target>/ (committed; artifacts are not), where CI replays it.
+# Without cargo-fuzz the same checks run on stable over random seeded inputs for SECONDS
+# each (no coverage feedback).
 set -euo pipefail
 
 secs=${1:-30}

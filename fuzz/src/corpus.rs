@@ -4,7 +4,8 @@
 //! input exactly as libFuzzer's bytes are. The strings mix lengths from a few bytes to a few
 //! kilobytes and bias their bytes towards the values that steer the inputs (small numbers,
 //! enum discriminants, frame kinds), so that structured cases are reached without coverage
-//! feedback. [`files`] lists saved inputs (a libFuzzer corpus or crash artifacts) to replay.
+//! feedback. [`files`] lists saved inputs (kept regressions, a libFuzzer corpus, crash
+//! artifacts) to replay.
 
 use std::path::{Path, PathBuf};
 
@@ -43,11 +44,13 @@ pub fn bytes(seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// Files under `fuzz/corpus/<target>` and `fuzz/artifacts/<target>`, if any.
+/// Files under `fuzz/regressions/<target>` (inputs that once failed a check, kept in the
+/// repository), `fuzz/corpus/<target>` and `fuzz/artifacts/<target>` (libFuzzer's, not
+/// kept), if any.
 pub fn files(target: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut out = Vec::new();
-    for dir in ["corpus", "artifacts"] {
+    for dir in ["regressions", "corpus", "artifacts"] {
         let Ok(rd) = std::fs::read_dir(root.join(dir).join(target)) else {
             continue;
         };

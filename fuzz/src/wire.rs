@@ -1,14 +1,15 @@
 //! `Header::parse` and `Hello::parse` on arbitrary bytes.
 //!
 //! Properties: parsing never panics; a short buffer is `Truncated`; whatever parses is
-//! within the bounds it was parsed against, encodes back to the bytes it came from (the
+//! within the bounds it was parsed against (padding included), encodes back to the bytes it came from (the
 //! only byte a parse ignores is a non-REJECT record's reason byte) and parses again to the
 //! same value; a header built from arbitrary fields parses back exactly when it is valid.
 
 use arbitrary::Arbitrary;
 use ringbtl::error::WireError;
 use ringbtl::wire::{
-    FrameKind, Header, Hello, HelloKind, Tag, HEADER_LEN, HELLO_LEN, PREFIX_LEN, PUT_TARGET_LEN,
+    FrameKind, Header, Hello, HelloKind, Tag, HEADER_LEN, HELLO_LEN, PAD_ALIGN, PREFIX_LEN,
+    PUT_TARGET_LEN,
 };
 
 /// One fuzz case.
@@ -45,10 +46,18 @@ fn check_header_bytes(b: &[u8], max_len: u32) {
         h.kind != FrameKind::Put || (h.len as usize >= PUT_TARGET_LEN && h.tag == Tag(0)),
         "PUT without its target or with a tag: {h:?}"
     );
+    // With FLAG_ACK: a line offset; without, on a SEND: the padding (FLAG_PAD), a multiple
+    // of 8 from 8 up to the length; on every other frame nothing.
+    assert!(h.line < 64, "a line offset out of its bits: {h:?}");
     assert!(
-        h.line < 64 && (h.ack || h.line == 0),
-        "a line offset out of its bits or without FLAG_ACK: {h:?}"
+        h.ack
+            || h.line == 0
+            || (h.kind == FrameKind::Send
+                && usize::from(h.line) % PAD_ALIGN == 0
+                && u32::from(h.line) <= h.len),
+        "padding on a frame other than SEND, not a multiple of {PAD_ALIGN}, or past the length: {h:?}"
     );
+    assert!(h.pad() <= h.len as usize, "padding past the length: {h:?}");
     let enc = h.to_bytes();
     assert_eq!(
         &enc[..],
@@ -85,20 +94,27 @@ fn check_hello_bytes(b: &[u8]) {
 }
 
 fn check_header_fields((fin, tag, len): (bool, u8, u32), max_len: u32) {
+    // Of these two kinds, a SEND only may carry the ACK flag (with a line offset) or
+    // padding (8-56 bytes, within its length); the tag's low bits pick which.
+    let (ack, line) = if fin {
+        (false, 0)
+    } else if tag & 1 == 1 {
+        (true, (len % 64) as u8)
+    } else if tag & 2 == 2 {
+        (false, 8 * (1 + (tag >> 2) % 7))
+    } else {
+        (false, 0)
+    };
     let h = Header {
         kind: if fin { FrameKind::Fin } else { FrameKind::Send },
         tag: Tag(tag),
         len,
-        // The ACK flag (with a line offset) is valid on a SEND only (of these two kinds).
-        ack: !fin && tag & 1 == 1,
-        line: if !fin && tag & 1 == 1 {
-            (len % 64) as u8
-        } else {
-            0
-        },
+        ack,
+        line,
     };
     let parsed = Header::parse(&h.to_bytes(), max_len);
-    let valid = len <= max_len && (!fin || (len == 0 && tag == 0));
+    let valid =
+        len <= max_len && (!fin || (len == 0 && tag == 0)) && (ack || u32::from(line) <= len);
     assert_eq!(parsed.is_ok(), valid, "{h:?} against {max_len}: {parsed:?}");
     if valid {
         assert_eq!(parsed, Ok(h));
