@@ -25,9 +25,8 @@ use crate::error::{Errno, Error, FailReason, SendError};
 use crate::proto::am::AmTable;
 use crate::proto::config::CoreConfig;
 use crate::proto::core::{
-    Action, ConnKey, Core, CoreEvent, EndpointState, InputStep, Source, Step,
+    Action, ConnKey, Core, CoreEvent, EndpointState, InputStep, Source, Step, DIRECT_PIECES,
 };
-use crate::reactor::op::WRITE_NOW_PIECES;
 use crate::reactor::{AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry};
 use crate::wire::{PeerId, PutTarget, Tag};
 use crate::wireup::ifaces::{self, Interface};
@@ -460,7 +459,7 @@ impl Transport {
     /// [`Stats::written_at_once`]).
     #[inline(never)]
     fn write_direct(&mut self) {
-        let mut pieces: [&[u8]; WRITE_NOW_PIECES] = [&[]; WRITE_NOW_PIECES];
+        let mut pieces: [&[u8]; DIRECT_PIECES] = [&[]; DIRECT_PIECES];
         if let Some((k, n)) = self.core.direct_pieces(&mut pieces) {
             let w = self.backend.write_now(conn_id(k), &pieces[..n]);
             self.core.direct_written(k, w);

@@ -1,9 +1,10 @@
 //! `Header::parse` and `Hello::parse` on arbitrary bytes.
 //!
 //! Properties: parsing never panics; a short buffer is `Truncated`; whatever parses is
-//! within the bounds it was parsed against (padding included), encodes back to the bytes it came from (the
-//! only byte a parse ignores is a non-REJECT record's reason byte) and parses again to the
-//! same value; a header built from arbitrary fields parses back exactly when it is valid.
+//! within the bounds it was parsed against (padding included), encodes back to the bytes
+//! it came from (the only byte a parse ignores is a non-REJECT record's reason byte) and
+//! parses again to the same value; a header built from arbitrary fields parses back
+//! exactly when it is valid.
 
 use arbitrary::Arbitrary;
 use ringbtl::error::WireError;
