@@ -447,8 +447,13 @@ impl Transport {
         cookie: u64,
     ) -> Result<(), SendError> {
         // The engine reads `now` only to arm timers, which a send does not do: the time
-        // of the last pass is precise enough and saves a clock read per message.
-        self.core.send(self.last_now, peer, tag, segs, cookie)?;
+        // of the last pass is precise enough and saves a clock read per message. A small
+        // message in a ping-pong is written from here (`Core::send_with`).
+        let backend = &mut self.backend;
+        self.core
+            .send_with(self.last_now, peer, tag, segs, cookie, |k, frame| {
+                backend.write_now(conn_id(k), &[frame])
+            })?;
         if self.core.has_direct() {
             self.write_direct();
         }

@@ -6,8 +6,9 @@
 //! engine the way the transport does, with a virtual clock: reads of arbitrary size
 //! through the buffer of an `Action::Receive` walked with `recv_step` / `recv_done`, or,
 //! in multishot mode, provided buffers walked with `input_begin` / `input_step` /
-//! `input_done` (with the pause for a large payload), application sends to peer 1 (with a
-//! prefix of what `direct_pieces` offers written at once), completions
+//! `input_done` (with the pause for a large payload), application sends to peer 1 through
+//! `send_with` (with a prefix of a ping-pong's frame, and of what `direct_pieces` offers,
+//! written at once), completions
 //! of the gathered sends, end of stream, clock ticks through `handle_timeout`, a clean
 //! shutdown. Dials the engine asks for are refused or left connecting. At the end every
 //! socket is drained (sends complete, reads see end of stream, the clock runs far ahead).
@@ -342,7 +343,18 @@ impl Driver {
                 }
                 let cookie = self.next_cookie;
                 self.next_cookie += 1;
-                if self.core.send(now, PEER, Tag(tag), &parts, cookie).is_ok() {
+                // As `Transport::send`: a message in a ping-pong is written from the call,
+                // here a prefix of it that the input picks.
+                let Self { core, socks, .. } = self;
+                let sent = core.send_with(now, PEER, Tag(tag), &parts, cookie, |k, bytes| {
+                    let s = socks.get(&k.0);
+                    assert!(
+                        s.is_some_and(|s| s.tx.is_none() && !s.connecting),
+                        "bytes written at once on {k:?}, unknown, connecting or beside a send in flight"
+                    );
+                    len % (bytes.len() + 1)
+                });
+                if sent.is_ok() {
                     self.accepted.insert(cookie);
                 }
                 // What `Transport::send` does next: write what is offered at once, here a

@@ -213,14 +213,68 @@ impl Core {
     /// cap still leaves.
     pub fn send(
         &mut self,
-        _now: Instant,
+        now: Instant,
         peer: PeerId,
         tag: Tag,
         segs: &[Bytes],
         cookie: u64,
     ) -> Result<(), SendError> {
-        // The common case first: a small message that goes straight into its peer's batch.
-        if self.send_small(peer, tag, segs, cookie) {
+        self.send_inner(
+            now,
+            peer,
+            tag,
+            segs,
+            cookie,
+            None::<fn(ConnKey, &[u8]) -> usize>,
+        )
+    }
+
+    /// [`send`](Self::send) for a driver that can write to a socket from inside the call
+    /// (`Transport::send`): a message of at most 32 bytes (`FRAG_INLINE`) to a peer in a
+    /// ping-pong leaves through `write` before this returns, without passing through its
+    /// connection's batch. `write` gets the connection and the frame's bytes and returns
+    /// how many the socket took (0 when it took none or the call failed). A frame taken
+    /// whole has completed; the rest of one taken in part or not at all leaves with the
+    /// batch at the next flush (where a failed call meets its error).
+    ///
+    /// A peer is in a ping-pong when its connection's last batch held one frame; the
+    /// message must also be the first since the last flush, with nothing queued, no ACK
+    /// owed and the batch idle and empty. So a second message in the same pass is gathered
+    /// behind the first, as are a stream's (whose batches hold several frames). Every other
+    /// message goes exactly as with `send`, and the driver then offers
+    /// [`direct_pieces`](Self::direct_pieces) as after `send`.
+    ///
+    /// Why a path of its own: a ping-pong's latency is the work between a receive and the
+    /// reply's send, and on these machines that work costs more per cache line it touches
+    /// than per instruction (the kernel's network path in between evicts the caller's
+    /// lines). This one reads the endpoint and the connection and writes from the stack;
+    /// the batch, its arena and the completion bookkeeping are touched after the write.
+    #[inline]
+    pub fn send_with(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        tag: Tag,
+        segs: &[Bytes],
+        cookie: u64,
+        write: impl FnOnce(ConnKey, &[u8]) -> usize,
+    ) -> Result<(), SendError> {
+        self.send_inner(now, peer, tag, segs, cookie, Some(write))
+    }
+
+    #[inline]
+    fn send_inner<W: FnOnce(ConnKey, &[u8]) -> usize>(
+        &mut self,
+        _now: Instant,
+        peer: PeerId,
+        tag: Tag,
+        segs: &[Bytes],
+        cookie: u64,
+        write: Option<W>,
+    ) -> Result<(), SendError> {
+        // The common case first: a small message that goes straight into its peer's batch
+        // (or, with `write`, out).
+        if self.send_small(peer, tag, segs, cookie, write) {
             return Ok(());
         }
         let hdr = Header {
@@ -236,10 +290,19 @@ impl Core {
     /// The fast path of [`send`](Self::send): a message of at most [`FRAG_INLINE`] bytes
     /// (and the configured inline limit) to a connected peer with nothing queued, whose
     /// connection's batch is idle and has room, is written straight into that batch
-    /// ([`tx::batch_small`]). Returns false, changing nothing, in every other case (every
-    /// error among them), which [`enqueue`](Self::enqueue) then decides.
+    /// ([`tx::batch_small`]), or, given `write` and the peer in a ping-pong
+    /// ([`send_with`](Self::send_with)), to the socket. Returns false, changing nothing, in
+    /// every other case (every error among them), which [`enqueue`](Self::enqueue) then
+    /// decides.
     #[inline]
-    fn send_small(&mut self, peer: PeerId, tag: Tag, segs: &[Bytes], cookie: u64) -> bool {
+    fn send_small<W: FnOnce(ConnKey, &[u8]) -> usize>(
+        &mut self,
+        peer: PeerId,
+        tag: Tag,
+        segs: &[Bytes],
+        cookie: u64,
+        write: Option<W>,
+    ) -> bool {
         if self.shutting_down || segs.len() > MAX_SEGMENTS {
             return false;
         }
@@ -251,7 +314,24 @@ impl Core {
             return false;
         };
         // A Failed endpoint is not Connected; after our FIN nothing more may leave.
-        if ep.fin_sent || !tx::batch_small(ep, &mut self.conns, tag, len, segs, cookie, &self.cfg) {
+        if ep.fin_sent {
+            return false;
+        }
+        if let Some(write) = write {
+            if let Some(conn) = ping_conn(ep, &mut self.conns) {
+                let mut wire = [0u8; FRAG_WIRE];
+                wire[..Header::LEN].copy_from_slice(&Header::send_head(tag, len as u32));
+                let mut at = Header::LEN;
+                for s in segs {
+                    wire[at..at + s.len()].copy_from_slice(s);
+                    at += s.len();
+                }
+                let n = write(conn, &wire[..at]);
+                self.written_now(peer, conn, &wire[..at], n, cookie);
+                return true;
+            }
+        }
+        if !tx::batch_small(ep, &mut self.conns, tag, len, segs, cookie, &self.cfg) {
             return false;
         }
         if !ep.dirty {
@@ -266,6 +346,35 @@ impl Core {
             }
         }
         true
+    }
+
+    /// [`send_with`](Self::send_with) wrote `n` bytes of the frame `wire` (cookie `cookie`)
+    /// on `conn`: taken whole, it completes (a batch of its own for the statistics);
+    /// otherwise its rest goes into the idle batch, for the flush. Either way the endpoint
+    /// is dirty until that flush, so that the next message is gathered.
+    fn written_now(&mut self, peer: PeerId, conn: ConnKey, wire: &[u8], n: usize, cookie: u64) {
+        let (Some(ep), Some(c)) = (
+            slot(&mut self.endpoints, peer.0),
+            slot(&mut self.conns, conn.0),
+        ) else {
+            return;
+        };
+        ep.inflight.push_back(Some(cookie));
+        ep.dirty = true;
+        self.dirty.push(peer);
+        if n > 0 {
+            self.counters.written_at_once += 1;
+        }
+        if n >= wire.len() {
+            self.counters.batches += 1;
+            self.counters.frames += 1;
+            ep.written += 1;
+            self.release_written(peer);
+        } else if let Some(batch) = c.tx.as_mut() {
+            batch.push_copy(wire);
+            batch.add_frame();
+            batch.advance(n);
+        }
     }
 
     /// Queues a put: the concatenated `segs` go to `target`, inside a region `peer`
@@ -909,3 +1018,21 @@ fn retry_in_handshake(cause: &Cause) -> bool {
 
 /// Longest delay between two connect attempts.
 pub(super) const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The connection on which a small message to the endpoint `ep` may be written at once
+/// ([`Core::send_with`]): connected, its connection in a ping-pong (the last batch held
+/// one frame), nothing gathered or queued since the last flush, no ACK owed, the batch idle
+/// and empty, the dialer's first bytes seen.
+#[inline]
+fn ping_conn(ep: &Endpoint, conns: &mut [Option<Conn>]) -> Option<ConnKey> {
+    let EpState::Connected { conn } = ep.state else {
+        return None;
+    };
+    // Dirty: a frame went into the batch, or out at once, since the last flush.
+    if ep.dirty || ep.acks_owed > 0 || !ep.queue.is_empty() {
+        return None;
+    }
+    let c = slot(conns, conn.0)?;
+    let idle = c.tx.as_ref().is_some_and(TxBatch::is_empty);
+    (c.solo && idle && !c.unconfirmed).then_some(conn)
+}

@@ -401,7 +401,7 @@ impl Core {
 
     /// Completes the written frames at the front of `peer`'s in-flight frames, up to the
     /// first one whose pages are still lent.
-    fn release_written(&mut self, peer: PeerId) {
+    pub(super) fn release_written(&mut self, peer: PeerId) {
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };

@@ -222,3 +222,71 @@ fn a_small_send_refuses_what_any_send_refuses() {
     net.nodes[0].core.shutdown();
     assert_eq!(net.send(0, 1, 2, vec![1]), Err(SendError::ShuttingDown));
 }
+
+/// A ping-pong's small message that the socket takes whole (`Core::send_with`, as
+/// `Transport::send` calls it) has completed when the send returns: no batch carries it,
+/// so the flush after it hands nothing to the driver.
+#[test]
+fn a_ping_pong_message_taken_whole_completes_without_a_batch() {
+    let (mut net, r) = solo_pair(20);
+    for i in 0..3u8 {
+        let batches = net.nodes[0].core.counters().batches;
+        let cookie = net.send(0, 1, 4, vec![i; 8]).unwrap();
+        assert_eq!(frames(&net.raw_read(r)).len(), 1, "message {i}");
+        assert!(
+            net.nodes[0].core.has_events(),
+            "message {i}: no completion yet"
+        );
+        net.nodes[0].core.flush();
+        assert!(
+            !net.nodes[0].core.has_actions(),
+            "message {i}: a batch went to the driver for a frame already written"
+        );
+        net.run(false);
+        assert_eq!(
+            net.completions(0).get(&cookie),
+            Some(&Ok(())),
+            "message {i}"
+        );
+        assert_eq!(net.nodes[0].core.counters().batches, batches + 1);
+        net.raw_write(r, &frame(FrameKind::Send, 5, &[i]));
+        net.run(false);
+    }
+}
+
+/// A message written at once behind a frame whose lent pages wait for the peer's ACK
+/// completes after that frame, when the ACK comes: completions keep the send order.
+#[test]
+fn a_message_written_at_once_completes_after_the_lent_frame_before_it() {
+    let (mut net, r) = solo_pair(21);
+    let len = SPLICE_MIN.expect("lending on") + 100;
+    let lent = net.send(0, 1, 4, vec![9; len]).unwrap();
+    net.run(false);
+    let wire = net.raw_read(r);
+    assert!(matches!(&frames(&wire)[..], [(h, _)] if h.ack));
+    let small = net.send(0, 1, 5, vec![1; 8]).unwrap();
+    let wire = net.raw_read(r);
+    assert!(
+        matches!(&frames(&wire)[..], [(h, body)] if h.tag == Tag(5) && body == &[1; 8]),
+        "the small message was not written at once"
+    );
+    let done = |net: &Net| -> Vec<u64> {
+        net.nodes[0]
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                CoreEvent::Completed {
+                    cookie,
+                    result: Ok(()),
+                    ..
+                } if [lent, small].contains(cookie) => Some(*cookie),
+                _ => None,
+            })
+            .collect()
+    };
+    net.run(false);
+    assert_eq!(done(&net), [], "completed before the lent frame's ACK");
+    net.raw_write(r, &frame(FrameKind::Ack, 0, &[]));
+    net.run(false);
+    assert_eq!(done(&net), [lent, small]);
+}

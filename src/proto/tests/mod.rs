@@ -364,9 +364,23 @@ impl Net {
         }
         segs.push(whole.slice(at..));
         let now = self.now();
-        let node = &mut self.nodes[n];
+        let Self {
+            nodes,
+            socks,
+            rng,
+            knobs,
+            seed,
+            ..
+        } = self;
+        let node = &mut nodes[n];
         let cookie = node.next_cookie;
-        node.core.send(now, PeerId(to), Tag(tag), &segs, cookie)?;
+        // What `Transport::send` does: a message in a ping-pong is written from the call.
+        let keys = &node.keys;
+        node.core
+            .send_with(now, PeerId(to), Tag(tag), &segs, cookie, |k, bytes| {
+                let s = *keys.get(&k).expect("written on a known connection");
+                write_at_once(socks, rng, knobs, *seed, n, s, bytes)
+            })?;
         node.next_cookie += 1;
         node.sent.insert(cookie, (PeerId(to), tag, payload));
         self.write_direct(n);
@@ -383,36 +397,21 @@ impl Net {
         };
         let bytes = pieces[..np].concat();
         let s = self.sock_of(n, k);
-        assert!(
-            self.socks[s].tx.is_none(),
-            "seed {}: node {n}: bytes offered at once on {k:?} beside a send in flight",
-            self.seed
+        let take = write_at_once(
+            &mut self.socks,
+            &mut self.rng,
+            &self.knobs,
+            self.seed,
+            n,
+            s,
+            &bytes,
         );
-        let Some(o) = self.socks[s].other else { return };
-        if self.socks[s].closing || self.socks[o].closed || self.socks[s].peer_dead {
-            // The call fails; the batch's own send meets the error.
-            return;
-        }
-        let take = match self.knobs.at_once {
-            Some(n) => n.min(bytes.len()),
-            None => match self.rng.below(4) {
-                0 => 0,
-                1 => self.rng.below(bytes.len()),
-                _ => bytes.len(),
-            },
-        };
-        self.wire_out(s, o, &bytes[..take]);
         self.nodes[n].core.direct_written(k, take);
     }
 
     /// Bytes written by end `s` arrive at its other end `o`.
     fn wire_out(&mut self, s: usize, o: usize, bytes: &[u8]) {
-        if self.socks[s].head.len() < 2 * HELLO_LEN {
-            let need = 2 * HELLO_LEN - self.socks[s].head.len();
-            let take = need.min(bytes.len());
-            self.socks[s].head.extend_from_slice(&bytes[..take]);
-        }
-        self.socks[o].inbox.extend(bytes);
+        wire_out(&mut self.socks, s, o, bytes);
     }
 
     fn send(&mut self, n: usize, to: u32, tag: u8, payload: Vec<u8>) -> Result<u64, SendError> {
@@ -1225,4 +1224,47 @@ fn frame(kind: FrameKind, tag: u8, payload: &[u8]) -> Vec<u8> {
     .to_vec();
     v.extend_from_slice(payload);
     v
+}
+
+/// Bytes written by end `s` arrive at its other end `o`.
+fn wire_out(socks: &mut [Sock], s: usize, o: usize, bytes: &[u8]) {
+    if socks[s].head.len() < 2 * HELLO_LEN {
+        let need = 2 * HELLO_LEN - socks[s].head.len();
+        let take = need.min(bytes.len());
+        socks[s].head.extend_from_slice(&bytes[..take]);
+    }
+    socks[o].inbox.extend(bytes);
+}
+
+/// A write at once of `bytes` by node `n` on its end `s` (`Transport::send`'s): the socket
+/// takes all of them, a part (a full buffer) or none, as the knobs or the random source
+/// say; a closing or broken connection takes none (the batch's own send meets the error).
+/// Returns the count taken.
+fn write_at_once(
+    socks: &mut [Sock],
+    rng: &mut Rng,
+    knobs: &Knobs,
+    seed: u64,
+    n: usize,
+    s: usize,
+    bytes: &[u8],
+) -> usize {
+    assert!(
+        socks[s].tx.is_none(),
+        "seed {seed}: node {n}: bytes written at once on end {s} beside a send in flight"
+    );
+    let Some(o) = socks[s].other else { return 0 };
+    if socks[s].closing || socks[o].closed || socks[s].peer_dead {
+        return 0;
+    }
+    let take = match knobs.at_once {
+        Some(t) => t.min(bytes.len()),
+        None => match rng.below(4) {
+            0 => 0,
+            1 => rng.below(bytes.len()),
+            _ => bytes.len(),
+        },
+    };
+    wire_out(socks, s, o, &bytes[..take]);
+    take
 }
