@@ -244,11 +244,10 @@ impl Core {
     /// message goes exactly as with `send`, and the driver then offers
     /// [`direct_pieces`](Self::direct_pieces) as after `send`.
     ///
-    /// Why a path of its own: a ping-pong's latency is the work between a receive and the
-    /// reply's send, and on these machines that work costs more per cache line it touches
-    /// than per instruction (the kernel's network path in between evicts the caller's
-    /// lines). This one reads the endpoint and the connection and writes from the stack;
-    /// the batch, its arena and the completion bookkeeping are touched after the write.
+    /// Why a path of its own: a ping-pong's latency includes the work between a receive and
+    /// the reply's send. This path reads the endpoint and the connection and writes from
+    /// the stack; the completion bookkeeping comes after the write, and no flush, send
+    /// action or send event follows for a frame taken whole.
     #[inline]
     pub fn send_with(
         &mut self,
