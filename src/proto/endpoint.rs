@@ -317,14 +317,10 @@ impl Core {
             return false;
         }
         if let Some(write) = write {
-            if let Some(conn) = ping_conn(ep, &mut self.conns) {
+            if let Some(conn) = tx::ping_conn(ep, &mut self.conns) {
                 let mut wire = [0u8; FRAG_WIRE];
                 wire[..Header::LEN].copy_from_slice(&Header::send_head(tag, len as u32));
-                let mut at = Header::LEN;
-                for s in segs {
-                    wire[at..at + s.len()].copy_from_slice(s);
-                    at += s.len();
-                }
+                let at = copy_inline(&mut wire, Header::LEN, segs);
                 let n = write(conn, &wire[..at]);
                 self.written_now(peer, conn, &wire[..at], n, cookie);
                 return true;
@@ -437,11 +433,7 @@ impl Core {
         let mut frag = Frag::new(hdr, target.as_ref(), Some(cookie));
         if inline {
             // Small: copied now, so the queue holds no reference to the caller's buffer.
-            let mut at = frag.head as usize;
-            for s in segs {
-                frag.wire[at..at + s.len()].copy_from_slice(s);
-                at += s.len();
-            }
+            copy_inline(&mut frag.wire, frag.head as usize, segs);
         }
         ep.queued_bytes += wire;
         if !inline {
@@ -1018,20 +1010,13 @@ fn retry_in_handshake(cause: &Cause) -> bool {
 /// Longest delay between two connect attempts.
 pub(super) const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
 
-/// The connection on which a small message to the endpoint `ep` may be written at once
-/// ([`Core::send_with`]): connected, its connection in a ping-pong (the last batch held
-/// one frame), nothing gathered or queued since the last flush, no ACK owed, the batch idle
-/// and empty, the dialer's first bytes seen.
+/// Copies the segments of an inline payload into `wire` from `at` on (they fit: the
+/// caller checked their length against [`FRAG_INLINE`]); returns where they end.
 #[inline]
-fn ping_conn(ep: &Endpoint, conns: &mut [Option<Conn>]) -> Option<ConnKey> {
-    let EpState::Connected { conn } = ep.state else {
-        return None;
-    };
-    // Dirty: a frame went into the batch, or out at once, since the last flush.
-    if ep.dirty || ep.acks_owed > 0 || !ep.queue.is_empty() {
-        return None;
+fn copy_inline(wire: &mut [u8; FRAG_WIRE], mut at: usize, segs: &[Bytes]) -> usize {
+    for s in segs {
+        wire[at..at + s.len()].copy_from_slice(s);
+        at += s.len();
     }
-    let c = slot(conns, conn.0)?;
-    let idle = c.tx.as_ref().is_some_and(TxBatch::is_empty);
-    (c.solo && idle && !c.unconfirmed).then_some(conn)
+    at
 }

@@ -503,7 +503,7 @@ pub(super) fn batch_small(
     cookie: u64,
     cfg: &CoreConfig,
 ) -> bool {
-    let Some(batch) = idle_batch(ep, conns) else {
+    let Some(batch) = idle_conn(ep, conns).and_then(|(_, c)| c.tx.as_mut()) else {
         return false;
     };
     let wire = Header::LEN + len;
@@ -518,10 +518,10 @@ pub(super) fn batch_small(
     true
 }
 
-/// The batch of `ep`'s connection when a frame may go straight into it: connected,
-/// nothing queued before it, the dialer's first bytes seen, the batch not with the driver.
+/// `ep`'s connection when a frame may go straight into its batch: connected, nothing
+/// queued before it, the dialer's first bytes seen, the batch not with the driver.
 #[inline]
-fn idle_batch<'a>(ep: &Endpoint, conns: &'a mut [Option<Conn>]) -> Option<&'a mut TxBatch> {
+fn idle_conn<'a>(ep: &Endpoint, conns: &'a mut [Option<Conn>]) -> Option<(ConnKey, &'a mut Conn)> {
     let EpState::Connected { conn } = ep.state else {
         return None;
     };
@@ -530,10 +530,24 @@ fn idle_batch<'a>(ep: &Endpoint, conns: &'a mut [Option<Conn>]) -> Option<&'a mu
     }
     let c = slot(conns, conn.0)?;
     // Frames wait for the dialer's first bytes (`Core::confirm`).
-    if c.unconfirmed {
+    if c.unconfirmed || c.tx.is_none() {
         return None;
     }
-    c.tx.as_mut()
+    Some((conn, c))
+}
+
+/// The connection on which a small message to the endpoint `ep` may be written at once
+/// ([`Core::send_with`]): idle as for [`batch_small`], in a ping-pong (its last batch held
+/// one frame), its batch empty, nothing gathered since the last flush and no ACK owed
+/// (implied: an owed ACK keeps the endpoint dirty, or the batch out, until it leaves).
+#[inline]
+pub(super) fn ping_conn(ep: &Endpoint, conns: &mut [Option<Conn>]) -> Option<ConnKey> {
+    // Dirty: a frame went into the batch, or out at once, since the last flush.
+    if ep.dirty || ep.acks_owed > 0 {
+        return None;
+    }
+    let (conn, c) = idle_conn(ep, conns)?;
+    (c.solo && c.tx.as_ref().is_some_and(TxBatch::is_empty)).then_some(conn)
 }
 
 /// Sends completed without error and not yet reported, a run per batch. A run is due
