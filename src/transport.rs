@@ -25,7 +25,7 @@ use crate::error::{Errno, Error, FailReason, SendError};
 use crate::proto::am::AmTable;
 use crate::proto::config::CoreConfig;
 use crate::proto::core::{
-    Action, ConnKey, Core, CoreEvent, EndpointState, InputStep, Source, Step, DIRECT_PIECES,
+    self, Action, ConnKey, Core, CoreEvent, EndpointState, InputStep, Sink, Source, DIRECT_PIECES,
 };
 use crate::reactor::{AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry};
 use crate::wire::{PeerId, PutTarget, Tag};
@@ -158,6 +158,23 @@ pub struct Transport {
 
 /// Idle progress passes between two clock reads for the engine's timers.
 const TIMER_SPIN: u32 = 256;
+
+/// A transport walking a read of a connection's own cache ([`core::walk_read`]): the
+/// messages go to its handlers. (Not `Sink` for `Transport` itself, which would hand its
+/// engine to anyone.)
+struct Reader<'a>(&'a mut Transport);
+
+impl Sink for Reader<'_> {
+    #[inline]
+    fn core(&mut self) -> &mut Core {
+        &mut self.0.core
+    }
+
+    #[inline]
+    fn deliver(&mut self, peer: PeerId, tag: Tag, payload: &[u8]) {
+        self.0.dispatch(peer, tag, payload);
+    }
+}
 
 impl fmt::Debug for Transport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -840,19 +857,8 @@ impl Transport {
         self.recycle(buf);
     }
 
-    fn on_recv(&mut self, now: Instant, k: ConnKey, mut rx: RxBuf) {
-        loop {
-            match self.core.recv_step(now, k, &mut rx) {
-                Step::Deliver { peer, tag, range } => {
-                    self.dispatch(peer, tag, rx.bytes(range));
-                }
-                Step::Rearm => {
-                    self.core.recv_done(k, rx);
-                    return;
-                }
-                Step::Drop => return,
-            }
-        }
+    fn on_recv(&mut self, now: Instant, k: ConnKey, rx: RxBuf) {
+        core::walk_read(&mut Reader(self), now, k, rx);
     }
 
     fn dispatch(&mut self, src: PeerId, tag: Tag, payload: &[u8]) {

@@ -30,7 +30,7 @@ use bytes::Bytes;
 use ringbtl::auth::{handshake_mac, JobKey, Side, Transcript};
 use ringbtl::buf::{RxBuf, TxBatch};
 use ringbtl::proto::core::{
-    Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, NonceSource, Source, Step,
+    walk_read, Action, ConnKey, Core, CoreConfig, CoreEvent, InputStep, NonceSource, Sink, Source,
     DIRECT_PIECES,
 };
 use ringbtl::wire::{FrameKind, Header, Hello, HelloKind, PeerId, Tag, NONCE_LEN};
@@ -48,7 +48,8 @@ const NONCE_A: [u8; NONCE_LEN] = [0x11; NONCE_LEN];
 const PEER: PeerId = PeerId(1);
 /// The accepted connection.
 const ACCEPTED: ConnKey = ConnKey(0);
-/// Bound on one `recv_step` walk: far above what any read of a small cache can hold.
+/// Bound on the messages of one walk (`walk_read`, `input_step`): far above what any read
+/// of a small cache can hold.
 const STEP_LIMIT: usize = 1 << 20;
 /// Bound on the rounds of the final drain.
 const DRAIN_ROUNDS: usize = 256;
@@ -306,6 +307,27 @@ fn peer_bytes(input: &Input) -> Vec<u8> {
     out
 }
 
+/// The engine walking one read (`walk_read`): every payload must be readable in place,
+/// and a walk that does not end fails the case.
+struct Walk<'a> {
+    core: &'a mut Core,
+    left: usize,
+}
+
+impl Sink for Walk<'_> {
+    fn core(&mut self) -> &mut Core {
+        self.core
+    }
+
+    fn deliver(&mut self, _: PeerId, _: Tag, payload: &[u8]) {
+        self.left = self
+            .left
+            .checked_sub(1)
+            .expect("a read's walk does not end");
+        std::hint::black_box(payload);
+    }
+}
+
 impl Driver {
     fn now(&self) -> Instant {
         self.base + Duration::from_millis(self.ms)
@@ -529,20 +551,15 @@ impl Driver {
         }
         rx.commit(n);
         let now = self.now();
-        for _ in 0..STEP_LIMIT {
-            match self.core.recv_step(now, ACCEPTED, &mut rx) {
-                Step::Deliver { range, .. } => {
-                    // The payload must be readable in place.
-                    std::hint::black_box(rx.bytes(range));
-                }
-                Step::Rearm => {
-                    self.core.recv_done(ACCEPTED, rx);
-                    return;
-                }
-                Step::Drop => return,
-            }
-        }
-        panic!("recv_step walk does not end");
+        walk_read(
+            &mut Walk {
+                core: &mut self.core,
+                left: STEP_LIMIT,
+            },
+            now,
+            ACCEPTED,
+            rx,
+        );
     }
 
     /// One provided buffer of up to `max` bytes on the accepted connection, walked in

@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use crate::buf::{RxBuf, TxBatch};
 use crate::error::{FailReason, ProtoError, WireError};
-use crate::proto::core::{ConnKey, Core, CoreEvent, Todo};
+use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
 use crate::proto::deframe::{self, Deframer};
 use crate::proto::handshake::Handshake;
 use crate::wire::{HelloKind, PeerId, RejectReason, HELLO_LEN};
@@ -261,10 +261,11 @@ impl Core {
     }
 
     fn end_conn(&mut self, conn: ConnKey, reset: bool) {
-        if let Some(c) = self.conn_mut(conn) {
+        if let Some(c) = slot(&mut self.conns, conn.0) {
             // A Dead connection was closed already, unless a REJECT is still being written.
             if c.stage != Stage::Dead || c.close_after_tx {
                 c.stage = Stage::Dead;
+                self.ended += 1;
                 c.deadline = None;
                 c.tx_ready = false;
                 c.close_after_tx = false;
@@ -285,8 +286,11 @@ impl Core {
     /// Writes a handshake record on `conn` and closes it once the record is out.
     pub(super) fn answer_and_close(&mut self, conn: ConnKey, kind: HelloKind) {
         let rec = self.record(kind);
-        let Some(c) = self.conn_mut(conn) else { return };
+        let Some(c) = slot(&mut self.conns, conn.0) else {
+            return;
+        };
         c.stage = Stage::Dead;
+        self.ended += 1;
         c.deadline = None;
         c.hs = None;
         c.write_record(&rec);

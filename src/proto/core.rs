@@ -20,8 +20,10 @@
 //!   only then: at most one send is in flight per connection, and the engine alone
 //!   keeps that rule.
 //! - [`Action::Receive`] moves a receive buffer to the driver for one read; after the
-//!   read, the driver walks it with [`Core::recv_step`] until [`Step::Rearm`], then hands
-//!   it back with [`Core::recv_done`].
+//!   read, the driver walks it with [`walk_read`], which hands every active message to
+//!   the driver's [`Sink`] and the buffer back to the engine. (The walk's steps are
+//!   [`Core::recv_step`]'s until [`Step::Rearm`], then [`Core::recv_done`]; `walk_read`
+//!   takes the plain messages of a read as one run.)
 //! - With [`CoreConfig::multishot`], receives are armed once with
 //!   [`Action::ArmProvided`] on buffers the driver provides; each such buffer is walked
 //!   in place with [`Core::input_step`], between [`Core::input_begin`] and
@@ -135,7 +137,7 @@ pub enum Action {
         batch: TxBatch,
     },
     /// Read once into `buf.spare_mut()` on `conn` (whole when `buf.wants_all()`), then
-    /// walk it with [`Core::recv_step`].
+    /// walk it with [`walk_read`].
     Receive {
         /// The connection.
         conn: ConnKey,
@@ -245,6 +247,65 @@ pub enum Step {
     Drop,
 }
 
+/// Where [`walk_read`] hands the active messages of a read: the driver.
+pub trait Sink {
+    /// The engine.
+    fn core(&mut self) -> &mut Core;
+    /// An active message from `peer` for `tag`; `payload` is valid during the call only.
+    fn deliver(&mut self, peer: PeerId, tag: Tag, payload: &[u8]);
+}
+
+/// Walks the bytes a [`Receive`](Action::Receive) read into `rx` on `conn` to their end,
+/// every active message to `sink`, and gives the buffer back to the engine
+/// ([`Core::recv_done`]; it is dropped with its connection).
+///
+/// The steps are [`Core::recv_step`]'s, but for the plain active messages at the front
+/// of the cache (a stream's read holds hundreds): they go as a run, the connection
+/// checked once for all of them, and again only after a delivery that ended a connection
+/// (a handler's `flush`, say), the only change a handler can make to one.
+pub fn walk_read<S: Sink>(sink: &mut S, now: Instant, conn: ConnKey, mut rx: RxBuf) {
+    loop {
+        let mut end = None;
+        if let Some(run) = sink.core().recv_run(conn, &rx) {
+            end = loop {
+                let Some((tag, range)) = run.next(&mut rx) else {
+                    break sink.core().run_end(conn, &rx);
+                };
+                sink.deliver(run.peer, tag, rx.bytes(range));
+                if !sink.core().run_holds(&run) {
+                    break None;
+                }
+            };
+        }
+        match end.unwrap_or_else(|| sink.core().recv_step(now, conn, &mut rx)) {
+            Step::Deliver { peer, tag, range } => sink.deliver(peer, tag, rx.bytes(range)),
+            Step::Rearm => return sink.core().recv_done(conn, rx),
+            Step::Drop => return,
+        }
+    }
+}
+
+/// A run of plain active messages at the front of a connection's cache
+/// ([`Core::recv_run`]): the connection's checks, made at its first message, hold until
+/// a connection ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Run {
+    /// Source of the run's messages.
+    pub(super) peer: PeerId,
+    pub(super) max: u32,
+    /// [`Core::ended`] when the run began.
+    pub(super) ended: u64,
+}
+
+impl Run {
+    /// The next frame of the run, consumed: a SEND without flags whole in `rx`, its
+    /// tag and its payload's range (as [`Step::Deliver`]); `None` at anything else.
+    #[inline]
+    fn next(&self, rx: &mut RxBuf) -> Option<(Tag, Range<usize>)> {
+        crate::proto::deframe::next_plain_send(rx, self.max)
+    }
+}
+
 /// What [`Core::input_step`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InputStep {
@@ -303,6 +364,8 @@ pub struct Core {
     pub(super) counters: Counters,
     /// Connections accepted so far (ranks strangers by age).
     pub(super) accepts: u64,
+    /// Connections ended so far (an end stops a [`Run`]).
+    pub(super) ended: u64,
     /// The job key of the handshake's MACs ([`PUBLIC_KEY`] without one).
     pub(super) key: JobKey,
     pub(super) nonces: NonceSource,
@@ -337,6 +400,7 @@ impl Core {
             ask_unknown: false,
             counters: Counters::default(),
             accepts: 0,
+            ended: 0,
         }
     }
 

@@ -346,22 +346,25 @@ impl Deframer {
         if rx.wants_all() {
             return None;
         }
-        let unread = rx.unread();
-        let head: [u8; HEADER_LEN] = unread.get(..HEADER_LEN)?.try_into().ok()?;
-        let (tag, len) = Header::plain_send(u64::from_be_bytes(head), max)?;
-        let need = HEADER_LEN + len as usize;
-        if need > unread.len() {
-            return None;
-        }
+        let (tag, need) = plain_head(rx, max)?;
         let h = Header {
             kind: FrameKind::Send,
             tag,
-            len,
+            len: (need - HEADER_LEN) as u32,
             ack: false,
             line: 0,
         };
         let (_, range) = self.take_cached(rx, h, need);
         Some((tag, range))
+    }
+
+    /// Whether `next_plain_send` may take frames from `rx` on its own, leaving this
+    /// deframer as it is: `rx` is the cache (no whole buffer being filled) and no large
+    /// payload's buffer stands in for it (whose end [`cached_send`](Self::cached_send)
+    /// tracks).
+    #[inline]
+    pub fn runs(&self, rx: &RxBuf) -> bool {
+        !self.big && !rx.wants_all()
     }
 
     /// Whether `rx` is used up with nothing for [`frame`](Self::frame) to do about it
@@ -472,6 +475,28 @@ fn whole_in_cache(rx: &RxBuf, max: u32) -> Result<Option<(Header, usize)>, WireE
     let h = Header::parse(rx.unread(), max)?;
     let need = HEADER_LEN + h.len as usize;
     Ok((need <= rx.pending()).then_some((h, need)))
+}
+
+/// The tag and the length with header of the frame at the front of `rx`'s unread bytes
+/// when it is a SEND without flags within `max` whose bytes are all there; `None` for
+/// anything else.
+#[inline]
+fn plain_head(rx: &RxBuf, max: u32) -> Option<(Tag, usize)> {
+    let unread = rx.unread();
+    let head: [u8; HEADER_LEN] = unread.get(..HEADER_LEN)?.try_into().ok()?;
+    let (tag, len) = Header::plain_send(u64::from_be_bytes(head), max)?;
+    let need = HEADER_LEN + len as usize;
+    (need <= unread.len()).then_some((tag, need))
+}
+
+/// [`Deframer::cached_send`] where [`Deframer::runs`] holds (nothing of the deframer's
+/// to update): the SEND without flags whole at the front of `rx`, consumed, as its tag
+/// and its payload's range.
+#[inline]
+pub(crate) fn next_plain_send(rx: &mut RxBuf, max: u32) -> Option<(Tag, Range<usize>)> {
+    let (tag, need) = plain_head(rx, max)?;
+    let r = rx.consume(need);
+    Some((tag, r.start + HEADER_LEN..r.end))
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use crate::buf::{Regions, RxBuf};
 use crate::error::{Cause, Errno, FailReason, ProtoError, WireError};
-use crate::proto::conn::Stage;
-use crate::proto::core::{slot, ConnKey, Core, InputStep, Step, Todo};
+use crate::proto::conn::{Conn, Stage};
+use crate::proto::core::{slot, ConnKey, Core, InputStep, Run, Step, Todo};
 use crate::proto::deframe::Source;
 use crate::wire::{FrameKind, Header, Hello, PeerId, HEADER_LEN};
 
@@ -42,14 +42,32 @@ impl Core {
         }
     }
 
-    /// The fast path of [`recv_step`](Self::recv_step): on an open connection past every
-    /// check of its first bytes, whose peer sent no FIN, and whose buffer is not due to
-    /// grow, an active message wholly in the cache is delivered, and a cache used up asks
-    /// for the next read, without the walk's other cases. `None` leaves everything else (and
-    /// everything wrong) to the walk.
+    /// A [`Run`] of the plain active messages at the front of `rx` (`conn`'s cache, as
+    /// for [`recv_step`](Self::recv_step)), when the connection allows one: the checks of
+    /// [`recv_step`](Self::recv_step)'s fast path, made once for the run. `None` leaves
+    /// everything to `recv_step`.
     #[inline]
-    fn cached_send(&mut self, conn: ConnKey, rx: &mut RxBuf) -> Option<Step> {
-        let (max, cache, multishot) = (self.cfg.max_frame, self.cfg.recv_cache, self.cfg.multishot);
+    pub(super) fn recv_run(&mut self, conn: ConnKey, rx: &RxBuf) -> Option<Run> {
+        let max = self.cfg.max_frame;
+        let ended = self.ended;
+        let (peer, c) = self.cache_peer(conn, rx)?;
+        c.deframer.runs(rx).then_some(Run { peer, max, ended })
+    }
+
+    /// Whether `run` still holds after a delivery: no connection ended meanwhile. A
+    /// handler changes no connection otherwise (it cannot run a pass), so `conn` is still
+    /// open and its peer's FIN still unseen.
+    #[inline]
+    pub(super) fn run_holds(&self, run: &Run) -> bool {
+        self.ended == run.ended
+    }
+
+    /// The peer and the connection `conn` when its frames may be handed out from the
+    /// cache `rx` without the walk: an open connection past every check of its first
+    /// bytes, whose peer sent no FIN, and a buffer not due to grow.
+    #[inline]
+    fn cache_peer(&mut self, conn: ConnKey, rx: &RxBuf) -> Option<(PeerId, &mut Conn)> {
+        let (cache, multishot) = (self.cfg.recv_cache, self.cfg.multishot);
         // A handshake-sized buffer that the walk would now trade for the full cache (see
         // `walk`; a frame larger than the buffer is not whole in it, and goes there too).
         let grow = rx.capacity() < cache && (multishot || rx.pending() >= rx.capacity());
@@ -61,16 +79,30 @@ impl Core {
         if slot(&mut self.endpoints, peer.0).is_none_or(|e| e.fin_rcvd) {
             return None;
         }
+        Some((peer, c))
+    }
+
+    /// The fast path of [`recv_step`](Self::recv_step): on a connection and buffer as for
+    /// [`cache_peer`](Self::cache_peer), an active message wholly in the cache is
+    /// delivered, and a cache used up asks for the next read, without the walk's other
+    /// cases. `None` leaves everything else (and everything wrong) to the walk.
+    #[inline]
+    fn cached_send(&mut self, conn: ConnKey, rx: &mut RxBuf) -> Option<Step> {
+        let max = self.cfg.max_frame;
+        let (peer, c) = self.cache_peer(conn, rx)?;
         if let Some((tag, range)) = c.deframer.cached_send(rx, max) {
             return Some(Step::Deliver { peer, tag, range });
         }
-        // Every frame of the read handed out: the next read (no frame in progress, so no
-        // stall deadline).
-        if c.deframer.drained(rx) {
-            c.deadline = None;
-            return Some(Step::Rearm);
-        }
-        None
+        rearm_drained(c, rx)
+    }
+
+    /// The end of a `run` over `rx` that still holds ([`run_holds`](Self::run_holds))
+    /// when [`Run::next`] found no frame: [`Step::Rearm`] for a read used up, as
+    /// [`recv_step`](Self::recv_step) would answer; `None` for anything else, which
+    /// `recv_step` decides.
+    #[inline]
+    pub(super) fn run_end(&mut self, conn: ConnKey, rx: &RxBuf) -> Option<Step> {
+        rearm_drained(slot(&mut self.conns, conn.0)?, rx)
     }
 
     /// Gives back the buffer after [`Step::Rearm`]; the next read is queued.
@@ -424,3 +456,15 @@ fn needs_room(rx: &RxBuf, max: u32) -> bool {
 /// The buffer of a connection in its handshake once past the HELLO (see `walk`): a
 /// record and the first frames behind it. An acceptor's stranger holds this much at most.
 pub(super) const HANDSHAKE_READ: usize = 1024;
+
+/// [`Step::Rearm`] when every frame of the read in `rx` was handed out (the next read; no
+/// frame in progress, so no stall deadline), on a connection that may take frames from
+/// its cache ([`Core::cache_peer`]).
+#[inline]
+fn rearm_drained(c: &mut Conn, rx: &RxBuf) -> Option<Step> {
+    if c.deframer.drained(rx) {
+        c.deadline = None;
+        return Some(Step::Rearm);
+    }
+    None
+}

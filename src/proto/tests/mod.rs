@@ -16,8 +16,8 @@ use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::core::{
-    Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, NonceSource, Source,
-    Step, DIRECT_PIECES,
+    walk_read, Action, ConnKey, Core, CoreConfig, CoreEvent, EndpointState, InputStep, NonceSource,
+    Sink, Source, DIRECT_PIECES,
 };
 use crate::auth::{self, AuthMode, JobKey, Side, Transcript};
 use crate::buf::{RxBuf, TxBatch};
@@ -38,6 +38,7 @@ mod input;
 mod lazy;
 mod lent;
 mod pad;
+mod run;
 mod traffic;
 
 pub(super) const TOKEN: u64 = 0x5249_4e47_4254_4c00;
@@ -238,6 +239,38 @@ struct Node {
     lazy: bool,
 }
 
+/// A node walking one read (`walk_read`), its deliveries bounded so that a walk that does
+/// not end fails the test.
+struct Walk<'a> {
+    node: &'a mut Node,
+    left: usize,
+    seed: u64,
+    /// [`Knobs::end_at_delivery`], with the time and the walked connection.
+    end_at: Option<(usize, Instant, ConnKey)>,
+    delivered: usize,
+}
+
+impl Sink for Walk<'_> {
+    fn core(&mut self) -> &mut Core {
+        &mut self.node.core
+    }
+
+    fn deliver(&mut self, peer: PeerId, tag: Tag, payload: &[u8]) {
+        self.left = self
+            .left
+            .checked_sub(1)
+            .unwrap_or_else(|| panic!("seed {}: a read's walk does not end", self.seed));
+        self.node.got.push((peer, tag, payload.to_vec()));
+        self.delivered += 1;
+        if let Some((at, now, key)) = self.end_at {
+            if self.delivered == at {
+                let reset = Some(Errno::ECONNRESET);
+                self.node.core.handle_recv_end(now, key, reset);
+            }
+        }
+    }
+}
+
 /// Fault knobs.
 #[derive(Debug, Clone, Copy)]
 struct Knobs {
@@ -251,6 +284,9 @@ struct Knobs {
     /// How many bytes a socket takes of a write made at once ([`Net::write_direct`]);
     /// `None`: all of them, a part or none, at random.
     at_once: Option<usize>,
+    /// The delivery of a read's walk (counted from 1) after which the walked connection
+    /// ends (reset by the peer), as when a handler's `flush` meets a failed send.
+    end_at_delivery: Option<usize>,
 }
 
 struct Net {
@@ -318,6 +354,7 @@ impl Net {
                 jitter: true,
                 stall: None,
                 at_once: None,
+                end_at_delivery: None,
             },
             base: Instant::now(),
             offset: Duration::ZERO,
@@ -901,26 +938,15 @@ impl Net {
                     *d = b;
                 }
                 rx.commit(want);
-                let mut guard = 0usize;
-                loop {
-                    guard += 1;
-                    assert!(
-                        guard < 1_000_000,
-                        "seed {}: recv_step does not end",
-                        self.seed
-                    );
-                    match self.nodes[n].core.recv_step(now, key, &mut rx) {
-                        Step::Deliver { peer, tag, range } => {
-                            let payload = rx.bytes(range).to_vec();
-                            self.nodes[n].got.push((peer, tag, payload));
-                        }
-                        Step::Rearm => {
-                            self.nodes[n].core.recv_done(key, rx);
-                            break;
-                        }
-                        Step::Drop => break,
-                    }
-                }
+                let (seed, end_at) = (self.seed, self.knobs.end_at_delivery);
+                let mut walk = Walk {
+                    node: &mut self.nodes[n],
+                    left: 1_000_000,
+                    seed,
+                    end_at: end_at.map(|d| (d, now, key)),
+                    delivered: 0,
+                };
+                walk_read(&mut walk, now, key, rx);
                 self.pump(n);
             }
             Item::ReadProvided(s) => {
