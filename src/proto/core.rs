@@ -79,7 +79,7 @@ use crate::error::{Cause, FailReason, ProtoError, SendError};
 pub use crate::proto::config::CoreConfig;
 use crate::proto::conn::{Conn, Stage};
 pub use crate::proto::deframe::Source;
-use crate::proto::endpoint::{Endpoint, EpState, Frag};
+use crate::proto::endpoint::{Endpoint, EpState, Frag, FRAG_INLINE};
 pub use crate::proto::handshake::NonceSource;
 use crate::proto::tx::SentRuns;
 use crate::wire::{PeerId, Tag};
@@ -364,6 +364,9 @@ pub struct Core {
     pub(super) counters: Counters,
     /// Connections accepted so far (ranks strangers by age).
     pub(super) accepts: u64,
+    /// Largest payload of a small message ([`FRAG_INLINE`], the configured inline limit
+    /// and the largest frame, whichever is least): one comparison at each send.
+    pub(super) small_max: usize,
     /// Connections ended so far (an end stops a [`Run`]).
     pub(super) ended: u64,
     /// The job key of the handshake's MACs ([`PUBLIC_KEY`] without one).
@@ -383,8 +386,12 @@ impl Core {
     /// deterministic).
     pub fn with_nonces(cfg: CoreConfig, nonces: NonceSource) -> Self {
         let key = cfg.job_key.clone().unwrap_or(PUBLIC_KEY);
+        let small_max = FRAG_INLINE
+            .min(cfg.inline_limit)
+            .min(cfg.max_frame as usize);
         Self {
             key,
+            small_max,
             nonces,
             regions: Regions::default(),
             cfg,

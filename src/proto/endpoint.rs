@@ -306,7 +306,7 @@ impl Core {
             return false;
         }
         let len = segs.iter().map(Bytes::len).sum::<usize>();
-        if len > FRAG_INLINE || len > self.cfg.inline_limit || len > self.cfg.max_frame as usize {
+        if len > self.small_max {
             return false;
         }
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {

@@ -223,6 +223,33 @@ fn a_small_send_refuses_what_any_send_refuses() {
     assert_eq!(net.send(0, 1, 2, vec![1]), Err(SendError::ShuttingDown));
 }
 
+/// The configured inline limit bounds the small-send fast path too: a payload above it
+/// goes by reference (the batch holds the caller's `Bytes`), one within it is copied.
+#[test]
+fn a_small_send_copies_only_within_the_inline_limit() {
+    let (mut net, r) = solo_pair_with(8, |pid| CoreConfig {
+        inline_limit: 4,
+        ..cfg(pid)
+    });
+    let now = net.now();
+    let core = &mut net.nodes[0].core;
+    let (small, large) = (Bytes::from(vec![1u8; 4]), Bytes::from(vec![2u8; 16]));
+    core.send(now, PeerId(1), Tag(1), std::slice::from_ref(&small), 80)
+        .unwrap();
+    core.send(now, PeerId(1), Tag(1), std::slice::from_ref(&large), 81)
+        .unwrap();
+    assert!(small.is_unique(), "4 bytes, within the limit: copied");
+    assert!(
+        !large.is_unique(),
+        "16 bytes, above the limit: by reference"
+    );
+    net.run(false);
+    let wire = net.raw_read(r);
+    let fs = frames(&wire);
+    assert_eq!(fs.len(), 2);
+    assert_eq!((fs[0].1, fs[1].1), (&[1u8; 4][..], &[2u8; 16][..]));
+}
+
 /// A ping-pong's small message that the socket takes whole (`Core::send_with`, as
 /// `Transport::send` calls it) has completed when the send returns: no batch carries it,
 /// so the flush after it hands nothing to the driver.
