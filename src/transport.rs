@@ -174,6 +174,15 @@ impl Sink for Reader<'_> {
     fn deliver(&mut self, peer: PeerId, tag: Tag, payload: &[u8]) {
         self.0.dispatch(peer, tag, payload);
     }
+
+    /// The next read starts here, not at the end of the pass through the engine's queue
+    /// of actions.
+    #[inline]
+    fn rearm(&mut self, conn: ConnKey, rx: RxBuf) {
+        if let Some(rx) = self.0.core.rearm_now(conn, rx) {
+            self.0.backend.recv(conn_id(conn), rx);
+        }
+    }
 }
 
 impl fmt::Debug for Transport {

@@ -312,6 +312,8 @@ fn peer_bytes(input: &Input) -> Vec<u8> {
 struct Walk<'a> {
     core: &'a mut Core,
     left: usize,
+    /// The buffer of the next read, when the engine let the walk start it.
+    rearmed: Option<RxBuf>,
 }
 
 impl Sink for Walk<'_> {
@@ -325,6 +327,10 @@ impl Sink for Walk<'_> {
             .checked_sub(1)
             .expect("a read's walk does not end");
         std::hint::black_box(payload);
+    }
+
+    fn rearm(&mut self, conn: ConnKey, rx: RxBuf) {
+        self.rearmed = self.core.rearm_now(conn, rx);
     }
 }
 
@@ -551,15 +557,19 @@ impl Driver {
         }
         rx.commit(n);
         let now = self.now();
-        walk_read(
-            &mut Walk {
-                core: &mut self.core,
-                left: STEP_LIMIT,
-            },
-            now,
-            ACCEPTED,
-            rx,
-        );
+        let mut walk = Walk {
+            core: &mut self.core,
+            left: STEP_LIMIT,
+            rearmed: None,
+        };
+        walk_read(&mut walk, now, ACCEPTED, rx);
+        // The next read, started by the walk's end as the transport does.
+        if let Some(buf) = walk.rearmed.take() {
+            self.action(Action::Receive {
+                conn: ACCEPTED,
+                buf,
+            });
+        }
     }
 
     /// One provided buffer of up to `max` bytes on the accepted connection, walked in

@@ -253,11 +253,17 @@ pub trait Sink {
     fn core(&mut self) -> &mut Core;
     /// An active message from `peer` for `tag`; `payload` is valid during the call only.
     fn deliver(&mut self, peer: PeerId, tag: Tag, payload: &[u8]);
+    /// The walk is over and the connection reads again: by default the buffer goes back
+    /// to the engine, which queues the read ([`Core::recv_done`]); a driver that can
+    /// start it at once takes the buffer from [`Core::rearm_now`].
+    fn rearm(&mut self, conn: ConnKey, rx: RxBuf) {
+        self.core().recv_done(conn, rx);
+    }
 }
 
 /// Walks the bytes a [`Receive`](Action::Receive) read into `rx` on `conn` to their end,
-/// every active message to `sink`, and gives the buffer back to the engine
-/// ([`Core::recv_done`]; it is dropped with its connection).
+/// every active message to `sink`, and hands the buffer to [`Sink::rearm`] for the next
+/// read (it is dropped with its connection).
 ///
 /// The steps are [`Core::recv_step`]'s, but for the plain active messages at the front
 /// of the cache (a stream's read holds hundreds): they go as a run, the connection
@@ -279,7 +285,7 @@ pub fn walk_read<S: Sink>(sink: &mut S, now: Instant, conn: ConnKey, mut rx: RxB
         }
         match end.unwrap_or_else(|| sink.core().recv_step(now, conn, &mut rx)) {
             Step::Deliver { peer, tag, range } => sink.deliver(peer, tag, rx.bytes(range)),
-            Step::Rearm => return sink.core().recv_done(conn, rx),
+            Step::Rearm => return sink.rearm(conn, rx),
             Step::Drop => return,
         }
     }

@@ -105,6 +105,24 @@ impl Core {
         rearm_drained(slot(&mut self.conns, conn.0)?, rx)
     }
 
+    /// [`recv_done`](Self::recv_done) for a driver that can start the next read itself:
+    /// the buffer comes back, ready, when that read is the
+    /// [`Receive`](super::core::Action::Receive) the engine would queue (an open
+    /// connection reading into its own cache); otherwise the engine takes it as
+    /// `recv_done` does, and `None`.
+    #[inline]
+    pub fn rearm_now(&mut self, conn: ConnKey, mut rx: RxBuf) -> Option<RxBuf> {
+        let multishot = self.cfg.multishot;
+        if multishot || slot(&mut self.conns, conn.0).is_none_or(|c| c.stage != Stage::Open) {
+            self.recv_done(conn, rx);
+            return None;
+        }
+        if !rx.wants_all() {
+            rx.compact();
+        }
+        Some(rx)
+    }
+
     /// Gives back the buffer after [`Step::Rearm`]; the next read is queued.
     pub fn recv_done(&mut self, conn: ConnKey, mut rx: RxBuf) {
         let Some(c) = self.conn_mut(conn) else { return };

@@ -248,6 +248,9 @@ struct Walk<'a> {
     /// [`Knobs::end_at_delivery`], with the time and the walked connection.
     end_at: Option<(usize, Instant, ConnKey)>,
     delivered: usize,
+    /// The buffer of the next read, when the engine let the walk start it
+    /// (`Core::rearm_now`).
+    rearmed: Option<RxBuf>,
 }
 
 impl Sink for Walk<'_> {
@@ -268,6 +271,10 @@ impl Sink for Walk<'_> {
                 self.node.core.handle_recv_end(now, key, reset);
             }
         }
+    }
+
+    fn rearm(&mut self, conn: ConnKey, rx: RxBuf) {
+        self.rearmed = self.node.core.rearm_now(conn, rx);
     }
 }
 
@@ -945,8 +952,13 @@ impl Net {
                     seed,
                     end_at: end_at.map(|d| (d, now, key)),
                     delivered: 0,
+                    rearmed: None,
                 };
                 walk_read(&mut walk, now, key, rx);
+                // The next read, started by the walk's end as the transport does.
+                if let Some(buf) = walk.rearmed.take() {
+                    self.apply(n, Action::Receive { conn: key, buf });
+                }
                 self.pump(n);
             }
             Item::ReadProvided(s) => {
