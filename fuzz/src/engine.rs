@@ -4,7 +4,8 @@
 //! bytes are an optional handshake record (valid or wrong in one field) followed by pieces
 //! that are raw bytes, well-formed frames or FINs. A list of operations then drives the
 //! engine the way the transport does, with a virtual clock: reads of arbitrary size
-//! through the buffer of an `Action::Receive` walked with `recv_step` / `recv_done`, or,
+//! through the buffer of an `Action::Receive` walked with `walk_read` (the next read
+//! started from its end when `rearm_now` allows, as the transport does), or,
 //! in multishot mode, provided buffers walked with `input_begin` / `input_step` /
 //! `input_done` (with the pause for a large payload), application sends to peer 1 through
 //! `send_with` (with a prefix of a ping-pong's frame, and of what `direct_pieces` offers,
@@ -14,7 +15,7 @@
 //! socket is drained (sends complete, reads see end of stream, the clock runs far ahead).
 //!
 //! Properties:
-//! - no panic, and every `recv_step` / `input_step` walk ends;
+//! - no panic, and every `walk_read` / `input_step` walk ends;
 //! - every send the engine accepted completes exactly once, and nothing else completes;
 //! - `PeerFailed` is raised at most once per peer;
 //! - the driver contract holds: at most one send and one read in flight per socket, no

@@ -21,9 +21,11 @@
 //!   keeps that rule.
 //! - [`Action::Receive`] moves a receive buffer to the driver for one read; after the
 //!   read, the driver walks it with [`walk_read`], which hands every active message to
-//!   the driver's [`Sink`] and the buffer back to the engine. (The walk's steps are
-//!   [`Core::recv_step`]'s until [`Step::Rearm`], then [`Core::recv_done`]; `walk_read`
-//!   takes the plain messages of a read as one run.)
+//!   the driver's [`Sink`], then the buffer to [`Sink::rearm`] for the next read: back
+//!   to the engine, which queues it ([`Core::recv_done`]), or, from
+//!   [`Core::rearm_now`], straight to the driver's next read. (The walk's steps are
+//!   [`Core::recv_step`]'s until [`Step::Rearm`]; `walk_read` takes the plain messages
+//!   of a read as one run.)
 //! - With [`CoreConfig::multishot`], receives are armed once with
 //!   [`Action::ArmProvided`] on buffers the driver provides; each such buffer is walked
 //!   in place with [`Core::input_step`], between [`Core::input_begin`] and
