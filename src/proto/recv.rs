@@ -111,28 +111,22 @@ impl Core {
     /// connection reading into its own cache); otherwise the engine takes it as
     /// `recv_done` does, and `None`.
     #[inline]
-    pub fn rearm_now(&mut self, conn: ConnKey, mut rx: RxBuf) -> Option<RxBuf> {
-        let multishot = self.cfg.multishot;
-        if multishot || slot(&mut self.conns, conn.0).is_none_or(|c| c.stage != Stage::Open) {
-            self.recv_done(conn, rx);
-            return None;
+    pub fn rearm_now(&mut self, conn: ConnKey, rx: RxBuf) -> Option<RxBuf> {
+        let open = slot(&mut self.conns, conn.0).is_some_and(|c| c.stage == Stage::Open);
+        if open && !self.cfg.multishot {
+            return Some(for_next_read(rx));
         }
-        if !rx.wants_all() {
-            rx.compact();
-        }
-        Some(rx)
+        self.recv_done(conn, rx);
+        None
     }
 
     /// Gives back the buffer after [`Step::Rearm`]; the next read is queued.
-    pub fn recv_done(&mut self, conn: ConnKey, mut rx: RxBuf) {
+    pub fn recv_done(&mut self, conn: ConnKey, rx: RxBuf) {
         let Some(c) = self.conn_mut(conn) else { return };
         if c.stage == Stage::Dead {
             return;
         }
-        if !rx.wants_all() {
-            rx.compact();
-        }
-        c.rx = Some(rx);
+        c.rx = Some(for_next_read(rx));
         self.todo.push_back(Todo::Receive(conn));
     }
 
@@ -485,4 +479,14 @@ fn rearm_drained(c: &mut Conn, rx: &RxBuf) -> Option<Step> {
         return Some(Step::Rearm);
     }
     None
+}
+
+/// A walked cache made ready for the next read: its unread bytes moved to the front (a
+/// whole buffer keeps filling where it stands).
+#[inline]
+fn for_next_read(mut rx: RxBuf) -> RxBuf {
+    if !rx.wants_all() {
+        rx.compact();
+    }
+    rx
 }
