@@ -175,6 +175,35 @@ impl Sink for Reader<'_> {
         self.0.dispatch(peer, tag, payload);
     }
 
+    /// A run's messages, the handler looked up once for a series of one tag: it stays out
+    /// of its slot between the series' calls, and goes back after the series or as soon
+    /// as a call registered or removed any handler ([`AmTable::changes`]).
+    #[inline]
+    fn deliver_run(&mut self, run: &mut core::Run<'_>) {
+        let t = &mut *self.0;
+        let src = run.peer();
+        let mut next = run.next(&t.core);
+        while let Some((tag, mut payload)) = next {
+            let Some(mut h) = t.handlers.take(tag) else {
+                tracing::debug!("dropped a message from {src} for unregistered {tag:?}");
+                next = run.next(&t.core);
+                continue;
+            };
+            let changes = t.handlers.changes();
+            loop {
+                t.call(&mut h, &Am { src, tag, payload });
+                next = run.next(&t.core);
+                match next {
+                    Some((same, p)) if same == tag && t.handlers.changes() == changes => {
+                        payload = p;
+                    }
+                    _ => break,
+                }
+            }
+            t.handlers.restore(tag, h);
+        }
+    }
+
     /// The next read starts here, not at the end of the pass through the engine's queue
     /// of actions.
     #[inline]
@@ -876,11 +905,17 @@ impl Transport {
             tracing::debug!("dropped a message from {src} for unregistered {tag:?}");
             return;
         };
-        self.dispatching += 1;
-        h(self, &Am { src, tag, payload });
-        self.dispatching -= 1;
+        self.call(&mut h, &Am { src, tag, payload });
         // Put back unless the call removed it or registered another one for the tag.
         self.handlers.restore(tag, h);
+    }
+
+    /// Calls a handler taken from its slot for `am`.
+    #[inline]
+    fn call(&mut self, h: &mut Handler, am: &Am<'_>) {
+        self.dispatching += 1;
+        h(self, am);
+        self.dispatching -= 1;
     }
 
     /// Performs what the engine decided. The engine owns every decision (including

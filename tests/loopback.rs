@@ -34,6 +34,7 @@ backend_tests!(
     data_after_fin_is_a_protocol_error,
     connect_refused_keeps_the_errno,
     handler_unregisters_its_own_tag,
+    handlers_changed_during_a_read_take_its_next_messages,
     flush_puts_queued_sends_on_the_wire,
     unknown_peer_resolved_lazily,
     lent_pages_to_many_peers_share_pipes,
@@ -938,6 +939,55 @@ fn handler_unregisters_its_own_tag(kind: BackendKind) {
     );
     assert!(!b.unregister(Tag(3)), "nothing was put back");
     b.register(Tag(3), |_, _| {}).unwrap();
+}
+
+/// Handlers registered or replaced by a handler take the very next messages of the same
+/// read: a read's messages of one tag share one lookup of their handler, which must not
+/// outlive such a change.
+fn handlers_changed_during_a_read_take_its_next_messages(kind: BackendKind) {
+    let (mut a, mut b) = pair(kind);
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let s1 = seen.clone();
+    b.register(Tag(3), move |t, am| {
+        s1.borrow_mut().push(('A', am.payload[0]));
+        if am.payload[0] == 1 {
+            // Replace itself, and start taking tag 5.
+            assert!(t.unregister(Tag(3)));
+            let s2 = s1.clone();
+            t.register(Tag(3), move |_, am| {
+                s2.borrow_mut().push(('B', am.payload[0]))
+            })
+            .unwrap();
+            let s3 = s1.clone();
+            t.register(Tag(5), move |_, am| {
+                s3.borrow_mut().push(('C', am.payload[0]))
+            })
+            .unwrap();
+        }
+    })
+    .unwrap();
+    let last = Rc::new(Cell::new(false));
+    let l2 = last.clone();
+    b.register(Tag(4), move |_, _| l2.set(true)).unwrap();
+    b.register(Tag(1), |_, _| {}).unwrap();
+    common::connect_by_first_send(&mut a, &mut b);
+    // One pass: one batch, so (on loopback) one read on the other side.
+    for (i, tag) in [3u8, 3, 3, 5, 3, 3].into_iter().enumerate() {
+        a.send(PeerId(1), Tag(tag), &[Bytes::from(vec![i as u8])], i as u64)
+            .unwrap();
+    }
+    a.send(PeerId(1), Tag(4), &[], 9).unwrap();
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(10),
+        "the series of messages",
+        || last.get(),
+    );
+    assert_eq!(
+        *seen.borrow(),
+        [('A', 0), ('A', 1), ('B', 2), ('C', 3), ('B', 4), ('B', 5)]
+    );
+    assert_eq!(b.stats().unknown_tag, 0);
 }
 
 /// `flush` hands a queued send to the kernel with no progress pass afterwards: the peer

@@ -20,6 +20,8 @@ pub struct AmTable<H> {
     /// handler removed during its call is then not put back.
     flags: [u8; AM_SLOTS],
     unknown: u64,
+    /// Registrations and unregistrations so far ([`changes`](Self::changes)).
+    changes: u64,
 }
 
 /// The tag's handler is out for its call.
@@ -40,6 +42,7 @@ impl<H> AmTable<H> {
             slots: Box::new(std::array::from_fn(|_| None)),
             flags: [0; AM_SLOTS],
             unknown: 0,
+            changes: 0,
         }
     }
 
@@ -51,6 +54,7 @@ impl<H> AmTable<H> {
             return Err(h);
         }
         *slot = Some(h);
+        self.changes += 1;
         Ok(())
     }
 
@@ -61,6 +65,7 @@ impl<H> AmTable<H> {
         if *flags & LENT != 0 {
             *flags |= REMOVED;
         }
+        self.changes += 1;
         self.slots[tag.0 as usize].take()
     }
 
@@ -98,6 +103,15 @@ impl<H> AmTable<H> {
         }
     }
 
+    /// How many times a handler was registered or unregistered: a driver delivering
+    /// several messages of one tag in a row keeps the handler out of its slot meanwhile,
+    /// as long as this does not change (no call removed it or registered another one),
+    /// and [`restore`](Self::restore)s it at the end.
+    #[inline]
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
     /// Messages that arrived for a tag without a handler.
     pub fn unknown(&self) -> u64 {
         self.unknown
@@ -127,6 +141,23 @@ mod tests {
         assert_eq!(t.take(Tag(0)), None);
         assert_eq!(t.unknown(), 2);
         assert_eq!(t.unregister(Tag(7)), Some(1));
+    }
+
+    #[test]
+    fn changes_count_registrations_and_removals_only() {
+        let mut t: AmTable<u32> = AmTable::new();
+        t.register(Tag(1), 1).unwrap();
+        let c = t.changes();
+        let h = t.take(Tag(1)).unwrap();
+        t.restore(Tag(1), h);
+        assert_eq!(t.take(Tag(2)), None);
+        assert_eq!(t.changes(), c, "a call's take and restore change nothing");
+        assert_eq!(t.register(Tag(1), 2), Err(2));
+        assert_eq!(t.changes(), c, "a refused registration changes nothing");
+        t.register(Tag(2), 2).unwrap();
+        assert_eq!(t.changes(), c + 1);
+        assert!(t.remove(Tag(2)));
+        assert_eq!(t.changes(), c + 2);
     }
 
     /// A handler that removes its own tag during its call is not put back.

@@ -255,6 +255,17 @@ pub trait Sink {
     fn core(&mut self) -> &mut Core;
     /// An active message from `peer` for `tag`; `payload` is valid during the call only.
     fn deliver(&mut self, peer: PeerId, tag: Tag, payload: &[u8]);
+    /// The plain active messages at the front of a read, one [`deliver`](Self::deliver)
+    /// each, until [`Run::next`] has none left. A driver may take them in a loop of its
+    /// own (the [`Transport`](crate::Transport) looks a handler up once for a series of
+    /// messages with the same tag); it must deliver them in order and stop where
+    /// `Run::next` stops.
+    #[inline]
+    fn deliver_run(&mut self, run: &mut Run<'_>) {
+        while let Some((tag, payload)) = run.next(self.core()) {
+            self.deliver(run.peer(), tag, payload);
+        }
+    }
     /// The walk is over and the connection reads again: by default the buffer goes back
     /// to the engine, which queues the read ([`Core::recv_done`]); a driver that can
     /// start it at once takes the buffer from [`Core::rearm_now`].
@@ -268,22 +279,25 @@ pub trait Sink {
 /// read (it is dropped with its connection).
 ///
 /// The steps are [`Core::recv_step`]'s, but for the plain active messages at the front
-/// of the cache (a stream's read holds hundreds): they go as a run, the connection
-/// checked once for all of them, and again only after a delivery that ended a connection
-/// (a handler's `flush`, say), the only change a handler can make to one.
+/// of the cache (a stream's read holds hundreds): they go as a [`Run`] to
+/// [`Sink::deliver_run`], the connection checked once for all of them, and again only
+/// after a delivery that ended a connection (a handler's `flush`, say), the only change a
+/// handler can make to one.
 pub fn walk_read<S: Sink>(sink: &mut S, now: Instant, conn: ConnKey, mut rx: RxBuf) {
     loop {
         let mut end = None;
-        if let Some(run) = sink.core().recv_run(conn, &rx) {
-            end = loop {
-                let Some((tag, range)) = run.next(&mut rx) else {
-                    break sink.core().run_end(conn, &rx);
-                };
-                sink.deliver(run.peer, tag, rx.bytes(range));
-                if !sink.core().run_holds(&run) {
-                    break None;
-                }
+        if let Some(head) = sink.core().recv_run(conn, &rx) {
+            let mut run = Run {
+                head,
+                bytes: rx.unread(),
+                used: 0,
             };
+            sink.deliver_run(&mut run);
+            let used = run.used;
+            rx.consume(used);
+            if sink.core().run_holds(&head) {
+                end = sink.core().run_end(conn, &rx);
+            }
         }
         match end.unwrap_or_else(|| sink.core().recv_step(now, conn, &mut rx)) {
             Step::Deliver { peer, tag, range } => sink.deliver(peer, tag, rx.bytes(range)),
@@ -293,11 +307,11 @@ pub fn walk_read<S: Sink>(sink: &mut S, now: Instant, conn: ConnKey, mut rx: RxB
     }
 }
 
-/// A run of plain active messages at the front of a connection's cache
-/// ([`Core::recv_run`]): the connection's checks, made at its first message, hold until
-/// a connection ends.
+/// What a run of plain active messages at the front of a connection's cache
+/// ([`Core::recv_run`]) was checked for: the connection's checks, made at its first
+/// message, hold until a connection ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Run {
+pub(super) struct RunHead {
     /// Source of the run's messages.
     pub(super) peer: PeerId,
     pub(super) max: u32,
@@ -305,12 +319,37 @@ pub(super) struct Run {
     pub(super) ended: u64,
 }
 
-impl Run {
-    /// The next frame of the run, consumed: a SEND without flags whole in `rx`, its
-    /// tag and its payload's range (as [`Step::Deliver`]); `None` at anything else.
+/// The plain active messages at the front of a read ([`walk_read`]): SENDs without
+/// flags whole in the bytes read, of one peer, handed out in order by
+/// [`next`](Self::next) until anything else comes or a connection ends.
+#[derive(Debug)]
+pub struct Run<'a> {
+    head: RunHead,
+    /// The read's unread bytes when the run began.
+    bytes: &'a [u8],
+    /// How many of `bytes` the messages handed out took.
+    used: usize,
+}
+
+impl<'a> Run<'a> {
+    /// Source of the run's messages.
     #[inline]
-    fn next(&self, rx: &mut RxBuf) -> Option<(Tag, Range<usize>)> {
-        crate::proto::deframe::next_plain_send(rx, self.max)
+    pub fn peer(&self) -> PeerId {
+        self.head.peer
+    }
+
+    /// The next message of the run, consumed: its tag and its payload; `None` at the
+    /// first frame that is not a plain SEND whole in the read, and once a connection
+    /// ended (`core`'s, which a delivery can cause), leaving the rest to the walk.
+    #[inline]
+    pub fn next(&mut self, core: &Core) -> Option<(Tag, &'a [u8])> {
+        if !core.run_holds(&self.head) {
+            return None;
+        }
+        let bytes = self.bytes.get(self.used..)?;
+        let (tag, need) = crate::proto::deframe::plain_at(bytes, self.head.max)?;
+        self.used += need;
+        Some((tag, &bytes[crate::wire::HEADER_LEN..need]))
     }
 }
 

@@ -358,10 +358,10 @@ impl Deframer {
         Some((tag, range))
     }
 
-    /// Whether `next_plain_send` may take frames from `rx` on its own, leaving this
-    /// deframer as it is: `rx` is the cache (no whole buffer being filled) and no large
-    /// payload's buffer stands in for it (whose end [`cached_send`](Self::cached_send)
-    /// tracks).
+    /// Whether a run ([`Run`](crate::proto::core::Run)) may take frames from `rx` on its
+    /// own, leaving this deframer as it is: `rx` is the cache (no whole buffer being
+    /// filled) and no large payload's buffer stands in for it (whose end
+    /// [`cached_send`](Self::cached_send) tracks).
     #[inline]
     pub fn runs(&self, rx: &RxBuf) -> bool {
         !self.big && !rx.wants_all()
@@ -482,21 +482,19 @@ fn whole_in_cache(rx: &RxBuf, max: u32) -> Result<Option<(Header, usize)>, WireE
 /// anything else.
 #[inline]
 fn plain_head(rx: &RxBuf, max: u32) -> Option<(Tag, usize)> {
-    let unread = rx.unread();
-    let head: [u8; HEADER_LEN] = unread.get(..HEADER_LEN)?.try_into().ok()?;
-    let (tag, len) = Header::plain_send(u64::from_be_bytes(head), max)?;
-    let need = HEADER_LEN + len as usize;
-    (need <= unread.len()).then_some((tag, need))
+    plain_at(rx.unread(), max)
 }
 
-/// [`Deframer::cached_send`] where [`Deframer::runs`] holds (nothing of the deframer's
-/// to update): the SEND without flags whole at the front of `rx`, consumed, as its tag
-/// and its payload's range.
+/// [`plain_head`] of the frame at the front of `bytes`: its tag and its length with
+/// header when it is a SEND without flags within `max` whose bytes are all in `bytes`.
+/// (A run of a read, [`Deframer::runs`], takes its frames with this, nothing of the
+/// deframer's to update.)
 #[inline]
-pub(crate) fn next_plain_send(rx: &mut RxBuf, max: u32) -> Option<(Tag, Range<usize>)> {
-    let (tag, need) = plain_head(rx, max)?;
-    let r = rx.consume(need);
-    Some((tag, r.start + HEADER_LEN..r.end))
+pub(crate) fn plain_at(bytes: &[u8], max: u32) -> Option<(Tag, usize)> {
+    let head: [u8; HEADER_LEN] = bytes.get(..HEADER_LEN)?.try_into().ok()?;
+    let (tag, len) = Header::plain_send(u64::from_be_bytes(head), max)?;
+    let need = HEADER_LEN + len as usize;
+    (need <= bytes.len()).then_some((tag, need))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::buf::{Regions, RxBuf};
 use crate::error::{Cause, Errno, FailReason, ProtoError, WireError};
 use crate::proto::conn::{Conn, Stage};
-use crate::proto::core::{slot, ConnKey, Core, InputStep, Run, Step, Todo};
+use crate::proto::core::{slot, ConnKey, Core, InputStep, RunHead, Step, Todo};
 use crate::proto::deframe::Source;
 use crate::wire::{FrameKind, Header, Hello, PeerId, HEADER_LEN};
 
@@ -42,23 +42,23 @@ impl Core {
         }
     }
 
-    /// A [`Run`] of the plain active messages at the front of `rx` (`conn`'s cache, as
+    /// A [`Run`](super::core::Run) of the plain active messages at the front of `rx` (`conn`'s cache, as
     /// for [`recv_step`](Self::recv_step)), when the connection allows one: the checks of
     /// [`recv_step`](Self::recv_step)'s fast path, made once for the run. `None` leaves
     /// everything to `recv_step`.
     #[inline]
-    pub(super) fn recv_run(&mut self, conn: ConnKey, rx: &RxBuf) -> Option<Run> {
+    pub(super) fn recv_run(&mut self, conn: ConnKey, rx: &RxBuf) -> Option<RunHead> {
         let max = self.cfg.max_frame;
         let ended = self.ended;
         let (peer, c) = self.cache_peer(conn, rx)?;
-        c.deframer.runs(rx).then_some(Run { peer, max, ended })
+        c.deframer.runs(rx).then_some(RunHead { peer, max, ended })
     }
 
     /// Whether `run` still holds after a delivery: no connection ended meanwhile. A
     /// handler changes no connection otherwise (it cannot run a pass), so `conn` is still
     /// open and its peer's FIN still unseen.
     #[inline]
-    pub(super) fn run_holds(&self, run: &Run) -> bool {
+    pub(super) fn run_holds(&self, run: &RunHead) -> bool {
         self.ended == run.ended
     }
 
@@ -97,7 +97,7 @@ impl Core {
     }
 
     /// The end of a `run` over `rx` that still holds ([`run_holds`](Self::run_holds))
-    /// when [`Run::next`] found no frame: [`Step::Rearm`] for a read used up, as
+    /// when [`Run::next`](super::core::Run::next) found no frame: [`Step::Rearm`] for a read used up, as
     /// [`recv_step`](Self::recv_step) would answer; `None` for anything else, which
     /// `recv_step` decides.
     #[inline]
