@@ -5,16 +5,18 @@
 # (or moves it), side by side in one run rather than against numbers from another day.
 #
 # Usage: tools/ab.sh [--runs N] [--backend uring|epoll] [--lat-sizes L] [--bw-sizes L]
-#                    [--rate-sizes L] A_BIN B_BIN
+#                    [--rate-sizes L] [--rate-window W] [--rate-iters N] A_BIN B_BIN
 #   A_BIN, B_BIN: two ringbtl-bench executables (e.g. built from two commits), or two
 #   scripts that run one with different settings (`exec env RINGBTL_X=.. ringbtl-bench "$@"`).
 # Measures: latency p50 at 8 B, 64 KiB and 1 MiB; bandwidth at 1 MiB; message rate at 8 B
-# (each list may be changed; an empty one, "", skips that benchmark).
+# (each list may be changed; an empty one, "", skips that benchmark), in windows of
+# --rate-window messages (default 64, osu_mbw_mr's), --rate-iters of them (default the
+# benchmark's: 100, OSU's; 3,000 or more for a window of 256, whose 100 take milliseconds).
 set -euo pipefail
 
 runs=5
 backend=uring
-lat=8,64K,1M bw=1M rate=8
+lat=8,64K,1M bw=1M rate=8 rate_window=64 rate_iters=
 while [ $# -gt 2 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -22,10 +24,14 @@ while [ $# -gt 2 ]; do
     --lat-sizes) lat=$2; shift 2 ;;
     --bw-sizes) bw=$2; shift 2 ;;
     --rate-sizes) rate=$2; shift 2 ;;
+    --rate-window) rate_window=$2; shift 2 ;;
+    --rate-iters) rate_iters=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-[ $# -eq 2 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
+[ $# -eq 2 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
+rate_opts=(--window "$rate_window")
+[ -z "$rate_iters" ] || rate_opts+=(--iters "$rate_iters" --warmup $((rate_iters / 10)))
 a=$1 b=$2
 for x in "$a" "$b"; do [ -x "$x" ] || { echo "not an executable: $x" >&2; exit 2; }; done
 
@@ -38,6 +44,7 @@ one() { # label binary
   [ -z "$bw" ] || "$bin" bw --pin --json --backend "$backend" --sizes "$bw" --prewarm 500000000 \
     | sed "s/^/$label /" >>"$out/lines"
   [ -z "$rate" ] || "$bin" rate --pin --json --backend "$backend" --sizes "$rate" --prewarm 0 \
+    "${rate_opts[@]}" \
     | sed "s/^/$label /" >>"$out/lines"
 }
 for i in $(seq 1 "$runs"); do

@@ -33,22 +33,21 @@ pub(crate) fn send(
 ) -> Result<(), String> {
     match tr.send(peer, tag, segs, cookie) {
         Ok(()) => Ok(()),
-        Err(e) => send_refused(tr, peer, tag, segs, cookie, deadline, e),
+        Err(e) => send_refused(tr, (peer, tag, segs, cookie), deadline, e),
     }
 }
 
-/// [`send`] after the transport refused the message with `first`.
+/// [`send`] of `msg` (its peer, tag, segments and cookie) after the transport refused it
+/// with `first`.
 #[cold]
 #[inline(never)]
 fn send_refused(
     tr: &mut Transport,
-    peer: PeerId,
-    tag: Tag,
-    segs: &[Bytes],
-    cookie: u64,
+    msg: (PeerId, Tag, &[Bytes], u64),
     deadline: Instant,
     first: SendError,
 ) -> Result<(), String> {
+    let (peer, tag, segs, cookie) = msg;
     let mut refused = first;
     loop {
         match refused {
