@@ -184,8 +184,7 @@ impl Sink for Reader<'_> {
         let src = run.peer();
         let mut next = run.next(&t.core);
         while let Some((tag, mut payload)) = next {
-            let Some(mut h) = t.handlers.take(tag) else {
-                tracing::debug!("dropped a message from {src} for unregistered {tag:?}");
+            let Some(mut h) = t.take_handler(src, tag) else {
                 next = run.next(&t.core);
                 continue;
             };
@@ -901,13 +900,23 @@ impl Transport {
 
     fn dispatch(&mut self, src: PeerId, tag: Tag, payload: &[u8]) {
         // The handler is moved out for the call so it can borrow the transport mutably.
-        let Some(mut h) = self.handlers.take(tag) else {
-            tracing::debug!("dropped a message from {src} for unregistered {tag:?}");
+        let Some(mut h) = self.take_handler(src, tag) else {
             return;
         };
         self.call(&mut h, &Am { src, tag, payload });
         // Put back unless the call removed it or registered another one for the tag.
         self.handlers.restore(tag, h);
+    }
+
+    /// The handler of `tag`, out of its slot for calls; `None` (the message from `src`
+    /// dropped, and counted) when the tag has none.
+    #[inline]
+    fn take_handler(&mut self, src: PeerId, tag: Tag) -> Option<Handler> {
+        let h = self.handlers.take(tag);
+        if h.is_none() {
+            unregistered(src, tag);
+        }
+        h
     }
 
     /// Calls a handler taken from its slot for `am`.
@@ -1063,6 +1072,13 @@ impl Transport {
             }
         }
     }
+}
+
+/// A message from `src` for `tag`, which has no handler, was dropped.
+#[cold]
+#[inline(never)]
+fn unregistered(src: PeerId, tag: Tag) {
+    tracing::debug!("dropped a message from {src} for unregistered {tag:?}");
 }
 
 /// The error of listening on the wildcard addresses: no free port, or a failed call.

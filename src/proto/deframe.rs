@@ -346,7 +346,7 @@ impl Deframer {
         if rx.wants_all() {
             return None;
         }
-        let (tag, need) = plain_head(rx, max)?;
+        let (tag, need) = plain_at(rx.unread(), max)?;
         let h = Header {
             kind: FrameKind::Send,
             tag,
@@ -477,18 +477,11 @@ fn whole_in_cache(rx: &RxBuf, max: u32) -> Result<Option<(Header, usize)>, WireE
     Ok((need <= rx.pending()).then_some((h, need)))
 }
 
-/// The tag and the length with header of the frame at the front of `rx`'s unread bytes
-/// when it is a SEND without flags within `max` whose bytes are all there; `None` for
-/// anything else.
-#[inline]
-fn plain_head(rx: &RxBuf, max: u32) -> Option<(Tag, usize)> {
-    plain_at(rx.unread(), max)
-}
-
-/// [`plain_head`] of the frame at the front of `bytes`: its tag and its length with
-/// header when it is a SEND without flags within `max` whose bytes are all in `bytes`.
-/// (A run of a read, [`Deframer::runs`], takes its frames with this, nothing of the
-/// deframer's to update.)
+/// The tag and the length with header of the frame at the front of `bytes` when it is a
+/// SEND without flags within `max` whose bytes are all in `bytes`; `None` for anything
+/// else. ([`Deframer::cached_send`] takes the front of the cache with this, and a run of a
+/// read, where [`Deframer::runs`] holds, its frames, with nothing of the deframer's to
+/// update.)
 #[inline]
 pub(crate) fn plain_at(bytes: &[u8], max: u32) -> Option<(Tag, usize)> {
     let head: [u8; HEADER_LEN] = bytes.get(..HEADER_LEN)?.try_into().ok()?;

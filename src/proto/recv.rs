@@ -42,10 +42,10 @@ impl Core {
         }
     }
 
-    /// A [`Run`](super::core::Run) of the plain active messages at the front of `rx` (`conn`'s cache, as
-    /// for [`recv_step`](Self::recv_step)), when the connection allows one: the checks of
-    /// [`recv_step`](Self::recv_step)'s fast path, made once for the run. `None` leaves
-    /// everything to `recv_step`.
+    /// A [`Run`](super::core::Run) of the plain active messages at the front of `rx`
+    /// (`conn`'s cache, as for [`recv_step`](Self::recv_step)), when the connection allows
+    /// one: the checks of [`recv_step`](Self::recv_step)'s fast path, made once for the
+    /// run. `None` leaves everything to `recv_step`.
     #[inline]
     pub(super) fn recv_run(&mut self, conn: ConnKey, rx: &RxBuf) -> Option<RunHead> {
         let max = self.cfg.max_frame;
@@ -97,9 +97,9 @@ impl Core {
     }
 
     /// The end of a `run` over `rx` that still holds ([`run_holds`](Self::run_holds))
-    /// when [`Run::next`](super::core::Run::next) found no frame: [`Step::Rearm`] for a read used up, as
-    /// [`recv_step`](Self::recv_step) would answer; `None` for anything else, which
-    /// `recv_step` decides.
+    /// when [`Run::next`](super::core::Run::next) found no frame: [`Step::Rearm`] for a
+    /// read used up, as [`recv_step`](Self::recv_step) would answer; `None` for anything
+    /// else, which `recv_step` decides.
     #[inline]
     pub(super) fn run_end(&mut self, conn: ConnKey, rx: &RxBuf) -> Option<Step> {
         rearm_drained(slot(&mut self.conns, conn.0)?, rx)
