@@ -93,10 +93,15 @@ pub struct Stats {
     /// Payload bytes sent from lent pages (`vmsplice` and `splice`, see
     /// [`CoreConfig::splice_min`](crate::CoreConfig::splice_min)) rather than copied.
     pub spliced_bytes: u64,
-    /// Pipes made for lent pages: a connection holds one only while its bytes are in it,
-    /// and up to two empty ones are kept for the next, so this stays small however many
-    /// peers large messages go to.
+    /// Pipes made for lent pages since the transport started: a connection holds one
+    /// only while its bytes are in it, and up to two empty ones are kept for the next
+    /// (others are closed as they empty), so pipes are made again only when more
+    /// connections than that lend pages at the same time.
     pub lend_pipes: u64,
+    /// Of [`lend_pipes`](Self::lend_pipes), those open now: one per connection whose
+    /// lent bytes are still in its pipe, plus at most two empty spares, however many
+    /// peers large messages go to.
+    pub lend_pipes_open: u64,
     /// Times a multishot receive stopped because every provided buffer was in use
     /// (`ENOBUFS`) and was re-armed once buffers came back; no data is lost. Always 0
     /// without [`SocketConfig::recv_multishot`](crate::SocketConfig::recv_multishot).
@@ -752,6 +757,7 @@ impl Transport {
             zerocopy_copied: k.zerocopy_copied,
             spliced_bytes: k.spliced_bytes,
             lend_pipes: k.lend_pipes,
+            lend_pipes_open: k.lend_pipes_open,
             batches: c.batches,
             frames: c.frames,
             send_calls: k.send_calls,

@@ -1216,10 +1216,14 @@ fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
         }
     }
     run(&mut a, &mut bs, sent, &each, "every peer at once");
+    // Peers lending at the same time each hold a pipe, so more may have been made (and
+    // made again: only two empty ones are kept); once every byte left, none is held,
+    // and what stays open is at most the two spares.
     let st = a.stats();
+    assert!(st.lend_pipes >= 1, "pipes made: {st:?}");
     assert!(
-        (1..=PEERS as u64).contains(&st.lend_pipes),
-        "pipes made: {st:?}"
+        (1..=2).contains(&st.lend_pipes_open),
+        "pipes open after every lent byte left: {st:?}"
     );
     for c in comp.borrow().iter() {
         assert_eq!(c.result, Ok(()), "cookie {}", c.cookie);

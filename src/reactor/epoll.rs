@@ -635,6 +635,7 @@ impl Backend for Epoll {
             send_calls: self.send_calls.calls,
             spliced_bytes: self.send_calls.spliced,
             lend_pipes: self.send_calls.pipes_made,
+            lend_pipes_open: self.send_calls.pipes_open(),
             ..Counters::default()
         }
     }

@@ -185,6 +185,8 @@ pub(crate) struct Counters {
     pub(crate) spliced_bytes: u64,
     /// Pipes made for lent segments (one serves every connection in turn).
     pub(crate) lend_pipes: u64,
+    /// Of those, the ones open now (held while bytes are in them, or spare).
+    pub(crate) lend_pipes_open: u64,
 }
 
 /// Provided-buffer receive, the extension a backend may have besides [`Backend`] (see the

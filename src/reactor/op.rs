@@ -13,6 +13,8 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 #[cfg(feature = "uring")]
 use io_uring::{opcode, squeue, types};
@@ -60,6 +62,9 @@ pub(crate) struct SendShared {
     pub(crate) spliced: u64,
     /// Pipes made for lent pages.
     pub(crate) pipes_made: u64,
+    /// Pipes made and not yet closed (held by a send op, or spare): each pipe counts
+    /// itself out when it is dropped, wherever that happens.
+    open: Arc<AtomicU64>,
     /// Empty pipes, for the next lent pages of any connection.
     spare: Vec<Pipe>,
 }
@@ -73,9 +78,14 @@ impl SendShared {
         if let Some(p) = self.spare.pop() {
             return Ok(p);
         }
-        let p = Pipe::new()?;
+        let p = Pipe::new(&self.open)?;
         self.pipes_made += 1;
         Ok(p)
+    }
+
+    /// Pipes open now: held by send ops while their bytes are in them, or spare.
+    pub(crate) fn pipes_open(&self) -> u64 {
+        self.open.load(Ordering::Relaxed)
     }
 
     /// Takes back a pipe its send op emptied, unless enough are spare or the pipe, asked,
@@ -97,6 +107,14 @@ struct Pipe {
     wr: OwnedFd,
     /// Bytes one `vmsplice` may move into it (its size).
     cap: usize,
+    /// [`SendShared`]'s count of open pipes, which this one is part of until dropped.
+    open: Arc<AtomicU64>,
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Size asked for a lending pipe (`F_SETPIPE_SZ`; 1 MiB is the default
@@ -106,7 +124,7 @@ const PIPE_SIZE: usize = 1 << 20;
 impl Pipe {
     /// A pipe (close-on-exec) of [`PIPE_SIZE`] where the system allows it, else of the
     /// size it gets. Every call on it says `SPLICE_F_NONBLOCK`, so it never blocks.
-    fn new() -> io::Result<Self> {
+    fn new(open: &Arc<AtomicU64>) -> io::Result<Self> {
         let (rd, wr) = io::pipe()?;
         let (rd, wr) = (OwnedFd::from(rd), OwnedFd::from(wr));
         // SAFETY: fcntl on an fd we own; F_SETPIPE_SZ and F_GETPIPE_SZ take an int.
@@ -117,10 +135,12 @@ impl Pipe {
         if cap <= 0 {
             return Err(io::Error::last_os_error());
         }
+        open.fetch_add(1, Ordering::Relaxed);
         Ok(Self {
             rd,
             wr,
             cap: cap as usize,
+            open: Arc::clone(open),
         })
     }
 
@@ -735,6 +755,11 @@ mod tests {
             shared.give_back(p);
         }
         assert_eq!(shared.spare.len(), SPARE_PIPES);
+        assert_eq!(
+            shared.pipes_open(),
+            SPARE_PIPES as u64,
+            "the pipe with a byte and the one beyond the spares were closed"
+        );
         let _again = shared.pipe().expect("a spare pipe");
         assert_eq!(
             shared.pipes_made,

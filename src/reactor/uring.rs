@@ -1044,6 +1044,7 @@ impl Backend for Uring {
             send_calls: self.send_sqes + self.send_direct.calls,
             spliced_bytes: self.send_direct.spliced,
             lend_pipes: self.send_direct.pipes_made,
+            lend_pipes_open: self.send_direct.pipes_open(),
             zerocopy_sends: self.zc_sends,
             zerocopy_copied: self.zc_copied,
             recv_starved: self.starvations,
