@@ -505,6 +505,25 @@ impl Transport {
         segs: &[Bytes],
         cookie: u64,
     ) -> Result<(), SendError> {
+        // A stream's small message behind another one in this pass: a few checks and a
+        // copy into the batch, inlined into the caller's loop (`Core::gather_small`).
+        if self.core.gather_small(peer, tag, segs, cookie) {
+            return Ok(());
+        }
+        self.send_placed(peer, tag, segs, cookie)
+    }
+
+    /// [`send`](Self::send) of a message that `Core::gather_small` did not take: the first
+    /// since the last flush (which may leave at once), a large one, or one the engine
+    /// queues or refuses.
+    #[inline(never)]
+    fn send_placed(
+        &mut self,
+        peer: PeerId,
+        tag: Tag,
+        segs: &[Bytes],
+        cookie: u64,
+    ) -> Result<(), SendError> {
         // The engine reads `now` only to arm timers, which a send does not do: the time
         // of the last pass is precise enough and saves a clock read per message. A small
         // message in a ping-pong is written from here (`Core::send_with`).

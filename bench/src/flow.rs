@@ -22,7 +22,7 @@ const RETRY_TICK: Duration = Duration::from_millis(1);
 /// transport's progress mode says) until some of the peer's sends completed, then tries
 /// again, until `deadline`. The accepted send is all that runs inline: the measured loops
 /// of `rate` and `bw` pay nothing more per message than the call itself.
-#[inline]
+#[inline(always)]
 pub(crate) fn send(
     tr: &mut Transport,
     peer: PeerId,

@@ -8,8 +8,8 @@
 //! started from its end when `rearm_now` allows, as the transport does), or,
 //! in multishot mode, provided buffers walked with `input_begin` / `input_step` /
 //! `input_done` (with the pause for a large payload), application sends to peer 1 through
-//! `send_with` (with a prefix of a ping-pong's frame, and of what `direct_pieces` offers,
-//! written at once), completions
+//! `gather_small`, else `send_with` (with a prefix of a ping-pong's frame, and of what
+//! `direct_pieces` offers, written at once), completions
 //! of the gathered sends, end of stream, clock ticks through `handle_timeout`, a clean
 //! shutdown. Dials the engine asks for are refused or left connecting. At the end every
 //! socket is drained (sends complete, reads see end of stream, the clock runs far ahead).
@@ -372,8 +372,18 @@ impl Driver {
                 }
                 let cookie = self.next_cookie;
                 self.next_cookie += 1;
-                // As `Transport::send`: a message in a ping-pong is written from the call,
-                // here a prefix of it that the input picks.
+                // As `Transport::send`: a small message behind another one goes into the
+                // batch (`gather_small`), with nothing offered at once after it.
+                if self.core.gather_small(PEER, Tag(tag), &parts, cookie) {
+                    self.accepted.insert(cookie);
+                    assert!(
+                        !self.core.has_direct(),
+                        "a gathered message left something to write at once"
+                    );
+                    return;
+                }
+                // Otherwise a message in a ping-pong is written from the call, here a
+                // prefix of it that the input picks.
                 let Self { core, socks, .. } = self;
                 let sent = core.send_with(now, PEER, Tag(tag), &parts, cookie, |k, bytes| {
                     let s = socks.get(&k.0);

@@ -26,20 +26,19 @@
 //!
 //! [`Counters::accept_overload`]: crate::proto::core::Counters::accept_overload
 
-use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
 
 use crate::buf::{RxBuf, TxBatch};
 use crate::error::{FailReason, ProtoError, WireError};
-use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
+use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Todo};
 use crate::proto::deframe::{self, Deframer};
 use crate::proto::handshake::Handshake;
 use crate::wire::{HelloKind, PeerId, RejectReason, HELLO_LEN};
 
 /// The sends of a batch rented to the driver when their endpoint failed: the peer, the
 /// reason, and their cookies.
-pub(super) type Orphans = (PeerId, FailReason, VecDeque<Option<u64>>);
+pub(super) type Orphans = (PeerId, FailReason, Cookies);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stage {

@@ -161,6 +161,11 @@ pub enum Action {
     Reset(ConnKey),
 }
 
+/// The cookies of sends in the order they were queued (`None` for a control frame, which
+/// completes nothing): a peer's sends in flight, or a run of them completed together
+/// ([`Core::poll_sent`]).
+pub type Cookies = Vec<Option<u64>>;
+
 /// Something the application hears about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CoreEvent {

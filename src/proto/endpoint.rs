@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason, ProtoError, SendError};
 use crate::proto::conn::{Conn, Stage};
-use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo, MAX_PEERS, MAX_SEGMENTS};
+use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Todo, MAX_PEERS, MAX_SEGMENTS};
 use crate::proto::tx;
 use crate::wire::{
     FrameKind, Header, Hello, HelloKind, PeerId, PutTarget, RejectReason, Tag, HELLO_LEN,
@@ -125,7 +125,7 @@ pub(super) struct Endpoint {
     /// the frames of its in-flight batch, behind the frames that were written but whose
     /// pages are lent until the peer's ACK (see [`lent`](Self::lent)), and any written
     /// after those.
-    pub(super) inflight: VecDeque<Option<u64>>,
+    pub(super) inflight: Cookies,
     /// Frames at the front of `inflight` that were written.
     pub(super) written: usize,
     /// Sequence number of the front of `inflight` (frames handed to connections so far).
@@ -165,7 +165,7 @@ impl Endpoint {
 
     /// Takes every incomplete frame's cookie (the connection is gone): lent frames are
     /// no longer waited for.
-    pub(super) fn take_inflight(&mut self) -> VecDeque<Option<u64>> {
+    pub(super) fn take_inflight(&mut self) -> Cookies {
         self.head_seq += self.inflight.len() as u64;
         self.written = 0;
         self.lent.clear();
@@ -184,7 +184,7 @@ impl Endpoint {
             queue: VecDeque::new(),
             segs: VecDeque::new(),
             queued_bytes: 0,
-            inflight: VecDeque::new(),
+            inflight: Vec::new(),
             written: 0,
             head_seq: 0,
             lent: VecDeque::new(),
@@ -343,6 +343,35 @@ impl Core {
         true
     }
 
+    /// The common case of a stream's send, for a driver to try before
+    /// [`send_with`](Self::send_with) and small enough to inline into its callers: a
+    /// message of at most 32 bytes (`FRAG_INLINE`, and the configured inline limit) to a
+    /// peer that already gathered a frame since the last flush (so not a ping-pong's
+    /// message, nor one that must start a batch or leave at once) goes straight into its
+    /// connection's idle batch, as `send_with` would place it. Returns false, changing
+    /// nothing, in every other case, which `send_with` (or [`send`](Self::send)) then
+    /// decides; when it returns true, nothing is left for
+    /// [`direct_pieces`](Self::direct_pieces).
+    #[inline(always)]
+    pub fn gather_small(&mut self, peer: PeerId, tag: Tag, segs: &[Bytes], cookie: u64) -> bool {
+        if self.shutting_down || segs.len() > MAX_SEGMENTS || self.direct.is_some() {
+            return false;
+        }
+        let len = segs.iter().map(Bytes::len).sum::<usize>();
+        if len > self.small_max {
+            return false;
+        }
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return false;
+        };
+        // Not dirty: the first frame since the last flush, which `send_small` places.
+        // After our FIN nothing more may leave.
+        if !ep.dirty || ep.fin_sent {
+            return false;
+        }
+        tx::batch_small(ep, &mut self.conns, tag, len, segs, cookie, &self.cfg)
+    }
+
     /// [`send_with`](Self::send_with) wrote `n` bytes of the frame `wire` (cookie `cookie`)
     /// on `conn`: taken whole, it completes (a batch of its own for the statistics);
     /// otherwise its rest goes into the idle batch, for the flush. Either way the endpoint
@@ -354,7 +383,7 @@ impl Core {
         ) else {
             return;
         };
-        ep.inflight.push_back(Some(cookie));
+        ep.inflight.push(Some(cookie));
         ep.dirty = true;
         self.dirty.push(peer);
         if n > 0 {
@@ -1011,11 +1040,16 @@ fn retry_in_handshake(cause: &Cause) -> bool {
 pub(super) const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// Copies the segments of an inline payload into `wire` from `at` on (they fit: the
-/// caller checked their length against [`FRAG_INLINE`]); returns where they end.
-#[inline]
+/// caller checked their length against [`FRAG_INLINE`]); returns where they end. A
+/// segment of 8 bytes (the common small message) is copied with a fixed-size copy, not a
+/// call to `memcpy`, as in [`TxBatch::push_frame`](crate::buf::TxBatch::push_frame).
+#[inline(always)]
 fn copy_inline(wire: &mut [u8; FRAG_WIRE], mut at: usize, segs: &[Bytes]) -> usize {
     for s in segs {
-        wire[at..at + s.len()].copy_from_slice(s);
+        match <&[u8; 8]>::try_from(&s[..]) {
+            Ok(eight) => wire[at..at + 8].copy_from_slice(eight),
+            Err(_) => wire[at..at + s.len()].copy_from_slice(s),
+        }
         at += s.len();
     }
     at

@@ -281,19 +281,17 @@ impl Core {
             let Some(f) = ep.queue.pop_front() else { break };
             ep.segs.drain(..(f.nsegs as usize).min(ep.segs.len()));
             ep.queued_bytes -= f.wire_len() as u64;
-            ep.inflight.push_back(f.cookie);
+            ep.inflight.push(f.cookie);
         }
         if back {
-            for _ in 0..n {
-                let front = ep.inflight.pop_front();
-                ep.head_seq += u64::from(front.is_some());
-                if let Some(Some(cookie)) = front {
-                    self.events.push_back(CoreEvent::Completed {
-                        peer,
-                        cookie,
-                        result: Ok(()),
-                    });
-                }
+            let done = n.min(ep.inflight.len());
+            ep.head_seq += done as u64;
+            for cookie in ep.inflight.drain(..done).flatten() {
+                self.events.push_back(CoreEvent::Completed {
+                    peer,
+                    cookie,
+                    result: Ok(()),
+                });
             }
         }
     }

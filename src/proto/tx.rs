@@ -14,7 +14,7 @@ use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason};
 use crate::proto::config::CoreConfig;
 use crate::proto::conn::{Conn, Orphans, Stage};
-use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
+use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Todo};
 use crate::proto::endpoint::{Endpoint, EpState, Lent, FRAG_INLINE, FRAG_WIRE};
 use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK, LINE, PAD_ALIGN};
 
@@ -233,7 +233,7 @@ impl Core {
             ep.acks_owed -= 1;
             batch.push_copy(&ACK_FRAME);
             batch.add_frame();
-            ep.inflight.push_back(None);
+            ep.inflight.push(None);
         }
         while let Some(f) = ep.queue.front() {
             let first = batch.frames() == 0;
@@ -301,7 +301,7 @@ impl Core {
                     segs: usize::from(f.nsegs),
                 });
             }
-            ep.inflight.push_back(cookie);
+            ep.inflight.push(cookie);
         }
         if submit && !batch.is_empty() && !c.tx_ready {
             c.tx_ready = true;
@@ -432,6 +432,7 @@ impl Core {
             due: self.sent.popped + self.events.len() as u64,
             peer,
             cookies,
+            next: 0,
         });
     }
 
@@ -442,11 +443,13 @@ impl Core {
     /// allocates nothing. A driver that takes runs here calls the application once per
     /// cookie without an event per message; `poll_event` alone reports the same sends one
     /// [`CoreEvent::Completed`] at a time.
-    pub fn poll_sent(&mut self) -> Option<(PeerId, VecDeque<Option<u64>>)> {
+    pub fn poll_sent(&mut self) -> Option<(PeerId, Cookies)> {
         if self.sent.runs.front()?.due != self.sent.popped {
             return None;
         }
-        let run = self.sent.runs.pop_front()?;
+        let mut run = self.sent.runs.pop_front()?;
+        // Those `poll_event` reported already.
+        run.cookies.drain(..run.next);
         Some((run.peer, run.cookies))
     }
 
@@ -458,7 +461,7 @@ impl Core {
     }
 
     /// Takes back the cookies of a run from [`poll_sent`](Self::poll_sent) (for reuse).
-    pub fn recycle_sent(&mut self, cookies: VecDeque<Option<u64>>) {
+    pub fn recycle_sent(&mut self, cookies: Cookies) {
         self.sent.recycle(cookies);
     }
 
@@ -469,7 +472,9 @@ impl Core {
             if run.due != self.sent.popped {
                 return None;
             }
-            match run.cookies.pop_front() {
+            let next = run.cookies.get(run.next).copied();
+            run.next += 1;
+            match next {
                 Some(Some(cookie)) => {
                     return Some(CoreEvent::Completed {
                         peer: run.peer,
@@ -493,7 +498,7 @@ impl Core {
 /// into the batch, as [`Core::flush`] would move it there (same budget), and its cookie
 /// joins the batch's. Returns false, changing nothing, when the frame must be queued
 /// instead.
-#[inline]
+#[inline(always)]
 pub(super) fn batch_small(
     ep: &mut Endpoint,
     conns: &mut [Option<Conn>],
@@ -512,15 +517,20 @@ pub(super) fn batch_small(
     {
         return false;
     }
-    batch.push_frame::<{ Header::LEN }, FRAG_INLINE>(&Header::send_head(tag, len as u32), segs);
+    let head = Header::send_head(tag, len as u32);
+    // One segment of 8 bytes, the common small message: one copy of 16 bytes.
+    match segs.first().map(|s| <&[u8; 8]>::try_from(&s[..])) {
+        Some(Ok(eight)) if segs.len() == 1 => batch.push_frame16(&head, eight),
+        _ => batch.push_frame::<{ Header::LEN }, FRAG_INLINE>(&head, segs),
+    }
     batch.add_frame();
-    ep.inflight.push_back(Some(cookie));
+    ep.inflight.push(Some(cookie));
     true
 }
 
 /// `ep`'s connection when a frame may go straight into its batch: connected, nothing
 /// queued before it, the dialer's first bytes seen, the batch not with the driver.
-#[inline]
+#[inline(always)]
 fn idle_conn<'a>(ep: &Endpoint, conns: &'a mut [Option<Conn>]) -> Option<(ConnKey, &'a mut Conn)> {
     let EpState::Connected { conn } = ep.state else {
         return None;
@@ -560,18 +570,20 @@ pub(crate) struct SentRuns {
     /// Events taken with `poll_event` so far.
     pub(super) popped: u64,
     /// Emptied cookie queues, for reuse.
-    spare: Vec<VecDeque<Option<u64>>>,
+    spare: Vec<Cookies>,
 }
 
 #[derive(Debug)]
 struct SentRun {
     due: u64,
     peer: PeerId,
-    cookies: VecDeque<Option<u64>>,
+    cookies: Cookies,
+    /// Cookies before this one were reported by [`Core::next_sent`].
+    next: usize,
 }
 
 impl SentRuns {
-    fn recycle(&mut self, mut cookies: VecDeque<Option<u64>>) {
+    fn recycle(&mut self, mut cookies: Cookies) {
         cookies.clear();
         self.spare.push(cookies);
     }

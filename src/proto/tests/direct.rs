@@ -317,3 +317,75 @@ fn a_message_written_at_once_completes_after_the_lent_frame_before_it() {
     net.run(false);
     assert_eq!(done(&net), [lent, small]);
 }
+
+/// `Core::gather_small`, which `Transport::send` (and `Net::send`) tries first, takes a
+/// small message only behind another one gathered since the last flush, and then as
+/// `send_with` would have: into the connection's batch, nothing written or offered at
+/// once, the frames in send order at the flush, each completing once. Anything else it
+/// leaves, changing nothing.
+#[test]
+fn a_small_message_is_gathered_only_behind_another() {
+    let (mut net, r) = solo_pair(21);
+    let eight = Bytes::from(vec![8u8; 8]);
+    let core = &mut net.nodes[0].core;
+    // The first since the last flush: for `send_with` (a ping-pong's message leaves now).
+    assert!(!core.gather_small(PeerId(1), Tag(4), std::slice::from_ref(&eight), 90));
+    assert_eq!(core.pending(PeerId(1)), 0, "refused, yet queued");
+    let first = net.send(0, 1, 4, vec![1u8; 8]).unwrap();
+    assert_eq!(
+        frames(&net.raw_read(r)).len(),
+        1,
+        "a ping-pong's message left at once"
+    );
+    let at_once = written_at_once(&net);
+    // Behind it, gathered: one segment of 8 bytes (taken here by `gather_small` itself,
+    // recorded as `Net::send` records it), three segments, an empty payload.
+    let node = &mut net.nodes[0];
+    let cookie = node.next_cookie;
+    assert!(node
+        .core
+        .gather_small(PeerId(1), Tag(5), std::slice::from_ref(&eight), cookie));
+    node.next_cookie += 1;
+    node.sent.insert(cookie, (PeerId(1), 5, eight.to_vec()));
+    let gathered = [
+        cookie,
+        net.send_segs(0, 1, 6, b"abcdefgh".to_vec(), 3).unwrap(),
+        net.send(0, 1, 7, Vec::new()).unwrap(),
+    ];
+    assert_eq!(
+        written_at_once(&net),
+        at_once,
+        "a gathered message was written at once"
+    );
+    let core = &mut net.nodes[0].core;
+    assert!(!core.has_direct(), "a gathered message was offered at once");
+    assert_eq!(core.pending(PeerId(1)), 3);
+    // Above the inline size, and to a peer that does not exist: left alone.
+    let large = Bytes::from(vec![9u8; 64]);
+    assert!(!core.gather_small(PeerId(1), Tag(8), std::slice::from_ref(&large), 94));
+    assert!(large.is_unique(), "a refused payload was kept");
+    assert!(!core.gather_small(PeerId(7), Tag(8), std::slice::from_ref(&eight), 95));
+    assert_eq!(core.pending(PeerId(1)), 3, "a refused message was queued");
+    assert!(
+        frames(&net.raw_read(r)).is_empty(),
+        "gathered frames wait for the flush"
+    );
+    net.run(false);
+    let wire = net.raw_read(r);
+    let fs: Vec<(u8, &[u8])> = frames(&wire)
+        .into_iter()
+        .map(|(h, b)| (h.tag.0, b))
+        .collect();
+    assert_eq!(
+        fs,
+        [(5, &[8u8; 8][..]), (6, &b"abcdefgh"[..]), (7, &[][..])],
+        "the gathered frames, in send order"
+    );
+    let done = net.completions(0);
+    for cookie in gathered.into_iter().chain([first]) {
+        assert_eq!(done.get(&cookie), Some(&Ok(())), "cookie {cookie}");
+    }
+    // After the flush the next message is again the first of its batch.
+    let core = &mut net.nodes[0].core;
+    assert!(!core.gather_small(PeerId(1), Tag(4), std::slice::from_ref(&eight), 96));
+}

@@ -418,7 +418,14 @@ impl Net {
         } = self;
         let node = &mut nodes[n];
         let cookie = node.next_cookie;
-        // What `Transport::send` does: a message in a ping-pong is written from the call.
+        // What `Transport::send` does: a small message behind another one goes into the
+        // batch (`gather_small`); otherwise `send_with`, where a message in a ping-pong is
+        // written from the call.
+        if node.core.gather_small(PeerId(to), Tag(tag), &segs, cookie) {
+            node.next_cookie += 1;
+            node.sent.insert(cookie, (PeerId(to), tag, payload));
+            return Ok(cookie);
+        }
         let keys = &node.keys;
         node.core
             .send_with(now, PeerId(to), Tag(tag), &segs, cookie, |k, bytes| {
