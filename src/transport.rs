@@ -194,8 +194,11 @@ impl Sink for Reader<'_> {
                 continue;
             };
             let changes = t.handlers.changes();
+            // Inside a handler for the whole series (as `call` counts one call): no code
+            // of the application runs between its calls.
+            t.dispatching += 1;
             loop {
-                t.call(&mut h, &Am { src, tag, payload });
+                h(t, &Am { src, tag, payload });
                 next = run.next(&t.core);
                 match next {
                     Some((same, p)) if same == tag && t.handlers.changes() == changes => {
@@ -204,6 +207,7 @@ impl Sink for Reader<'_> {
                     _ => break,
                 }
             }
+            t.dispatching -= 1;
             t.handlers.restore(tag, h);
         }
     }
