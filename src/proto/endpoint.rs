@@ -302,20 +302,10 @@ impl Core {
         cookie: u64,
         write: Option<W>,
     ) -> bool {
-        if self.shutting_down || segs.len() > MAX_SEGMENTS {
-            return false;
-        }
-        let len = segs.iter().map(Bytes::len).sum::<usize>();
-        if len > self.small_max {
-            return false;
-        }
-        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+        let limits = (self.shutting_down, self.small_max);
+        let Some((len, ep)) = small_target(&mut self.endpoints, limits, peer, segs) else {
             return false;
         };
-        // A Failed endpoint is not Connected; after our FIN nothing more may leave.
-        if ep.fin_sent {
-            return false;
-        }
         if let Some(write) = write {
             if let Some(conn) = tx::ping_conn(ep, &mut self.conns) {
                 let mut wire = [0u8; FRAG_WIRE];
@@ -354,19 +344,12 @@ impl Core {
     /// [`direct_pieces`](Self::direct_pieces).
     #[inline(always)]
     pub fn gather_small(&mut self, peer: PeerId, tag: Tag, segs: &[Bytes], cookie: u64) -> bool {
-        if self.shutting_down || segs.len() > MAX_SEGMENTS || self.direct.is_some() {
-            return false;
-        }
-        let len = segs.iter().map(Bytes::len).sum::<usize>();
-        if len > self.small_max {
-            return false;
-        }
-        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+        let limits = (self.shutting_down, self.small_max);
+        let Some((len, ep)) = small_target(&mut self.endpoints, limits, peer, segs) else {
             return false;
         };
         // Not dirty: the first frame since the last flush, which `send_small` places.
-        // After our FIN nothing more may leave.
-        if !ep.dirty || ep.fin_sent {
+        if !ep.dirty || self.direct.is_some() {
             return false;
         }
         tx::batch_small(ep, &mut self.conns, tag, len, segs, cookie, &self.cfg)
@@ -1038,6 +1021,33 @@ fn retry_in_handshake(cause: &Cause) -> bool {
 
 /// Longest delay between two connect attempts.
 pub(super) const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The checks every small send starts with ([`Core::send_with`]'s fast path and
+/// [`Core::gather_small`]), given whether the engine is shutting down and its small-send
+/// limit: not shutting down, `segs` few enough and together at most `small_max` bytes,
+/// `peer` known and sent no FIN by us (after which nothing more may leave; a Failed
+/// endpoint is not Connected, which the batch's checks see). Returns the payload's
+/// length and the endpoint, or `None`.
+#[inline(always)]
+fn small_target<'a>(
+    endpoints: &'a mut [Option<Endpoint>],
+    (shutting_down, small_max): (bool, usize),
+    peer: PeerId,
+    segs: &[Bytes],
+) -> Option<(usize, &'a mut Endpoint)> {
+    if shutting_down || segs.len() > MAX_SEGMENTS {
+        return None;
+    }
+    let len = segs.iter().map(Bytes::len).sum::<usize>();
+    if len > small_max {
+        return None;
+    }
+    let ep = slot(endpoints, peer.0)?;
+    if ep.fin_sent {
+        return None;
+    }
+    Some((len, ep))
+}
 
 /// Copies the segments of an inline payload into `wire` from `at` on (they fit: the
 /// caller checked their length against [`FRAG_INLINE`]); returns where they end. A
