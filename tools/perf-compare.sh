@@ -34,7 +34,8 @@
 # bandwidth (osu_bw windows of 64) at 1 MiB and 4 MiB; message rate at 8 B (windows of 64,
 # OSU's 100 of them, against Open MPI and UCX; on loopback also against the coalesced floor,
 # tools/rate-floor.c, at windows of 64 and of 256, both programs with the same number of
-# windows, RATE_RUN).
+# windows, RATE_RUN); and the TCP segments each system's run retransmitted (RetransSegs of
+# the namespaces it ran in: loss, or reordering taken for loss).
 #
 # Needs root (network namespaces: created here only, named rbtlp-*, removed on exit),
 # iproute2, cc, python3; Open MPI (mpicc, mpirun) and ucx_perftest are skipped, and named,
@@ -133,6 +134,21 @@ for where in wheres:
             cells.append(f"{min(r):.2f}-{max(r):.2f}" if r else "-")
         if any(c != "-" for c in cells):
             print(f"| {system} | " + " | ".join(cells) + " |")
+    # Retransmitted segments per system run (every measure of that run): where TCP met
+    # loss or reordering (on loopback and veth, segments sent from two CPUs can overtake
+    # each other, and the receiver's SACKs then look like loss).
+    rcols = [cc for cc in ccs if any(k[1:4] == (cc, where, "retrans") for k in vals)]
+    if rcols:
+        print(f"\n#### {place}: TCP segments retransmitted per system run, median (lowest-highest)\n")
+        print("| system | " + " | ".join(rcols) + " |")
+        print("|---" * (len(rcols) + 1) + "|")
+        for system in systems:
+            cells = []
+            for cc in rcols:
+                v = vals.get((system, cc, where, "retrans", 0))
+                cells.append(f"{statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f})" if v else "-")
+            if any(c != "-" for c in cells):
+                print(f"| {system} | " + " | ".join(cells) + " |")
 print(f"\n<!-- records: {path} -->")
 EOF
 }
@@ -248,6 +264,17 @@ for line in sys.stdin:
         o = json.loads(line)
         if len(sys.argv) < 3 or o.get("bench") == sys.argv[2]:
             print(o["size"], o[sys.argv[1]])' "$@"
+}
+# retrans WHERE: TCP segments retransmitted so far in the namespaces of WHERE (Tcp
+# RetransSegs of /proc/net/snmp, summed).
+retrans() {
+    local ns total=0 n
+    for ns in $([ "$1" = lo ] && echo "$NS_LO" || echo "$NS_H0 $NS_H1"); do
+        n=$(ip netns exec "$ns" awk '$1 == "Tcp:" { if (!h) { for (i = 2; i <= NF; i++)
+            if ($i == "RetransSegs") c = i; h = 1 } else print $c }' /proc/net/snmp)
+        total=$((total + ${n:-0}))
+    done
+    echo "$total"
 }
 # in_ns NS CPU CMD...: runs CMD in namespace NS pinned to CPU, bounded in time.
 in_ns() { local ns=$1 cpu=$2; shift 2; timeout "$STEP" ip netns exec "$ns" taskset -c "$cpu" "$@"; }
@@ -405,6 +432,7 @@ for cc in ${CCS//,/ }; do
             for k in $(seq 0 $((n - 1))); do
                 sys=${SYSTEMS[$(( (k + run - 1) % n ))]}
                 echo "# $cc $where run $run/$RUNS: $sys" >&2
+                before=$(retrans "$where")
                 case $sys in
                     floor) run_floor "$cc" "$where" "$run" || echo "  floor failed" >&2 ;;
                     ratefloor) [ "$where" != lo ] || run_ratefloor "$cc" "$run" ;;
@@ -412,6 +440,10 @@ for cc in ${CCS//,/ }; do
                     ompi) run_ompi "$cc" "$where" "$run" ;;
                     ucx) run_ucx "$cc" "$where" "$run" ;;
                 esac
+                # Every segment the system's run sent twice, all its measures together.
+                [ "$sys" = ratefloor ] && [ "$where" != lo ] \
+                    || echo "0 $(($(retrans "$where") - before))" \
+                    | record "$sys" "$cc" "$where" retrans "$run"
             done
         done
     done
