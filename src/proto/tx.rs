@@ -14,7 +14,7 @@ use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason};
 use crate::proto::config::CoreConfig;
 use crate::proto::conn::{Conn, Orphans, Stage};
-use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Todo};
+use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Counters, Todo};
 use crate::proto::endpoint::{Endpoint, EpState, Lent, FRAG_INLINE, FRAG_WIRE};
 use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK, LINE, PAD_ALIGN};
 
@@ -87,21 +87,32 @@ impl Core {
     fn flush_dirty(&mut self) -> bool {
         let mut held = false;
         let mut dirty = mem::take(&mut self.dirty);
-        for peer in dirty.drain(..) {
-            let Some(ep) = self.ep_mut(peer) else {
+        for &peer in &dirty {
+            let Some(ep) = slot(&mut self.endpoints, peer.0) else {
                 continue;
             };
             ep.dirty = false;
             let EpState::Connected { conn } = ep.state else {
                 continue;
             };
-            if slot(&mut self.conns, conn.0).is_some_and(|c| c.unconfirmed) {
+            // Nothing queued (a ping-pong's message went out at once, a stream's small
+            // ones straight into the batch): only the batch may have to leave.
+            let queued = !ep.queue.is_empty() || ep.acks_owed > 0;
+            let Some(c) = slot(&mut self.conns, conn.0) else {
+                continue;
+            };
+            if c.unconfirmed {
                 // Frames wait for the dialer's first bytes (`Core::confirm`).
+                continue;
+            }
+            if !queued {
+                submit_batch(c, conn, &mut self.counters, &mut self.todo);
                 continue;
             }
             self.fill_batch(peer, conn, true);
             held |= self.ep(peer).is_some_and(|e| !e.queue.is_empty());
         }
+        dirty.clear();
         self.dirty = dirty;
         held
     }
@@ -303,11 +314,8 @@ impl Core {
             }
             ep.inflight.push(cookie);
         }
-        if submit && !batch.is_empty() && !c.tx_ready {
-            c.tx_ready = true;
-            self.counters.batches += 1;
-            self.counters.frames += batch.frames() as u64;
-            self.todo.push_back(Todo::Transmit(conn));
+        if submit {
+            submit_batch(c, conn, &mut self.counters, &mut self.todo);
         }
     }
 
@@ -489,6 +497,19 @@ impl Core {
                 }
             }
         }
+    }
+}
+
+/// Hands `conn`'s batch to the driver (one [`Todo::Transmit`]) when it holds frames and
+/// is not with the driver already, and counts it.
+#[inline]
+fn submit_batch(c: &mut Conn, conn: ConnKey, counters: &mut Counters, todo: &mut VecDeque<Todo>) {
+    let Some(batch) = c.tx.as_ref() else { return }; // in flight: its completion refills
+    if !batch.is_empty() && !c.tx_ready {
+        c.tx_ready = true;
+        counters.batches += 1;
+        counters.frames += batch.frames() as u64;
+        todo.push_back(Todo::Transmit(conn));
     }
 }
 
