@@ -19,7 +19,10 @@ use std::sync::Arc;
 #[cfg(feature = "uring")]
 use io_uring::{opcode, squeue, types};
 
-use super::{RxBuf, TxBatch};
+use rustix::io::Errno;
+use rustix::net::{RecvFlags, SendFlags};
+
+use super::{sys, RxBuf, TxBatch};
 
 /// At most this many iovecs per `sendmsg` (Linux `UIO_MAXIOV` / `IOV_MAX`); the rest of
 /// a batch follows in the next call.
@@ -477,35 +480,36 @@ impl SendOp {
                     .batch
                     .as_ref()
                     .is_some_and(|b| b.has_lent() && b.remaining() > offered);
-            let flags =
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | if more { libc::MSG_MORE } else { 0 };
             let res = if let [one] = self.iov[..] {
                 // One contiguous piece (a run of small frames copied next to their
                 // headers): `send` spares the kernel the msghdr and iovec import.
+                let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+                let flags = if more { flags | SendFlags::MORE } else { flags };
                 // SAFETY: `one` points into the batch, owned by `self` and unmoved for
                 // the call; send only reads `iov_len` bytes there and keeps no pointer.
-                unsafe { libc::send(fd, one.iov_base, one.iov_len, flags) }
+                // The caller keeps `fd` open for the call.
+                unsafe { sys::send(fd, one.iov_base.cast(), one.iov_len, flags) }
             } else {
+                let flags =
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | if more { libc::MSG_MORE } else { 0 };
                 // SAFETY: `msg` points at `iov`, whose entries point into the batch; all
                 // are owned by `self` and unmoved for the call. sendmsg only reads them
                 // and keeps no pointer after it returns.
-                unsafe { libc::sendmsg(fd, &self.msg, flags) }
+                let res = unsafe { libc::sendmsg(fd, &self.msg, flags) };
+                usize::try_from(res).map_err(|_| sys::last_errno())
             };
             counts.calls += 1;
             self.iov.clear();
-            if res >= 0 {
-                let n = res as usize;
-                if !self.advance(n) && n < offered {
-                    // Short write: the send buffer is full; resume when it drains.
-                    return Attempt::Blocked;
+            match res {
+                Ok(n) => {
+                    if !self.advance(n) && n < offered {
+                        // Short write: the send buffer is full; resume when it drains.
+                        return Attempt::Blocked;
+                    }
                 }
-                continue;
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => {}
-                io::ErrorKind::WouldBlock => return Attempt::Blocked,
-                _ => return Attempt::Done(Err(e)),
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) => return Attempt::Blocked,
+                Err(e) => return Attempt::Done(Err(e.into())),
             }
         }
     }
@@ -522,34 +526,33 @@ pub(crate) const WRITE_NOW_PIECES: usize = crate::proto::core::DIRECT_PIECES;
 /// batch (see `Backend::write_now`). Pieces beyond [`WRITE_NOW_PIECES`] are not written.
 #[inline]
 pub(crate) fn write_now(fd: RawFd, pieces: &[&[u8]], counts: &mut SendShared) -> usize {
-    let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
-    let res = if let [one] = pieces {
+    counts.calls += 1;
+    if let [one] = pieces {
+        let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
         // SAFETY: `one` is a live borrowed slice for the call; `send` only reads its
         // `len()` bytes and keeps no pointer. The caller keeps `fd` open for the call.
-        unsafe { libc::send(fd, one.as_ptr().cast(), one.len(), flags) }
-    } else {
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; WRITE_NOW_PIECES];
-        let n = pieces.len().min(WRITE_NOW_PIECES);
-        for (v, p) in iov.iter_mut().zip(pieces) {
-            *v = libc::iovec {
-                iov_base: p.as_ptr().cast_mut().cast(),
-                iov_len: p.len(),
-            };
-        }
-        // SAFETY: `msghdr` is a plain C struct for which all-zero bytes is the valid
-        // empty value (no name, no control data).
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = n as _;
-        // SAFETY: `msg` points at `iov`, whose first `n` entries point into the borrowed
-        // `pieces`; all live on this frame for the call. sendmsg only reads them and
-        // keeps no pointer after it returns.
-        unsafe { libc::sendmsg(fd, &msg, flags) }
-    };
-    counts.calls += 1;
+        return unsafe { sys::send(fd, one.as_ptr(), one.len(), flags) }.unwrap_or(0);
+    }
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; WRITE_NOW_PIECES];
+    let n = pieces.len().min(WRITE_NOW_PIECES);
+    for (v, p) in iov.iter_mut().zip(pieces) {
+        *v = libc::iovec {
+            iov_base: p.as_ptr().cast_mut().cast(),
+            iov_len: p.len(),
+        };
+    }
+    // SAFETY: `msghdr` is a plain C struct for which all-zero bytes is the valid empty
+    // value (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = n as _;
+    // SAFETY: `msg` points at `iov`, whose first `n` entries point into the borrowed
+    // `pieces`; all live on this frame for the call. sendmsg only reads them and keeps no
+    // pointer after it returns.
+    let res = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
     usize::try_from(res).unwrap_or(0)
 }
 
@@ -622,31 +625,24 @@ impl RecvOp {
             // SAFETY: `spare` is a live, exclusively borrowed region of the RxBuf's heap
             // buffer; `recv` writes at most `want` bytes into it and keeps no pointer. The
             // caller keeps `fd` open for the call.
-            let res =
-                unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), want, libc::MSG_DONTWAIT) };
-            if res == 0 {
+            let res = unsafe { sys::recv(fd, spare.as_mut_ptr(), want, RecvFlags::DONTWAIT) };
+            let n = match res {
                 // End of stream: whatever was gathered now, 0 on the next receive.
-                return tried(Attempt::Done(Ok(self.done)), false, true);
+                Ok(0) => return tried(Attempt::Done(Ok(self.done)), false, true),
+                Ok(n) => n,
+                Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) => return tried(Attempt::Blocked, true, false),
+                Err(e) => return tried(Attempt::Done(self.finish(Err(e.into()))), false, false),
+            };
+            rx.commit(n);
+            self.done += n;
+            let drained = n < want;
+            if !wants_all || n == want {
+                return tried(Attempt::Done(Ok(self.done)), drained, false);
             }
-            if res > 0 {
-                let n = res as usize;
-                rx.commit(n);
-                self.done += n;
-                let drained = n < want;
-                if !wants_all || n == want {
-                    return tried(Attempt::Done(Ok(self.done)), drained, false);
-                }
-                if drained && !eof_seen {
-                    // Part of a buffer that wants all: keep it, wait for more data.
-                    return tried(Attempt::Blocked, true, false);
-                }
-                continue;
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => {}
-                io::ErrorKind::WouldBlock => return tried(Attempt::Blocked, true, false),
-                _ => return tried(Attempt::Done(self.finish(Err(e))), false, false),
+            if drained && !eof_seen {
+                // Part of a buffer that wants all: keep it, wait for more data.
+                return tried(Attempt::Blocked, true, false);
             }
         }
     }

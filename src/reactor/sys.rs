@@ -1,9 +1,12 @@
 //! Socket set-up shared by the backends (socket2), and small syscall helpers.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
-use std::os::fd::{IntoRawFd, RawFd};
+use std::os::fd::{BorrowedFd, IntoRawFd, RawFd};
 
+use rustix::io::Errno;
+use rustix::net::{RecvFlags, SendFlags};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::config::Congestion;
@@ -122,7 +125,7 @@ pub(crate) fn listener(addr: SocketAddr) -> io::Result<(RawFd, SocketAddr)> {
 pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts, peer: &SocketAddr) -> io::Result<()> {
     // SAFETY: the caller owns `fd` and keeps it open for the duration of this call; the
     // borrow ends before we return, and `SockRef` never closes the descriptor.
-    let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
     apply_opts(&socket2::SockRef::from(&bfd), opts, peer)
 }
 
@@ -169,7 +172,7 @@ pub(crate) fn timeout_abort(fd: RawFd) -> Option<io::Error> {
 pub(crate) fn peer_addr_fd(fd: RawFd) -> io::Result<SocketAddr> {
     // SAFETY: as in `apply_opts_fd`: the caller keeps `fd` open during the call and the
     // borrow does not outlive it.
-    let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
     socket2::SockRef::from(&bfd)
         .peer_addr()?
         .as_socket()
@@ -181,7 +184,7 @@ pub(crate) fn peer_addr_fd(fd: RawFd) -> io::Result<SocketAddr> {
 pub(crate) fn linger_zero(fd: RawFd) {
     // SAFETY: the caller keeps `fd` open for the duration of the call, and the borrow
     // ends with it.
-    let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
     let _ = socket2::SockRef::from(&bfd).set_linger(Some(std::time::Duration::ZERO));
 }
 
@@ -194,6 +197,65 @@ pub(crate) fn close_fd(fd: RawFd) {
         // so wrapping it in an `OwnedFd` that is dropped at once closes it exactly once.
         drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
     }
+}
+
+// ----- the data path's system calls -------------------------------------------------------
+//
+// The C library's `send` and `recv` are cancellation points: in a process with more than
+// one thread (an MPI process has its runtime's threads), glibc switches the thread's
+// asynchronous cancellation on before the system call and off after it, about 50 user
+// instructions per call (callgrind, glibc 2.36), and a busy-polling rank makes such a call
+// on every pass. The transport never relies on cancellation (a thread cancelled inside a
+// progress call would leave the transport's state half updated), so the data path's
+// `send` and `recv` go through rustix: the `syscall` instruction inline, the error a value
+// (no `errno`), whatever the process's threads. A batch of several pieces still goes out
+// with the C library's `sendmsg` (one call per batch, not per pass).
+
+/// `send(2)` of `len` bytes at `buf`, not a cancellation point (see above).
+///
+/// # Safety
+/// `fd` must be open, and `buf` valid for reads of `len` bytes, for the call; the kernel
+/// keeps no pointer.
+#[inline]
+pub(crate) unsafe fn send(fd: RawFd, buf: *const u8, len: usize, flags: SendFlags) -> Sys<usize> {
+    // SAFETY: the caller guarantees `fd` and `buf` for the call.
+    let (fd, buf) = unsafe {
+        (
+            BorrowedFd::borrow_raw(fd),
+            std::slice::from_raw_parts(buf, len),
+        )
+    };
+    rustix::net::send(fd, buf, flags)
+}
+
+/// `recv(2)` into the `len` bytes at `buf`, not a cancellation point (see above).
+///
+/// # Safety
+/// `fd` must be open, and `buf` valid for writes of `len` bytes, for the call; the kernel
+/// keeps no pointer.
+#[inline]
+pub(crate) unsafe fn recv(fd: RawFd, buf: *mut u8, len: usize, flags: RecvFlags) -> Sys<usize> {
+    // SAFETY: the caller guarantees `fd` and `buf` (written only) for the call.
+    let (fd, buf) = unsafe {
+        let buf = std::slice::from_raw_parts_mut(buf.cast::<MaybeUninit<u8>>(), len);
+        (BorrowedFd::borrow_raw(fd), buf)
+    };
+    // The second length is the one the kernel returned: the bytes written (no `TRUNC`).
+    rustix::net::recv(fd, buf, flags).map(|(_, n)| n)
+}
+
+/// A data-path call's result: the error as rustix's [`Errno`] (turned into an
+/// [`io::Error`] only when it ends an operation).
+pub(crate) type Sys<T> = Result<T, Errno>;
+
+/// The error of the C library call that just returned -1 (`errno`), as an [`Errno`].
+#[inline]
+pub(crate) fn last_errno() -> Errno {
+    Errno::from_raw_os_error(
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
+    )
 }
 
 /// Calls a `libc` function and maps its `-1` return to [`io::Error::last_os_error`].
@@ -217,9 +279,7 @@ pub(crate) use syscall;
 #[cfg(feature = "epoll")]
 /// Accepts one pending connection with `accept4(SOCK_NONBLOCK | SOCK_CLOEXEC)`, so the new
 /// socket needs no further `fcntl`. Returns the owned socket and the peer's address.
-pub(crate) fn accept(
-    listener: std::os::fd::BorrowedFd<'_>,
-) -> io::Result<(std::os::fd::OwnedFd, SocketAddr)> {
+pub(crate) fn accept(listener: BorrowedFd<'_>) -> io::Result<(std::os::fd::OwnedFd, SocketAddr)> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
     use socket2::SockAddr;
