@@ -927,6 +927,20 @@ impl TxBatch {
     /// The unwritten rest of the lent segment the next unwritten byte belongs to; `None`
     /// when that byte is not in a lent segment (or everything is written).
     pub fn lent_unsent(&self) -> Option<&[u8]> {
+        self.lent_rest().map(|(rest, _)| rest)
+    }
+
+    /// The tail of a lent segment that is partly written already, when the tail is at most
+    /// `max` bytes: what a pipe-full left over (a pipe holds whole pages, so a segment that
+    /// does not start on a page boundary leaves its last bytes for another pair of calls).
+    pub fn lent_tail(&self, max: usize) -> Option<&[u8]> {
+        self.lent_rest()
+            .filter(|&(rest, started)| started && rest.len() <= max)
+            .map(|(rest, _)| rest)
+    }
+
+    /// [`lent_unsent`](Self::lent_unsent), and whether bytes of that segment are written.
+    fn lent_rest(&self) -> Option<(&[u8], bool)> {
         let mut skip = self.sent;
         for part in &self.parts {
             let s = self.part_bytes(part);
@@ -934,7 +948,7 @@ impl TxBatch {
                 skip -= s.len();
                 continue;
             }
-            return part.lent().then(|| &s[skip..]);
+            return part.lent().then(|| (&s[skip..], skip > 0));
         }
         None
     }

@@ -120,6 +120,33 @@ impl Drop for Pipe {
     }
 }
 
+/// A lent segment's last bytes, when no more than this is left after a pipe-full, are
+/// copied by a `send` rather than lent by another `vmsplice` and `splice` pair. A pipe
+/// holds whole pages: a 1 MiB payload that starts 16 bytes into a page (a `malloc` block
+/// above the mmap threshold) leaves 16 bytes over.
+const LENT_TAIL_COPY: usize = 64 * 1024;
+
+/// The bytes of a lent segment (`seg`, in the caller's memory) that pass through a pipe
+/// of this system's size: pipe-fulls of whole pages, the rest after them copied when it
+/// is at most [`LENT_TAIL_COPY`] (see [`SendOp`]). For tests' expectations.
+#[cfg(test)]
+pub(crate) fn piped_bytes(seg: &[u8]) -> usize {
+    // SAFETY: sysconf only reads a system constant.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let cap = SendShared::default().pipe().map_or(0, |p| p.cap) / page * page;
+    let first = cap.saturating_sub(seg.as_ptr() as usize % page);
+    if seg.len() <= first || first == 0 {
+        return seg.len().min(first);
+    }
+    let (mut piped, mut rest) = (first, seg.len() - first);
+    while rest > LENT_TAIL_COPY {
+        let n = rest.min(cap);
+        piped += n;
+        rest -= n;
+    }
+    piped
+}
+
 /// Size asked for a lending pipe (`F_SETPIPE_SZ`; 1 MiB is the default
 /// `/proc/sys/fs/pipe-max-size`): the bytes one `vmsplice` and `splice` pair moves.
 const PIPE_SIZE: usize = 1 << 20;
@@ -221,6 +248,15 @@ impl SendOp {
     #[cfg(feature = "uring")]
     pub(crate) fn take_polling(&mut self) -> bool {
         std::mem::take(&mut self.polling)
+    }
+
+    /// The short rest of a lent segment that the next call copies rather than lends (see
+    /// [`LENT_TAIL_COPY`]); `None` while bytes wait in the pipe.
+    fn copied_tail(&self) -> Option<&[u8]> {
+        if self.piped > 0 || self.no_splice {
+            return None;
+        }
+        self.batch.as_ref()?.lent_tail(LENT_TAIL_COPY)
     }
 
     /// Moves the next lent bytes into the pipe (by reference; a spare pipe of `shared` or a
@@ -364,6 +400,7 @@ impl SendOp {
     fn prepare(&mut self, chunk: usize) -> usize {
         self.iov.clear();
         let mut offered = 0;
+        let piped = self.piped;
         if let Some(batch) = self.batch.as_ref() {
             let iov = &mut self.iov;
             let mut add = |s: &[u8]| {
@@ -377,6 +414,9 @@ impl SendOp {
             };
             if self.no_splice {
                 batch.for_each_unsent_upto(chunk, add);
+            } else if let Some(tail) = batch.lent_tail(LENT_TAIL_COPY).filter(|_| piped == 0) {
+                // The short rest of a lent segment, copied (see `copied_tail`).
+                add(tail);
             } else {
                 // Up to the next lent segment, which goes through the pipe.
                 batch.for_each_copied_upto(chunk, &mut add);
@@ -470,7 +510,7 @@ impl SendOp {
             if self.batch.as_ref().is_none_or(|b| b.remaining() == 0) {
                 return Attempt::Done(Ok(()));
             }
-            if self.splice_next() && self.lend(counts) {
+            if self.splice_next() && self.copied_tail().is_none() && self.lend(counts) {
                 continue;
             }
             let offered = self.prepare(chunk);
@@ -727,6 +767,79 @@ pub(crate) fn cancelled<T>() -> io::Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+
+    /// Sends `batch` with direct calls over a loopback connection, a thread reading the
+    /// other end; returns the bytes read and the op's counts.
+    fn send_over_loopback(batch: TxBatch) -> (Vec<u8>, SendShared) {
+        let total = batch.remaining();
+        let l = TcpListener::bind("127.0.0.1:0").expect("listen on loopback");
+        let tx = TcpStream::connect(l.local_addr().unwrap()).expect("connect");
+        let (mut rx, _) = l.accept().expect("accept");
+        tx.set_nonblocking(true).unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; total];
+            rx.read_exact(&mut got).map(|()| got)
+        });
+        let mut op = SendOp::boxed();
+        let mut shared = SendShared::default();
+        op.start(batch);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match op.try_now(tx.as_raw_fd(), usize::MAX, &mut shared) {
+                Attempt::Done(r) => break r.expect("the send"),
+                Attempt::Blocked => {
+                    assert!(Instant::now() < deadline, "the send stalled");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        let got = reader.join().unwrap().expect("the reader's bytes");
+        (got, shared)
+    }
+
+    /// A lent segment that starts inside a page fills the pipe's pages but for its last
+    /// bytes: a short rest is copied by one `send` (not lent by a second `vmsplice` and
+    /// `splice`), a longer one goes through the pipe again. Every byte arrives, in order.
+    #[test]
+    fn short_rest_of_a_lent_segment_is_copied() {
+        // SAFETY: sysconf only reads a system constant.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
+        let cap = {
+            let mut shared = SendShared::default();
+            shared.pipe().expect("a pipe").cap
+        };
+        // What one pipe-full holds of a segment that starts 16 bytes into a page.
+        let fits = cap / page * page - 16;
+        for (rest, lent_rest) in [(100, false), (LENT_TAIL_COPY + 1, true)] {
+            let len = fits + rest;
+            let mut mem = vec![0u8; len + 2 * page];
+            let start = (page - mem.as_ptr() as usize % page) % page + 16;
+            for (i, b) in mem[start..start + len].iter_mut().enumerate() {
+                *b = (i % 251) as u8;
+            }
+            let seg = Bytes::from(mem).slice(start..start + len);
+            assert_eq!(seg.as_ptr() as usize % page, 16);
+            let mut batch = TxBatch::with_capacity(64, 4);
+            batch.push_copy(b"header!!");
+            batch.push_lent(seg.clone());
+            let (got, shared) = send_over_loopback(batch);
+            assert_eq!(got[..8], *b"header!!");
+            assert!(
+                got[8..] == seg[..],
+                "the lent bytes arrived whole, in order"
+            );
+            let spliced = if lent_rest { len } else { fits };
+            assert_eq!(
+                shared.spliced, spliced as u64,
+                "bytes through the pipe, rest {rest}"
+            );
+            assert_eq!(spliced, piped_bytes(&seg), "the tests' expectation agrees");
+        }
+    }
 
     /// A pipe goes back to the spares only empty, and only up to `SPARE_PIPES` of them;
     /// a spare one is handed out before a new one is made.
