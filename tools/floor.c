@@ -9,19 +9,15 @@
  *        floor client HOST PORT SIZE[,SIZE...] [ITERS]
  * The client prints one JSON object per size:
  *   {"bench":"latency","size":N,"iters":I,"avg_us":A,"p50_us":P}  (one-way = round trip / 2)
- * Build: cc -O2 -o floor floor.c
+ * Build: cc -O2 -o floor floor.c   (with spin.h beside it)
  */
 #include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "spin.h"
 
 #define MAX_SIZE (4 << 20)
 
@@ -30,51 +26,6 @@ static double now_us(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static void die(const char *what)
-{
-    perror(what);
-    exit(1);
-}
-
-static void spin_send(int fd, const char *b, size_t n)
-{
-    while (n > 0) {
-        ssize_t r = send(fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (r > 0) {
-            b += r;
-            n -= (size_t)r;
-        } else if (r < 0 && errno != EAGAIN && errno != EINTR) {
-            die("send");
-        }
-    }
-}
-
-/* Returns 0 at end of stream before the first byte. */
-static int spin_recv(int fd, char *b, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = recv(fd, b + got, n - got, MSG_DONTWAIT);
-        if (r > 0)
-            got += (size_t)r;
-        else if (r == 0) {
-            if (got == 0)
-                return 0;
-            fprintf(stderr, "floor: peer closed mid-message\n");
-            exit(1);
-        } else if (errno != EAGAIN && errno != EINTR)
-            die("recv");
-    }
-    return 1;
-}
-
-static void nodelay(int fd)
-{
-    int one = 1;
-    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0)
-        die("TCP_NODELAY");
 }
 
 static int cmp(const void *a, const void *b)

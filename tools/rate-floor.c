@@ -8,27 +8,16 @@
  *
  * Usage: rate-floor [WINDOW [FRAME_BYTES [WINDOWS]]]   (defaults 64, 16, 20000)
  * Prints: {"bench":"rate-floor","window":W,"frame":F,"msg_s":R,"us_per_window":T}
- * Build: cc -O2 -o rate-floor rate-floor.c
+ * Build: cc -O2 -o rate-floor rate-floor.c   (with spin.h beside it)
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sched.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-static void die(const char *what)
-{
-    perror(what);
-    exit(1);
-}
+#include "spin.h"
 
 static void pin(int cpu)
 {
@@ -39,41 +28,12 @@ static void pin(int cpu)
         die("sched_setaffinity");
 }
 
-static void setup(int fd)
-{
-    int one = 1;
-    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
-        die("TCP_NODELAY");
-    if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0)
-        die("O_NONBLOCK");
-}
-
-static void send_all(int fd, const char *b, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-        if (k > 0) {
-            b += k;
-            n -= (size_t)k;
-        } else if (k < 0 && errno != EAGAIN && errno != EINTR) {
-            die("send");
-        }
-    }
-}
-
+/* Receives a whole window or acknowledgement; the end of the stream is an error here. */
 static void recv_all(int fd, char *b, size_t n)
 {
-    while (n > 0) {
-        ssize_t k = recv(fd, b, n, 0);
-        if (k > 0) {
-            b += k;
-            n -= (size_t)k;
-        } else if (k == 0) {
-            fprintf(stderr, "recv: end of stream\n");
-            exit(1);
-        } else if (errno != EAGAIN && errno != EINTR) {
-            die("recv");
-        }
+    if (!spin_recv(fd, b, n)) {
+        fprintf(stderr, "recv: end of stream\n");
+        exit(1);
     }
 }
 
@@ -106,10 +66,10 @@ int main(int argc, char **argv)
         int c = socket(AF_INET, SOCK_STREAM, 0);
         if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof a) != 0)
             die("connect");
-        setup(c);
+        nodelay(c);
         for (long i = 0; i < warm + windows; i++) {
             recv_all(c, buf, bytes);
-            send_all(c, ack, sizeof ack);
+            spin_send(c, ack, sizeof ack);
         }
         return 0;
     }
@@ -117,15 +77,15 @@ int main(int argc, char **argv)
     int s = accept(l, NULL, NULL);
     if (s < 0)
         die("accept");
-    setup(s);
+    nodelay(s);
     for (long i = 0; i < warm; i++) {
-        send_all(s, buf, bytes);
+        spin_send(s, buf, bytes);
         recv_all(s, ack, sizeof ack);
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (long i = 0; i < windows; i++) {
-        send_all(s, buf, bytes);
+        spin_send(s, buf, bytes);
         recv_all(s, ack, sizeof ack);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -1,0 +1,64 @@
+/*
+ * spin.h: the plain-socket loops of tools/floor.c and tools/rate-floor.c, the floors that
+ * ringbtl is measured against: a TCP_NODELAY socket whose non-blocking send and recv are
+ * spun until the whole message has moved (no poll, no wait in the kernel).
+ */
+#ifndef RINGBTL_TOOLS_SPIN_H
+#define RINGBTL_TOOLS_SPIN_H
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+static void die(const char *what)
+{
+    perror(what);
+    exit(1);
+}
+
+static void nodelay(int fd)
+{
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
+        die("TCP_NODELAY");
+}
+
+/* Sends all n bytes, spinning on a full socket. */
+static void spin_send(int fd, const char *b, size_t n)
+{
+    while (n > 0) {
+        ssize_t r = send(fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (r > 0) {
+            b += r;
+            n -= (size_t)r;
+        } else if (r < 0 && errno != EAGAIN && errno != EINTR) {
+            die("send");
+        }
+    }
+}
+
+/* Receives all n bytes, spinning on an empty socket. Returns 0 at end of stream before
+ * the first byte; exits at end of stream after it. */
+static int spin_recv(int fd, char *b, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = recv(fd, b + got, n - got, MSG_DONTWAIT);
+        if (r > 0) {
+            got += (size_t)r;
+        } else if (r == 0) {
+            if (got == 0)
+                return 0;
+            fprintf(stderr, "peer closed mid-message\n");
+            exit(1);
+        } else if (errno != EAGAIN && errno != EINTR) {
+            die("recv");
+        }
+    }
+    return 1;
+}
+
+#endif
