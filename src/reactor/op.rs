@@ -398,9 +398,11 @@ impl SendOp {
     ///
     /// This is the one iovec builder of the reactor.
     fn prepare(&mut self, chunk: usize) -> usize {
+        // Both callers come here with the pipe drained (`write_some` after `drain_pipe`,
+        // `sqe` only when nothing is to be spliced): piped bytes go first.
+        debug_assert_eq!(self.piped, 0, "iovecs built with bytes in the pipe");
         self.iov.clear();
         let mut offered = 0;
-        let piped = self.piped;
         if let Some(batch) = self.batch.as_ref() {
             let iov = &mut self.iov;
             let mut add = |s: &[u8]| {
@@ -414,7 +416,7 @@ impl SendOp {
             };
             if self.no_splice {
                 batch.for_each_unsent_upto(chunk, add);
-            } else if let Some(tail) = batch.lent_tail(LENT_TAIL_COPY).filter(|_| piped == 0) {
+            } else if let Some(tail) = batch.lent_tail(LENT_TAIL_COPY) {
                 // The short rest of a lent segment, copied (see `copied_tail`).
                 add(tail);
             } else {
