@@ -124,6 +124,13 @@ pub(crate) struct LatencyArgs {
     #[arg(long, conflicts_with_all = ["baseline", "backend"])]
     pub(crate) baseline_only: bool,
 
+    /// Exchange instead of ping-pong: in each iteration both ranks send a message at once
+    /// and wait for the other's (a halo exchange, as `MPI_Sendrecv`); the columns are the
+    /// time per exchange, not half of it. With the benchmark's own peer (not under a
+    /// launcher) and without the plain-socket baseline.
+    #[arg(long, conflicts_with_all = ["baseline", "baseline_only"])]
+    pub(crate) exchange: bool,
+
     /// Block-mode baseline without SO_RCVLOWAT (woken per arriving segment instead of
     /// once per message).
     #[arg(long)]

@@ -77,6 +77,9 @@ fn main() -> ExitCode {
         }
     } else {
         match ranks::launched() {
+            Ok(Some(_)) if args.exchange => {
+                Err("--exchange runs with the benchmark's own peer, not under a launcher".into())
+            }
             Ok(Some(w)) => ranks::run_latency(w, &args),
             Ok(None) if args.mpi => Err("--mpi: no launcher environment found (mpirun, \
                  mpiexec, srun, or RINGBTL_RANK / RINGBTL_SIZE / RINGBTL_ROOT)"
@@ -135,7 +138,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
 
     let mut rings = Vec::new();
     for &k in &kinds {
-        rings.push(Ring::new(0, k, mode)?);
+        rings.push(Ring::new(0, k, mode, args.exchange)?);
     }
     let listener = control::baseline_listener(with_socket)?;
 
@@ -181,6 +184,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
         mode: mode.to_string(),
         kernel: kernel_release(),
         pinned: args.run.pin,
+        exchange: args.exchange,
         rings: rings.iter().map(|r| r.backend_name().to_string()).collect(),
         baseline: with_socket,
         baseline_how: match (mode, args.baseline_no_lowat) {
@@ -292,7 +296,7 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
     }
     let mut rings = Vec::new();
     for &k in &kinds {
-        rings.push(Ring::new(1, k, mode)?);
+        rings.push(Ring::new(1, k, mode, args.exchange)?);
     }
     for (i, r) in rings.iter().enumerate() {
         ctl.send(&format!("ADDR {i} {} {}", r.local_addr(), r.backend_name()))?;
@@ -330,10 +334,16 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
                 ctl.send("OK")?;
                 let deadline = Instant::now() + phase_timeout;
                 match which {
-                    Some(i) => rings
-                        .get_mut(i)
-                        .ok_or_else(|| format!("no transport {i}"))?
-                        .pong(size, count, deadline)?,
+                    Some(i) => {
+                        let r = rings
+                            .get_mut(i)
+                            .ok_or_else(|| format!("no transport {i}"))?;
+                        if args.exchange {
+                            r.exchange(size, count, deadline)?;
+                        } else {
+                            r.pong(size, count, deadline)?;
+                        }
+                    }
                     None => plain
                         .as_mut()
                         .ok_or("no baseline socket")?

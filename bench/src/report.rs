@@ -95,6 +95,8 @@ pub(crate) struct RunInfo {
     pub(crate) mode: String,
     pub(crate) kernel: String,
     pub(crate) pinned: bool,
+    /// `--exchange`: the statistics are of whole exchanges.
+    pub(crate) exchange: bool,
     /// Labels of the ringbtl series, in run order (empty with `--baseline-only`).
     pub(crate) rings: Vec<String>,
     /// A plain-socket series runs too.
@@ -151,10 +153,12 @@ impl<'a> Table<'a> {
             "# backend: {backend}  mode: {}  kernel: {}  pinned: {pinned}",
             i.mode, i.kernel
         );
-        let _ = writeln!(
-            s,
-            "# iterations: {counts}; one-way latency = round trip / 2"
-        );
+        let what = if i.exchange {
+            "exchange (both ranks send at once, each waits for the other's message): time per exchange"
+        } else {
+            "one-way latency = round trip / 2"
+        };
+        let _ = writeln!(s, "# iterations: {counts}; {what}");
         if i.baseline && !i.baseline_only() {
             let _ = writeln!(
                 s,
@@ -422,7 +426,7 @@ impl RunInfo {
     /// The run as its JSON lines describe it.
     pub(crate) fn json(&self) -> JsonRun<'_> {
         JsonRun {
-            bench: "latency",
+            bench: if self.exchange { "exchange" } else { "latency" },
             mode: &self.mode,
             pinned: self.pinned,
             kernel: &self.kernel,
@@ -455,6 +459,7 @@ mod tests {
             mode: "poll".into(),
             kernel: "6.1\"x".into(),
             pinned: true,
+            exchange: false,
             rings: rings.iter().map(|s| s.to_string()).collect(),
             baseline,
             baseline_how: "x",

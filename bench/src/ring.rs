@@ -1,5 +1,7 @@
 //! The ringbtl ping-pong: rank 0 sends `size` bytes on [`TAG`], rank 1's handler sends the
 //! same number of bytes back from inside the handler, rank 0's handler counts the reply.
+//! Or, with `--exchange`, both ranks send each iteration's message at once and wait for
+//! the other's (no reply from a handler).
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -31,11 +33,19 @@ pub(crate) struct Ring {
     expect: Rc<Cell<usize>>,
     /// Replies that met a full send queue, sent by [`wait_for`](Self::wait_for).
     deferred: Rc<RefCell<Deferred>>,
+    /// `--exchange`: both ranks send, no handler replies.
+    exchange: bool,
 }
 
 impl Ring {
-    /// Creates rank `rank`'s Transport for `backend` and registers the handlers.
-    pub(crate) fn new(rank: u32, backend: BackendKind, mode: ProgressMode) -> Result<Self, String> {
+    /// Creates rank `rank`'s Transport for `backend` and registers the handlers (rank 1's
+    /// replies, unless `exchange`).
+    pub(crate) fn new(
+        rank: u32,
+        backend: BackendKind,
+        mode: ProgressMode,
+        exchange: bool,
+    ) -> Result<Self, String> {
         let mut tr = crate::cli::transport(rank, backend, mode)?;
         let received: Rc<Cell<u64>> = Rc::default();
         let completed: Rc<Cell<u64>> = Rc::default();
@@ -51,7 +61,7 @@ impl Ring {
             expect.clone(),
             deferred.clone(),
         );
-        let reply = rank == 1;
+        let reply = rank == 1 && !exchange;
         tr.register(TAG, move |t: &mut Transport, am| {
             if am.payload.len() != exp.get() {
                 fail.borrow_mut().get_or_insert_with(|| {
@@ -98,6 +108,7 @@ impl Ring {
             payload,
             expect,
             deferred,
+            exchange,
         })
     }
 
@@ -156,7 +167,8 @@ impl Ring {
         )
     }
 
-    /// Rank 0: `warmup + iters` round trips of `size` bytes, the last `iters` timed.
+    /// Rank 0: `warmup + iters` round trips of `size` bytes (exchanges, with `exchange`),
+    /// the last `iters` timed.
     pub(crate) fn ping(
         &mut self,
         size: usize,
@@ -177,7 +189,8 @@ impl Ring {
             self.wait_for(rx0 + i + 1, 0, deadline)?;
             let rtt = t0.elapsed();
             if i >= warmup {
-                rec.record(rtt);
+                // The recorder halves round trips; an exchange is reported whole.
+                rec.record(if self.exchange { rtt * 2 } else { rtt });
             }
         }
         // Every send of the phase has completed before the next phase starts.
@@ -197,6 +210,26 @@ impl Ring {
         let rx0 = self.received.get();
         let done0 = self.completed.get();
         self.wait_for(rx0 + count, done0 + count, deadline)
+    }
+
+    /// Rank 1 with `--exchange`: `count` exchanges of `size` bytes (send, then wait for
+    /// rank 0's message of the same iteration), then waits until every send has completed.
+    pub(crate) fn exchange(
+        &mut self,
+        size: usize,
+        count: u64,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        self.set_size(size);
+        let segs: Vec<Bytes> = self.payload.borrow().clone();
+        let peer = PeerId(0);
+        let rx0 = self.received.get();
+        let done0 = self.completed.get();
+        for i in 0..count {
+            flow::send(&mut self.tr, peer, TAG, &segs, i, deadline)?;
+            self.wait_for(rx0 + i + 1, 0, deadline)?;
+        }
+        self.wait_for(0, done0 + count, deadline)
     }
 
     /// FIN to the peer, drain, close.

@@ -165,8 +165,13 @@ fn run_ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
-/// Every line is an object with the common keys and ordered, positive statistics.
+/// Every line is a `latency` object with the common keys and ordered, positive statistics.
 fn check_lines(stdout: &str, mode: &str) -> Vec<HashMap<String, Val>> {
+    check_bench_lines(stdout, "latency", mode)
+}
+
+/// [`check_lines`] for the objects of `bench` (`latency`, or `exchange`).
+fn check_bench_lines(stdout: &str, bench: &str, mode: &str) -> Vec<HashMap<String, Val>> {
     let objs: Vec<_> = stdout.lines().map(parse_object).collect();
     for o in &objs {
         for k in [
@@ -175,7 +180,7 @@ fn check_lines(stdout: &str, mode: &str) -> Vec<HashMap<String, Val>> {
         ] {
             assert!(o.contains_key(k), "missing key {k} in {o:?}");
         }
-        assert_eq!(text(o, "bench"), "latency");
+        assert_eq!(text(o, "bench"), bench);
         assert_eq!(text(o, "mode"), mode);
         let (min, p50, p99, p999, max, avg) = (
             num(o, "min_us"),
@@ -270,6 +275,7 @@ fn bad_arguments_are_errors_not_panics() {
         (&["--iters", "0"][..], "--iters"),
         (&["--baseline-only", "--baseline"][..], "--baseline"),
         (&["latency", "--timeout", "0"][..], "--timeout"),
+        (&["latency", "--exchange", "--baseline"][..], "--exchange"),
     ] {
         let out = run(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -423,6 +429,23 @@ fn ringbtl_latency_both_backends() {
         assert_eq!(text(e, "backend"), "epoll");
         assert!(num(e, "ratio_p50_vs_uring") > 0.0, "{e:?}");
     }
+}
+
+/// `--exchange`: both ranks send each iteration's message at once (small, copied large and
+/// lent large payloads); one `exchange` object per size, with sane statistics.
+#[test]
+fn exchange_json() {
+    let out = run_ok(&[
+        "latency",
+        "--exchange",
+        "--quick",
+        "--sizes",
+        "8,512K,2M",
+        "--json",
+    ]);
+    let objs = check_bench_lines(&out, "exchange", "poll");
+    let sizes: Vec<f64> = objs.iter().map(|o| num(o, "size")).collect();
+    assert_eq!(sizes, [8.0, 524288.0, 2097152.0], "{out}");
 }
 
 /// With one backend compiled in, the benchmark runs on it, and `both` is a clear error.
