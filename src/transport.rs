@@ -118,6 +118,11 @@ pub struct Stats {
     /// one frame (a ping-pong, a request and its answer), lent pages excepted. A stream's
     /// messages are gathered and leave together at the end of the pass.
     pub written_at_once: u64,
+    /// Payloads long enough to lend ([`CoreConfig::splice_min`](crate::CoreConfig::splice_min))
+    /// that were copied instead because they found their peer idle: the first message of
+    /// their batch, nothing queued behind them, none of the peer's lent pages
+    /// unacknowledged ([`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)).
+    pub idle_copies: u64,
 }
 
 type Handler = Box<dyn FnMut(&mut Transport, &Am<'_>)>;
@@ -788,6 +793,7 @@ impl Transport {
             recv_direct: c.recv_direct,
             puts_placed: c.puts_placed,
             written_at_once: c.written_at_once,
+            idle_copies: c.idle_copies,
         }
     }
 

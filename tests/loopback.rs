@@ -38,6 +38,7 @@ backend_tests!(
     flush_puts_queued_sends_on_the_wire,
     unknown_peer_resolved_lazily,
     lent_pages_to_many_peers_share_pipes,
+    large_ping_pong_is_copied_and_a_large_stream_is_lent,
 );
 
 const WINDOW: usize = 128;
@@ -1159,12 +1160,18 @@ fn unknown_peer_resolved_lazily(kind: BackendKind) {
 fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
     const PEERS: usize = 4;
     let pat = pattern();
-    let mut a = Transport::new(common::cfg(0, kind)).unwrap();
+    // Every payload that can be lent is: none is copied for finding its peer idle.
+    let cfg = |p| {
+        let mut c = common::cfg(p, kind);
+        c.core.splice_idle = None;
+        c
+    };
+    let mut a = Transport::new(cfg(0)).unwrap();
     let mut bs = Vec::new();
     let mut checks = Vec::new();
     let mut streams = Vec::new();
     for p in 1..=PEERS as u32 {
-        let mut b = Transport::new(common::cfg(p, kind)).unwrap();
+        let mut b = Transport::new(cfg(p)).unwrap();
         a.add_peer(PeerId(p), vec![b.local_addr()]).unwrap();
         b.add_peer(PeerId(0), vec![a.local_addr()]).unwrap();
         // Every message 64 KiB..4 MiB (most of them above the 128 KiB that lends).
@@ -1235,4 +1242,66 @@ fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
             "messages checked at a peer"
         );
     }
+}
+
+/// A ping-pong of 512 KiB messages (long enough to lend) is copied both ways, each
+/// message finding its peer idle: no page is lent and no ACK is owed. A stream of them
+/// sent at once is lent, but for the first, which leaves alone from the send call. Every
+/// payload arrives whole and in order.
+fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
+    const LEN: usize = 512 * 1024;
+    const N: u32 = 8;
+    let (mut a, mut b, got) = echo_pair(kind);
+    let body = |i: u32| Bytes::from((0..LEN).map(|k| (k as u32 ^ i) as u8).collect::<Vec<u8>>());
+    for i in 0..N {
+        a.send(PeerId(1), Tag(7), &[body(i)], u64::from(i)).unwrap();
+        let want = i as usize + 1;
+        drive(
+            &mut [&mut a, &mut b],
+            Duration::from_secs(20),
+            "large pong",
+            || got.borrow().len() == want,
+        );
+    }
+    for (i, p) in got.borrow().iter().enumerate() {
+        assert!(p[..] == body(i as u32)[..], "pong {i} differs");
+    }
+    let (sa, sb) = (a.stats(), b.stats());
+    for (who, st) in [("pinging", &sa), ("answering", &sb)] {
+        assert_eq!(
+            (st.idle_copies, st.spliced_bytes),
+            (u64::from(N), 0),
+            "{}: {who} side: {st:?}",
+            a.backend_name()
+        );
+    }
+    // One way, all at once: lent (the pages went through a pipe).
+    let seen = Rc::new(Cell::new(0u32));
+    let s = seen.clone();
+    b.register(Tag(9), move |_, am| {
+        assert!(
+            am.payload == &body(s.get())[..],
+            "stream message {} differs",
+            s.get()
+        );
+        s.set(s.get() + 1);
+    })
+    .unwrap();
+    let comp = completions(&mut a);
+    for i in 0..N {
+        a.send(PeerId(1), Tag(9), &[body(i)], u64::from(i)).unwrap();
+    }
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(60),
+        "large stream",
+        || seen.get() == N && comp.borrow().len() == N as usize,
+    );
+    common::assert_all_ok_in_order(&comp.borrow(), N as usize);
+    let st = a.stats();
+    assert!(
+        st.idle_copies - sa.idle_copies <= 2 && st.spliced_bytes >= u64::from(N - 2) * LEN as u64,
+        "{}: the stream was not lent: {st:?}",
+        a.backend_name()
+    );
 }

@@ -74,6 +74,15 @@ pub struct CoreConfig {
     /// instead of being copied into the socket (`splice`), and completes once the peer
     /// answers with an ACK (`RINGBTL_SPLICE`; `off`: every payload is copied).
     pub splice_min: Option<usize>,
+    /// A payload of [`IDLE_COPY_MIN`] up to this many bytes that finds its peer idle (the
+    /// first frame of its batch, nothing queued behind it, no lent pages of this peer
+    /// unacknowledged) is copied into the socket even when
+    /// [`splice_min`](Self::splice_min) would lend it (`RINGBTL_SPLICE_IDLE`; `0`: lend
+    /// such payloads too). Lending pays when the sending core has other messages to move;
+    /// a message the peer waits for alone (a ping-pong, a request's answer) arrives
+    /// sooner copied, the kernel's copy on each side overlapping, than after its whole
+    /// payload was pinned, and needs no ACK. See "Large messages" in the README.
+    pub splice_idle: Option<usize>,
     /// Receives run as one multishot receive per connection on buffers the driver
     /// provides ([`Action::ArmProvided`](crate::proto::core::Action::ArmProvided)),
     /// instead of one [`Action::Receive`](crate::proto::core::Action::Receive) per read.
@@ -107,6 +116,7 @@ impl CoreConfig {
             frame_stall: Duration::from_secs(60),
             max_queued_bytes: 256 * MIB,
             splice_min: Some(DEFAULT_SPLICE_MIN),
+            splice_idle: Some(DEFAULT_SPLICE_IDLE),
             multishot: false,
         }
     }
@@ -137,6 +147,11 @@ const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 /// Default of [`CoreConfig::splice_min`].
 pub const DEFAULT_SPLICE_MIN: usize = 128 * 1024;
+/// Default of [`CoreConfig::splice_idle`].
+pub const DEFAULT_SPLICE_IDLE: usize = 1 << 20;
+/// The smallest payload [`CoreConfig::splice_idle`] copies: below it, lending and
+/// copying a ping-pong's message took the same time within the runs' spread.
+pub const IDLE_COPY_MIN: usize = 256 * 1024;
 
 fn millis(d: Duration) -> Option<u64> {
     Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -150,7 +165,7 @@ impl Params for CoreConfig {
     }
 }
 
-static CORE_PARAMS: [Param<CoreConfig>; 19] = [
+static CORE_PARAMS: [Param<CoreConfig>; 20] = [
     Param {
         name: "token",
         var: "RINGBTL_JOB_TOKEN",
@@ -434,6 +449,22 @@ static CORE_PARAMS: [Param<CoreConfig>; 19] = [
         access: Access::Num {
             get: |c| c.splice_min.map(|n| n as u64),
             put: |c, v| c.splice_min = v.map(|n| n as usize),
+        },
+    },
+    Param {
+        name: "splice_idle",
+        var: "RINGBTL_SPLICE_IDLE",
+        kind: Kind::IntOrOff {
+            lo: 4 * KIB,
+            hi: 1 << 32,
+            unit: Unit::Bytes,
+            off: "off",
+        },
+        meaning: "payloads from 256 KiB up to this many bytes are copied, not lent, when \
+                  they find their peer idle (nothing queued behind them, no lent pages out)",
+        access: Access::Num {
+            get: |c| c.splice_idle.map(|n| n as u64),
+            put: |c, v| c.splice_idle = v.map(|n| n as usize),
         },
     },
 ];

@@ -234,6 +234,9 @@ pub struct Counters {
     /// Messages whose bytes went to the socket, all or in part, from the send call
     /// itself ([`Core::direct_pieces`]) rather than with the next flush.
     pub written_at_once: u64,
+    /// Payloads long enough to lend that were copied because they found their peer idle
+    /// ([`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)).
+    pub idle_copies: u64,
 }
 
 /// What [`Core::recv_step`] found.

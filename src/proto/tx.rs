@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason};
-use crate::proto::config::CoreConfig;
+use crate::proto::config::{CoreConfig, IDLE_COPY_MIN};
 use crate::proto::conn::{Conn, Orphans, Stage};
 use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Counters, Todo};
 use crate::proto::endpoint::{Endpoint, EpState, Lent, FRAG_INLINE, FRAG_WIRE};
@@ -225,11 +225,12 @@ impl Core {
     /// [`Action::Transmit`](super::core::Action::Transmit). Without, the flush that
     /// follows submits it (frames a send writes at once, [`direct_pieces`](Self::direct_pieces)).
     fn fill_batch(&mut self, peer: PeerId, conn: ConnKey, submit: bool) {
-        let (budget, max_iov, inline, splice_min, max_frame) = (
+        let (budget, max_iov, inline, splice_min, splice_idle, max_frame) = (
             self.cfg.coalesce_bytes,
             self.cfg.max_iov,
             self.cfg.inline_limit,
             self.cfg.splice_min,
+            self.cfg.splice_idle,
             self.cfg.max_frame,
         );
         let Some(c) = slot(&mut self.conns, conn.0) else {
@@ -240,14 +241,19 @@ impl Core {
             return;
         };
         // ACKs first: the peer's lent pages wait for them.
+        // A batch that held frames already (gathered small messages) holds a message.
+        let (fresh, mut acks) = (batch.frames() == 0, 0);
         while ep.acks_owed > 0 && (batch.frames() == 0 || batch.parts() < max_iov) {
             ep.acks_owed -= 1;
             batch.push_copy(&ACK_FRAME);
             batch.add_frame();
             ep.inflight.push(None);
+            acks += 1;
         }
         while let Some(f) = ep.queue.front() {
             let first = batch.frames() == 0;
+            // No message before this one in the batch (ACKs aside).
+            let data_first = fresh && batch.frames() == acks;
             let parts = batch.parts() + 1 + f.nsegs as usize;
             if !first && (batch.len() + f.wire_len() > budget || parts > max_iov) {
                 break;
@@ -255,8 +261,17 @@ impl Core {
             let f = ep.queue.pop_front().expect("front exists");
             let (hdr, cookie) = (f.hdr, f.cookie);
             // A payload this large lends its pages (spliced, not copied): the header asks
-            // the peer for an ACK, and the send completes on it.
-            let lend = f.nsegs > 0 && splice_min.is_some_and(|m| hdr.len as usize >= m);
+            // the peer for an ACK, and the send completes on it. Unless the peer is idle,
+            // waiting for this message alone (`CoreConfig::splice_idle`).
+            let len = hdr.len as usize;
+            let lendable = f.nsegs > 0 && splice_min.is_some_and(|m| len >= m);
+            let idle = data_first && ep.queue.is_empty() && ep.lent.is_empty();
+            let idle_copy =
+                lendable && idle && len >= IDLE_COPY_MIN && splice_idle.is_some_and(|m| len <= m);
+            let lend = lendable && !idle_copy;
+            if idle_copy {
+                self.counters.idle_copies += 1;
+            }
             if f.nsegs == 0 {
                 // Header (and target) and inline payload, if any: one fixed-size copy.
                 batch.push_small(&f.wire, f.wire_len());

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::error::Cause;
+use crate::proto::config::IDLE_COPY_MIN;
 use crate::wire::{FLAG_ACK, LINE};
 
 /// Node `n`'s completions so far, in the order they were reported.
@@ -298,4 +299,89 @@ fn lent_frames_without_an_ack_fail_after_the_stall_deadline() {
     );
     let node_end = net.socks[r].other.expect("the node's end");
     assert!(net.socks[node_end].reset);
+}
+
+/// A payload long enough to lend that finds its peer idle (the first message of its
+/// batch, nothing queued behind it, none of the peer's lent pages unacknowledged) is
+/// copied: it asks for no ACK and completes once written. Of three sent together, the
+/// first leaves from the send call itself, alone (the connection's last batch held one
+/// frame), so it is copied too; the second has the third behind it, the third the
+/// second's pages out: both lent.
+#[test]
+fn a_payload_that_finds_its_peer_idle_is_copied_and_a_stream_is_lent() {
+    const BIG: usize = IDLE_COPY_MIN + 4096;
+    for seed in 0..10 {
+        let mut net = Net::pair(seed);
+        let r = confirmed_raw_peer(&mut net);
+        let alone = net.send(0, 1, 2, vec![2; BIG]).unwrap();
+        net.run(false);
+        let got = net.raw_read(r);
+        let fs = frames(&got);
+        assert!(
+            matches!(&fs[..], [(h, p)] if !h.ack && p.len() >= BIG && p.ends_with(&[2; BIG])),
+            "seed {seed}: one copied frame, no ACK asked"
+        );
+        assert_eq!(
+            done(&net, 0),
+            [(alone, true)],
+            "seed {seed}: done when written"
+        );
+        assert_eq!(net.core(0).counters().idle_copies, 1, "seed {seed}");
+
+        let first = net.send(0, 1, 3, vec![3; BIG]).unwrap();
+        let second = net.send(0, 1, 4, vec![4; BIG]).unwrap();
+        let third = net.send(0, 1, 5, vec![5; BIG]).unwrap();
+        net.run(false);
+        let asks: Vec<bool> = headers(&net.raw_read(r)).iter().map(|h| h.ack).collect();
+        assert_eq!(
+            asks,
+            [false, true, true],
+            "seed {seed}: the stream behind is lent"
+        );
+        assert_eq!(
+            done(&net, 0),
+            [(alone, true), (first, true)],
+            "seed {seed}: lent, not done"
+        );
+        net.raw_write(r, &ack());
+        net.raw_write(r, &ack());
+        net.drive();
+        assert_eq!(
+            done(&net, 0),
+            [(alone, true), (first, true), (second, true), (third, true)],
+            "seed {seed}"
+        );
+        assert_eq!(net.core(0).counters().idle_copies, 2, "seed {seed}");
+        assert!(net.failed_events(0).is_empty(), "seed {seed}");
+    }
+}
+
+/// The idle copy has its bounds: a payload below `IDLE_COPY_MIN` or above `splice_idle`,
+/// or any payload with `splice_idle` off, is lent even when it finds its peer idle.
+#[test]
+fn an_idle_payload_outside_the_copy_range_is_lent() {
+    let lent = |splice_idle: Option<usize>, len: usize| {
+        let cfgs = (0..2)
+            .map(|n| CoreConfig {
+                splice_idle,
+                ..cfg(n)
+            })
+            .collect();
+        let mut net = Net::new(7, cfgs);
+        let r = confirmed_raw_peer(&mut net);
+        net.send(0, 1, 2, vec![2; len]).unwrap();
+        net.run(false);
+        let hs = headers(&net.raw_read(r));
+        assert_eq!(hs.len(), 1, "{splice_idle:?}, {len}");
+        (hs[0].ack, net.core(0).counters().idle_copies)
+    };
+    let min = IDLE_COPY_MIN;
+    assert_eq!(
+        lent(Some(min + 8192), min + 8192),
+        (false, 1),
+        "the top of the range"
+    );
+    assert_eq!(lent(Some(min + 8192), min - 8192), (true, 0), "below it");
+    assert_eq!(lent(Some(min + 8192), min + 16384), (true, 0), "above it");
+    assert_eq!(lent(None, min + 8192), (true, 0), "off");
 }
