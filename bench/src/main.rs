@@ -334,16 +334,10 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
                 ctl.send("OK")?;
                 let deadline = Instant::now() + phase_timeout;
                 match which {
-                    Some(i) => {
-                        let r = rings
-                            .get_mut(i)
-                            .ok_or_else(|| format!("no transport {i}"))?;
-                        if args.exchange {
-                            r.exchange(size, count, deadline)?;
-                        } else {
-                            r.pong(size, count, deadline)?;
-                        }
-                    }
+                    Some(i) => rings
+                        .get_mut(i)
+                        .ok_or_else(|| format!("no transport {i}"))?
+                        .pong(size, count, deadline)?,
                     None => plain
                         .as_mut()
                         .ok_or("no baseline socket")?

@@ -198,8 +198,9 @@ impl Ring {
         Ok(rec.finish(warmup))
     }
 
-    /// Rank 1: answers `count` messages of `size` bytes (the handler replies) and waits
-    /// until every reply has completed.
+    /// Rank 1: answers `count` messages of `size` bytes (the handler replies), or, with
+    /// `exchange`, sends its own message of each iteration and waits for rank 0's; then
+    /// waits until every send has completed.
     pub(crate) fn pong(
         &mut self,
         size: usize,
@@ -209,27 +210,14 @@ impl Ring {
         self.set_size(size);
         let rx0 = self.received.get();
         let done0 = self.completed.get();
-        self.wait_for(rx0 + count, done0 + count, deadline)
-    }
-
-    /// Rank 1 with `--exchange`: `count` exchanges of `size` bytes (send, then wait for
-    /// rank 0's message of the same iteration), then waits until every send has completed.
-    pub(crate) fn exchange(
-        &mut self,
-        size: usize,
-        count: u64,
-        deadline: Instant,
-    ) -> Result<(), String> {
-        self.set_size(size);
-        let segs: Vec<Bytes> = self.payload.borrow().clone();
-        let peer = PeerId(0);
-        let rx0 = self.received.get();
-        let done0 = self.completed.get();
-        for i in 0..count {
-            flow::send(&mut self.tr, peer, TAG, &segs, i, deadline)?;
-            self.wait_for(rx0 + i + 1, 0, deadline)?;
+        if self.exchange {
+            let segs: Vec<Bytes> = self.payload.borrow().clone();
+            for i in 0..count {
+                flow::send(&mut self.tr, PeerId(0), TAG, &segs, i, deadline)?;
+                self.wait_for(rx0 + i + 1, 0, deadline)?;
+            }
         }
-        self.wait_for(0, done0 + count, deadline)
+        self.wait_for(rx0 + count, done0 + count, deadline)
     }
 
     /// FIN to the peer, drain, close.
