@@ -27,7 +27,10 @@ use crate::proto::config::CoreConfig;
 use crate::proto::core::{
     self, Action, ConnKey, Core, CoreEvent, EndpointState, InputStep, Sink, Source, DIRECT_PIECES,
 };
-use crate::reactor::{AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry};
+use crate::reactor::{
+    AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry, SockOpts,
+};
+
 use crate::wire::{PeerId, PutTarget, Tag};
 use crate::wireup::ifaces::{self, Interface};
 use crate::wireup::{route, uri};
@@ -162,6 +165,8 @@ pub struct Transport {
     backend_note: Option<String>,
     last_now: Instant,
     idle_passes: u32,
+    /// The sockets' options as the backend applies them: which connections are paced.
+    sock: SockOpts,
     /// `RINGBTL_AUTH` was applied to the key in force (at the first peer added).
     auth_checked: bool,
 }
@@ -305,6 +310,7 @@ impl Transport {
             multishot,
             ..cfg.core.clone()
         });
+        let sock = cfg.socket.sock_opts();
         Ok(Self {
             backend,
             core,
@@ -325,6 +331,7 @@ impl Transport {
             backend_note,
             last_now: Instant::now(),
             idle_passes: 0,
+            sock,
             auth_checked: false,
         })
     }
@@ -853,6 +860,7 @@ impl Transport {
             Event::Accepted { conn, peer } => {
                 tracing::debug!("accepted a connection from {peer}");
                 self.core.handle_accepted_from(now, key(conn), peer.ip());
+                self.core.set_paced(key(conn), self.sock.paced_for(&peer));
             }
             Event::AcceptError(e) => {
                 self.accept_errors += 1;
@@ -982,7 +990,10 @@ impl Transport {
                 Action::Close(k) => self.backend.close(conn_id(k)),
                 Action::Reset(k) => self.backend.reset(conn_id(k)),
                 Action::Dial { peer, addr, bind } => match self.backend.connect(addr, bind) {
-                    Ok(c) => self.core.dial_started(peer, key(c)),
+                    Ok(c) => {
+                        self.core.dial_started(peer, key(c));
+                        self.core.set_paced(key(c), self.sock.paced_for(&addr));
+                    }
                     Err(e) => self.core.dial_failed(Instant::now(), peer, Errno::of(&e)),
                 },
             }

@@ -39,6 +39,7 @@ backend_tests!(
     unknown_peer_resolved_lazily,
     lent_pages_to_many_peers_share_pipes,
     large_ping_pong_is_copied_and_a_large_stream_is_lent,
+    paced_connections_copy_idle_payloads_up_to_512k,
 );
 
 const WINDOW: usize = 128;
@@ -1304,4 +1305,52 @@ fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
         "{}: the stream was not lent: {st:?}",
         a.backend_name()
     );
+}
+
+/// On connections whose congestion control paces (BBR, here chosen for loopback), an idle
+/// payload is copied only up to 512 KiB: a 384 KiB ping-pong is copied both ways, a
+/// 768 KiB one lent. [`common::skip`]ped where the kernel has no `bbr`.
+fn paced_connections_copy_idle_payloads_up_to_512k(kind: BackendKind) {
+    let avail = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default();
+    if !avail.split_whitespace().any(|a| a == "bbr") {
+        common::skip(format_args!(
+            "no bbr among the kernel's algorithms ({avail:?})"
+        ));
+        return;
+    }
+    for (len, copied) in [(384 * 1024, true), (768 * 1024, false)] {
+        let bbr = ringbtl::Congestion::Use("bbr".into());
+        let (mut a, mut b) = pair_with(kind, |c| c.socket.tcp_congestion = bbr.clone());
+        b.register(Tag(7), |t, am| {
+            let reply = Bytes::copy_from_slice(am.payload);
+            t.send(am.src, Tag(8), &[reply], 0).unwrap();
+        })
+        .unwrap();
+        let got = Rc::new(Cell::new(0u32));
+        let g = got.clone();
+        a.register(Tag(8), move |_, am| {
+            assert_eq!(am.payload.len(), len);
+            g.set(g.get() + 1);
+        })
+        .unwrap();
+        for i in 0..4u32 {
+            a.send(PeerId(1), Tag(7), &[Bytes::from(vec![i as u8; len])], 0)
+                .unwrap();
+            drive(
+                &mut [&mut a, &mut b],
+                Duration::from_secs(20),
+                "paced pong",
+                || got.get() == i + 1,
+            );
+        }
+        for (who, st) in [("pinging", a.stats()), ("answering", b.stats())] {
+            let ok = if copied {
+                st.idle_copies == 4 && st.spliced_bytes == 0
+            } else {
+                st.idle_copies == 0 && st.spliced_bytes > 0
+            };
+            assert!(ok, "{}: {len} B, {who} side: {st:?}", a.backend_name());
+        }
+    }
 }

@@ -114,6 +114,10 @@ pub(super) struct Conn {
     /// ([`Core::direct_pieces`]) rather than at the next flush, where a stream's frames
     /// are gathered.
     pub(super) solo: bool,
+    /// The connection's congestion control paces its sending (the driver says so,
+    /// [`Core::set_paced`]): a payload that finds its peer idle is copied only up to
+    /// [`IDLE_COPY_PACED_MAX`](crate::proto::config::IDLE_COPY_PACED_MAX).
+    pub(super) paced: bool,
 }
 
 impl Conn {
@@ -142,6 +146,7 @@ impl Conn {
             unconfirmed: false,
             early: 0,
             solo: false,
+            paced: false,
         }
     }
 

@@ -481,6 +481,15 @@ impl Core {
         Ok(())
     }
 
+    /// The connection `conn` runs a congestion control that paces its sending (BBR), as
+    /// the driver, which chose its socket options, knows (see
+    /// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)). Unpaced until said.
+    pub fn set_paced(&mut self, conn: ConnKey, paced: bool) {
+        if let Some(c) = slot(&mut self.conns, conn.0) {
+            c.paced = paced;
+        }
+    }
+
     /// The driver opened the socket for an [`Action::Dial`](super::core::Action::Dial)
     /// and is connecting.
     pub fn dial_started(&mut self, peer: PeerId, conn: ConnKey) {

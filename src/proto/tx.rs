@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason};
-use crate::proto::config::{CoreConfig, IDLE_COPY_MIN};
+use crate::proto::config::{CoreConfig, IDLE_COPY_MIN, IDLE_COPY_PACED_MAX};
 use crate::proto::conn::{Conn, Orphans, Stage};
 use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Counters, Todo};
 use crate::proto::endpoint::{Endpoint, EpState, Lent, FRAG_INLINE, FRAG_WIRE};
@@ -266,8 +266,12 @@ impl Core {
             let len = hdr.len as usize;
             let lendable = f.nsegs > 0 && splice_min.is_some_and(|m| len >= m);
             let idle = data_first && ep.queue.is_empty() && ep.lent.is_empty();
+            let max = match splice_idle {
+                Some(m) if c.paced => Some(m.min(IDLE_COPY_PACED_MAX)),
+                m => m,
+            };
             let idle_copy =
-                lendable && idle && len >= IDLE_COPY_MIN && splice_idle.is_some_and(|m| len <= m);
+                lendable && idle && len >= IDLE_COPY_MIN && max.is_some_and(|m| len <= m);
             let lend = lendable && !idle_copy;
             if idle_copy {
                 self.counters.idle_copies += 1;

@@ -572,13 +572,22 @@ impl SockOpts {
     /// connection's congestion control (the configured one for this peer, or the system's)
     /// paces its sending.
     pub(crate) fn send_chunk_for(&self, peer: &SocketAddr) -> usize {
-        let paced = match self.congestion.for_peer(peer) {
+        self.send_chunk
+            .or(if self.paced_for(peer) {
+                self.paced_send_chunk
+            } else {
+                None
+            })
+            .unwrap_or(usize::MAX)
+    }
+
+    /// Whether a connection to `peer` runs a congestion control that paces its sending
+    /// (the one configured for this peer, or the system's).
+    pub(crate) fn paced_for(&self, peer: &SocketAddr) -> bool {
+        match self.congestion.for_peer(peer) {
             Some(name) => paces(name),
             None => self.system_paces,
-        };
-        self.send_chunk
-            .or(if paced { self.paced_send_chunk } else { None })
-            .unwrap_or(usize::MAX)
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::error::Cause;
-use crate::proto::config::IDLE_COPY_MIN;
+use crate::proto::config::{IDLE_COPY_MIN, IDLE_COPY_PACED_MAX};
 use crate::wire::{FLAG_ACK, LINE};
 
 /// Node `n`'s completions so far, in the order they were reported.
@@ -356,11 +356,14 @@ fn a_payload_that_finds_its_peer_idle_is_copied_and_a_stream_is_lent() {
     }
 }
 
-/// The idle copy has its bounds: a payload below `IDLE_COPY_MIN` or above `splice_idle`,
-/// or any payload with `splice_idle` off, is lent even when it finds its peer idle.
+/// The idle copy has its bounds: a payload below `IDLE_COPY_MIN` or above `splice_idle`
+/// (or, on a paced connection, above `IDLE_COPY_PACED_MAX`), or any payload with
+/// `splice_idle` off, is lent even when it finds its peer idle.
 #[test]
 fn an_idle_payload_outside_the_copy_range_is_lent() {
-    let lent = |splice_idle: Option<usize>, len: usize| {
+    /// Whether an idle payload of `len` bytes asked for an ACK (was lent), and the idle
+    /// copies counted.
+    fn lent(splice_idle: Option<usize>, paced: bool, len: usize) -> (bool, u64) {
         let cfgs = (0..2)
             .map(|n| CoreConfig {
                 splice_idle,
@@ -369,19 +372,32 @@ fn an_idle_payload_outside_the_copy_range_is_lent() {
             .collect();
         let mut net = Net::new(7, cfgs);
         let r = confirmed_raw_peer(&mut net);
+        let conn = net.socks[r].other.and_then(|s| net.socks[s].key).unwrap();
+        net.core(0).set_paced(conn, paced);
         net.send(0, 1, 2, vec![2; len]).unwrap();
         net.run(false);
         let hs = headers(&net.raw_read(r));
-        assert_eq!(hs.len(), 1, "{splice_idle:?}, {len}");
+        assert_eq!(hs.len(), 1, "{splice_idle:?}, {paced}, {len}");
         (hs[0].ack, net.core(0).counters().idle_copies)
-    };
-    let min = IDLE_COPY_MIN;
+    }
+    let (min, paced_max) = (IDLE_COPY_MIN, IDLE_COPY_PACED_MAX);
+    let top = Some(paced_max + 8192);
     assert_eq!(
-        lent(Some(min + 8192), min + 8192),
+        lent(top, false, paced_max + 8192),
         (false, 1),
         "the top of the range"
     );
-    assert_eq!(lent(Some(min + 8192), min - 8192), (true, 0), "below it");
-    assert_eq!(lent(Some(min + 8192), min + 16384), (true, 0), "above it");
-    assert_eq!(lent(None, min + 8192), (true, 0), "off");
+    assert_eq!(lent(top, false, min - 8192), (true, 0), "below it");
+    assert_eq!(lent(top, false, paced_max + 16384), (true, 0), "above it");
+    assert_eq!(lent(None, false, min + 8192), (true, 0), "off");
+    assert_eq!(
+        lent(top, true, paced_max),
+        (false, 1),
+        "paced: the top of its range"
+    );
+    assert_eq!(
+        lent(top, true, paced_max + 8192),
+        (true, 0),
+        "paced: above it"
+    );
 }
