@@ -30,7 +30,6 @@ use crate::proto::core::{
 use crate::reactor::{
     AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry, SockOpts,
 };
-
 use crate::wire::{PeerId, PutTarget, Tag};
 use crate::wireup::ifaces::{self, Interface};
 use crate::wireup::{route, uri};

@@ -108,7 +108,16 @@ fn stream_100k_checked_both_directions(kind: BackendKind) {
 /// same payload on tag 8; transport 0 keeps those answers, in order.
 #[allow(clippy::type_complexity)]
 fn echo_pair(kind: BackendKind) -> (Transport, Transport, Rc<RefCell<Vec<Vec<u8>>>>) {
-    let (mut a, mut b) = pair(kind);
+    echo_pair_with(kind, |_| {})
+}
+
+/// [`echo_pair`] with both configurations adjusted by `f`.
+#[allow(clippy::type_complexity)]
+fn echo_pair_with(
+    kind: BackendKind,
+    f: impl Fn(&mut Config),
+) -> (Transport, Transport, Rc<RefCell<Vec<Vec<u8>>>>) {
+    let (mut a, mut b) = pair_with(kind, f);
     b.register(Tag(7), |t, am| {
         let reply = Bytes::copy_from_slice(am.payload);
         t.send(am.src, Tag(8), &[reply], 0).unwrap();
@@ -1321,29 +1330,18 @@ fn paced_connections_copy_idle_payloads_up_to_512k(kind: BackendKind) {
     }
     for (len, copied) in [(384 * 1024, true), (768 * 1024, false)] {
         let bbr = ringbtl::Congestion::Use("bbr".into());
-        let (mut a, mut b) = pair_with(kind, |c| c.socket.tcp_congestion = bbr.clone());
-        b.register(Tag(7), |t, am| {
-            let reply = Bytes::copy_from_slice(am.payload);
-            t.send(am.src, Tag(8), &[reply], 0).unwrap();
-        })
-        .unwrap();
-        let got = Rc::new(Cell::new(0u32));
-        let g = got.clone();
-        a.register(Tag(8), move |_, am| {
-            assert_eq!(am.payload.len(), len);
-            g.set(g.get() + 1);
-        })
-        .unwrap();
-        for i in 0..4u32 {
-            a.send(PeerId(1), Tag(7), &[Bytes::from(vec![i as u8; len])], 0)
+        let (mut a, mut b, got) = echo_pair_with(kind, |c| c.socket.tcp_congestion = bbr.clone());
+        for i in 0..4u8 {
+            a.send(PeerId(1), Tag(7), &[Bytes::from(vec![i; len])], 0)
                 .unwrap();
             drive(
                 &mut [&mut a, &mut b],
                 Duration::from_secs(20),
                 "paced pong",
-                || got.get() == i + 1,
+                || got.borrow().len() == usize::from(i) + 1,
             );
         }
+        assert!(got.borrow().iter().all(|p| p.len() == len), "{len} B pongs");
         for (who, st) in [("pinging", a.stats()), ("answering", b.stats())] {
             let ok = if copied {
                 st.idle_copies == 4 && st.spliced_bytes == 0

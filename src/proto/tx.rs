@@ -266,10 +266,13 @@ impl Core {
             let len = hdr.len as usize;
             let lendable = f.nsegs > 0 && splice_min.is_some_and(|m| len >= m);
             let idle = data_first && ep.queue.is_empty() && ep.lent.is_empty();
-            let max = match splice_idle {
-                Some(m) if c.paced => Some(m.min(IDLE_COPY_PACED_MAX)),
-                m => m,
-            };
+            let max = splice_idle.map(|m| {
+                if c.paced {
+                    m.min(IDLE_COPY_PACED_MAX)
+                } else {
+                    m
+                }
+            });
             let idle_copy =
                 lendable && idle && len >= IDLE_COPY_MIN && max.is_some_and(|m| len <= m);
             let lend = lendable && !idle_copy;
