@@ -136,6 +136,15 @@ pub(crate) struct LatencyArgs {
     #[arg(long)]
     pub(crate) baseline_no_lowat: bool,
 
+    /// Interleave the series: run each size's iterations in N rounds, every series (each
+    /// backend, the baseline) taking its share in turn, each round after a warm-up of its
+    /// own (the first with the whole warm-up, the others with 1/N of it); the statistics
+    /// pool a series' rounds. A machine whose speed changes during the run then slows
+    /// every series alike, which keeps the ratios. With the benchmark's own peer.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(crate) rounds: u64,
+
     /// Require a launcher (mpirun, mpiexec, srun, RINGBTL_ROOT): fail instead of starting
     /// a peer when none is found. Under a launcher this is automatic.
     #[arg(long, hide = true)]
@@ -169,6 +178,15 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub(crate) timeout: u64,
+
+    /// Start the peer (rank 1) through this command, words separated by spaces, which must
+    /// end by running its arguments in the same process (`exec`), as `ip netns exec NS`,
+    /// `taskset -c 1` and `env VAR=VALUE` do: e.g. `--peer-cmd "ip netns exec h1 env
+    /// RINGBTL_LISTEN=10.0.0.2:0"` puts it on another (namespace) host, with the
+    /// RINGBTL_LISTEN of this process naming this side's address; the plain-socket
+    /// baseline then listens on that address too.
+    #[arg(long, value_name = "CMD")]
+    pub(crate) peer_cmd: Option<String>,
 
     /// Internal: run as rank 1 under the rank-0 process with this pid.
     #[arg(long, hide = true, value_name = "PARENT_PID")]

@@ -17,7 +17,7 @@ use std::process::{Child as Proc, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 
 use crate::{sys, SETUP_TIMEOUT};
 
@@ -28,14 +28,20 @@ pub(crate) struct PeerProc {
     lines: Receiver<String>,
 }
 
-/// The plain-socket baseline's listener on loopback, when a baseline runs.
-pub(crate) fn baseline_listener(baseline: bool) -> Result<Option<TcpListener>, String> {
+/// The address the baseline listens on: that of the first transport's listener (the
+/// address the peer reaches this side by), loopback without one.
+pub(crate) fn baseline_ip(first: Option<SocketAddr>) -> IpAddr {
+    first.map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip())
+}
+
+/// The plain-socket baseline's listener on `ip`, when a baseline runs.
+pub(crate) fn baseline_listener(baseline: bool, ip: IpAddr) -> Result<Option<TcpListener>, String> {
     if !baseline {
         return Ok(None);
     }
-    TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+    TcpListener::bind(SocketAddr::new(ip, 0))
         .map(Some)
-        .map_err(|e| format!("baseline: listening on 127.0.0.1: {e}"))
+        .map_err(|e| format!("baseline: listening on {ip}: {e}"))
 }
 
 /// Accepts the baseline's one connection on `l` (rank 1 connects after the address
@@ -159,11 +165,20 @@ impl PeerProc {
         Ok(theirs)
     }
 
-    /// Re-executes this binary with the same arguments plus `--internal-peer <our pid>`.
-    pub(crate) fn spawn() -> Result<Self, String> {
+    /// Re-executes this binary with the same arguments plus `--internal-peer <our pid>`,
+    /// through the command `prefix` (`--peer-cmd`) when there is one.
+    pub(crate) fn spawn(prefix: Option<&str>) -> Result<Self, String> {
         let exe = std::env::current_exe()
             .map_err(|e| format!("cannot find this executable to start the peer: {e}"))?;
-        let mut cmd = Command::new(&exe);
+        let mut words = prefix.unwrap_or("").split_whitespace();
+        let mut cmd = match words.next() {
+            Some(first) => {
+                let mut c = Command::new(first);
+                c.args(words).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
         cmd.args(std::env::args_os().skip(1))
             .arg("--internal-peer")
             .arg(std::process::id().to_string())

@@ -38,7 +38,7 @@ use ringbtl::ProgressMode;
 use cli::{Cli, Cmd, LatencyArgs};
 use control::PeerProc;
 use plain::Plain;
-use report::{Row, RunInfo, Table};
+use report::{Recorder, Row, RunInfo, Table};
 use ring::Ring;
 
 /// CPUs of rank 0 and rank 1 with `--pin`.
@@ -79,6 +79,9 @@ fn main() -> ExitCode {
         match ranks::launched() {
             Ok(Some(_)) if args.exchange => {
                 Err("--exchange runs with the benchmark's own peer, not under a launcher".into())
+            }
+            Ok(Some(_)) if args.rounds > 1 => {
+                Err("--rounds runs with the benchmark's own peer, not under a launcher".into())
             }
             Ok(Some(w)) => ranks::run_latency(w, &args),
             Ok(None) if args.mpi => Err("--mpi: no launcher environment found (mpirun, \
@@ -140,9 +143,10 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     for &k in &kinds {
         rings.push(Ring::new(0, k, mode, args.exchange)?);
     }
-    let listener = control::baseline_listener(with_socket)?;
+    let ip = control::baseline_ip(rings.first().map(Ring::local_addr));
+    let listener = control::baseline_listener(with_socket, ip)?;
 
-    let mut peer = PeerProc::spawn()?;
+    let mut peer = PeerProc::spawn(args.run.peer_cmd.as_deref())?;
     // Rank 1 announces its transports: `ADDR <index> <ip:port> <backend>`, then `READY`.
     let ours: Vec<SocketAddr> = rings.iter().map(|r| r.local_addr()).collect();
     let peer_addrs = peer.exchange(&ours, listener.as_ref())?;
@@ -171,16 +175,17 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
             &mut rings,
             &mut plain,
             s,
-            0,
-            0,
-            1,
+            (0, 0, 1),
             mode,
             phase_timeout,
+            &mut Recorder::new(),
         )
         .map_err(|e| format!("first exchange: {e}"))?;
     }
+    let rounds = args.rounds;
 
     let info = RunInfo {
+        rounds,
         mode: mode.to_string(),
         kernel: kernel_release(),
         pinned: args.run.pin,
@@ -208,29 +213,45 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     let mut result = Ok(());
     'sizes: for &size in &sizes {
         let (warmup, iters) = args.counts(size);
+        // Round r: the whole warm-up first, 1/rounds of it later; 1/rounds of the
+        // iterations (the remainder spread over the first rounds).
+        let share = |r: u64| {
+            let w = if r == 0 { warmup } else { warmup / rounds };
+            (w, iters / rounds + u64::from(r < iters % rounds))
+        };
+        let mut recs: Vec<Recorder> = series.iter().map(|_| Recorder::new()).collect();
+        for r in 0..rounds {
+            let (w, n) = share(r);
+            if n == 0 {
+                break;
+            }
+            for (&s, rec) in series.iter().zip(&mut recs) {
+                let counts = (size, w, n);
+                if let Err(e) = phase(
+                    &mut peer,
+                    &mut rings,
+                    &mut plain,
+                    s,
+                    counts,
+                    mode,
+                    phase_timeout,
+                    rec,
+                ) {
+                    result = Err(format!("size {size}: {e}"));
+                    break 'sizes;
+                }
+            }
+        }
+        let warmed: u64 = (0..rounds.min(iters)).map(|r| share(r).0).sum();
         let mut row = Row {
             size,
             rings: Vec::new(),
             base: None,
         };
-        for &s in &series {
-            match phase(
-                &mut peer,
-                &mut rings,
-                &mut plain,
-                s,
-                size,
-                warmup,
-                iters,
-                mode,
-                phase_timeout,
-            ) {
-                Ok(st) if s == Series::Socket => row.base = Some(st),
-                Ok(st) => row.rings.push(st),
-                Err(e) => {
-                    result = Err(format!("size {size}: {e}"));
-                    break 'sizes;
-                }
+        for (&s, rec) in series.iter().zip(&recs) {
+            match s {
+                Series::Socket => row.base = Some(rec.finish(warmed)),
+                Series::Ring(_) => row.rings.push(rec.finish(warmed)),
             }
         }
         if args.run.json {
@@ -252,20 +273,20 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     peer.end_run(&mut rings, |r| r.shutdown(SHUTDOWN_TIMEOUT))
 }
 
-/// Runs one phase (one size of one series) on rank 0, rank 1 in lockstep: announce it,
-/// wait until rank 1 is ready, measure, wait until rank 1 has served every message.
+/// Runs one phase (one round of one size of one series; `(size, warmup, iters)`) on rank
+/// 0, rank 1 in lockstep: announce it, wait until rank 1 is ready, measure into `rec`,
+/// wait until rank 1 has served every message.
 #[allow(clippy::too_many_arguments)]
 fn phase(
     peer: &mut PeerProc,
     rings: &mut [Ring],
     plain: &mut Option<Plain>,
     s: Series,
-    size: usize,
-    warmup: u64,
-    iters: u64,
+    (size, warmup, iters): (usize, u64, u64),
     mode: ProgressMode,
     timeout: Duration,
-) -> Result<report::Stats, String> {
+    rec: &mut Recorder,
+) -> Result<(), String> {
     let which = match s {
         Series::Ring(i) => format!("ring {i}"),
         Series::Socket => "socket".into(),
@@ -274,9 +295,9 @@ fn phase(
     peer.expect_exact("OK", SETUP_TIMEOUT)?;
     let deadline = Instant::now() + timeout;
     let measured = match s {
-        Series::Ring(i) => rings[i].ping(size, warmup, iters, deadline),
+        Series::Ring(i) => rings[i].ping(size, warmup, iters, deadline, rec),
         Series::Socket => match plain {
-            Some(p) => p.ping(size, warmup, iters, mode, deadline),
+            Some(p) => p.ping(size, warmup, iters, mode, deadline, rec),
             None => Err("internal: no baseline socket".into()),
         },
     };

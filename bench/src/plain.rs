@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use ringbtl::ProgressMode;
 
-use crate::report::{Recorder, Stats};
+use crate::report::Recorder;
 use crate::{control, sys};
 
 const SPINS_PER_CLOCK: u32 = 4096;
@@ -86,7 +86,7 @@ impl Plain {
         Ok(())
     }
 
-    /// Rank 0: `warmup + iters` round trips, the last `iters` timed.
+    /// Rank 0: `warmup + iters` round trips, the last `iters` timed into `rec`.
     pub(crate) fn ping(
         &mut self,
         size: usize,
@@ -94,10 +94,10 @@ impl Plain {
         iters: u64,
         mode: ProgressMode,
         deadline: Instant,
-    ) -> Result<Stats, String> {
+        rec: &mut Recorder,
+    ) -> Result<(), String> {
         self.set_size(size, mode)?;
         let fd = self.sock.as_raw_fd();
-        let mut rec = Recorder::new();
         for i in 0..warmup + iters {
             let t0 = Instant::now();
             send_all(fd, &self.tx, mode, deadline)?;
@@ -107,7 +107,7 @@ impl Plain {
                 rec.record(rtt);
             }
         }
-        Ok(rec.finish(warmup))
+        Ok(())
     }
 
     /// Rank 1: receives and returns `count` messages.

@@ -103,6 +103,8 @@ pub(crate) struct RunInfo {
     pub(crate) baseline: bool,
     /// How the baseline sends and receives.
     pub(crate) baseline_how: &'static str,
+    /// The rounds each size's iterations were interleaved in (`--rounds`; 1: none).
+    pub(crate) rounds: u64,
 }
 
 impl RunInfo {
@@ -159,6 +161,13 @@ impl<'a> Table<'a> {
             "one-way latency = round trip / 2"
         };
         let _ = writeln!(s, "# iterations: {counts}; {what}");
+        if i.rounds > 1 {
+            let _ = writeln!(
+                s,
+                "# interleaved: {} rounds per size, the series in turn; statistics pooled",
+                i.rounds
+            );
+        }
         if i.baseline && !i.baseline_only() {
             let _ = writeln!(
                 s,
@@ -431,7 +440,7 @@ impl RunInfo {
             pinned: self.pinned,
             kernel: &self.kernel,
             rings: &self.rings,
-            run_fields: Vec::new(),
+            run_fields: vec![("rounds".into(), self.rounds.to_string())],
         }
     }
 }
@@ -463,6 +472,7 @@ mod tests {
             rings: rings.iter().map(|s| s.to_string()).collect(),
             baseline,
             baseline_how: "x",
+            rounds: 1,
         }
     }
 

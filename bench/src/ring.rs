@@ -12,7 +12,7 @@ use bytes::Bytes;
 use ringbtl::{BackendKind, PeerId, ProgressMode, Tag, Transport};
 
 use crate::flow::{self, Deferred};
-use crate::report::{Recorder, Stats};
+use crate::report::Recorder;
 
 /// The active-message tag of the ping-pong (both directions).
 pub(crate) const TAG: Tag = Tag(42);
@@ -168,18 +168,18 @@ impl Ring {
     }
 
     /// Rank 0: `warmup + iters` round trips of `size` bytes (exchanges, with `exchange`),
-    /// the last `iters` timed.
+    /// the last `iters` timed into `rec`.
     pub(crate) fn ping(
         &mut self,
         size: usize,
         warmup: u64,
         iters: u64,
         deadline: Instant,
-    ) -> Result<Stats, String> {
+        rec: &mut Recorder,
+    ) -> Result<(), String> {
         self.set_size(size);
         let segs: Vec<Bytes> = self.payload.borrow().clone();
         let peer = PeerId(1);
-        let mut rec = Recorder::new();
         let rx0 = self.received.get();
         let done0 = self.completed.get();
         for i in 0..warmup + iters {
@@ -194,8 +194,7 @@ impl Ring {
             }
         }
         // Every send of the phase has completed before the next phase starts.
-        self.wait_for(0, done0 + warmup + iters, deadline)?;
-        Ok(rec.finish(warmup))
+        self.wait_for(0, done0 + warmup + iters, deadline)
     }
 
     /// Rank 1: answers `count` messages of `size` bytes (the handler replies), or, with

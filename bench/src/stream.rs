@@ -663,8 +663,9 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
     for &k in &kinds {
         rings.push(Streamer::new(0, 1, k, mode)?);
     }
-    let listener = control::baseline_listener(args.baseline)?;
-    let mut peer = PeerProc::spawn()?;
+    let ip = control::baseline_ip(rings.first().map(Streamer::local_addr));
+    let listener = control::baseline_listener(args.baseline, ip)?;
+    let mut peer = PeerProc::spawn(args.run.peer_cmd.as_deref())?;
     let ours: Vec<SocketAddr> = rings.iter().map(|r| r.local_addr()).collect();
     let peer_addrs = peer.exchange(&ours, listener.as_ref())?;
     for (r, a) in rings.iter_mut().zip(peer_addrs) {

@@ -448,6 +448,86 @@ fn exchange_json() {
     assert_eq!(sizes, [8.0, 524288.0, 2097152.0], "{out}");
 }
 
+/// `--rounds`: the series take turns in rounds; the JSON line pools them (every measured
+/// iteration, the warm-ups of all rounds) and still holds the baseline's statistics.
+/// More rounds than iterations: one iteration per round, as many rounds as iterations.
+#[test]
+fn rounds_interleave_the_series() {
+    for (rounds, iters, warmup) in [("4", "10", 14.0), ("20", "5", 8.0)] {
+        let out = run_ok(&[
+            "latency",
+            "--baseline",
+            "--rounds",
+            rounds,
+            "--sizes",
+            "8",
+            "--iters",
+            iters,
+            "--warmup",
+            "8",
+            "--json",
+        ]);
+        let objs = check_bench_lines(&out, "latency", "poll");
+        assert!(!objs.is_empty(), "{out}");
+        for o in &objs {
+            assert_eq!(num(o, "rounds"), rounds.parse::<f64>().unwrap(), "{out}");
+            assert_eq!(num(o, "iters"), iters.parse::<f64>().unwrap(), "{out}");
+            assert_eq!(num(o, "warmup"), warmup, "{out}");
+            assert!(num(o, "baseline_p50_us") > 0.0, "{out}");
+        }
+    }
+    let out = run_ok(&[
+        "latency",
+        "--baseline",
+        "--rounds",
+        "3",
+        "--quick",
+        "--sizes",
+        "8",
+    ]);
+    assert!(out.contains("# interleaved: 3 rounds per size"), "{out}");
+}
+
+/// `--rounds` and `--exchange` need the benchmark's own peer: refused under a launcher.
+#[test]
+fn own_peer_options_are_refused_under_a_launcher() {
+    for flag in [["--rounds", "2"], ["--exchange", "--quick"]] {
+        let out = Command::new(BIN)
+            .arg("latency")
+            .args(flag)
+            .env("RINGBTL_RANK", "0")
+            .env("RINGBTL_SIZE", "2")
+            .env("RINGBTL_ROOT", "127.0.0.1:9")
+            .output()
+            .expect("run ringbtl-bench");
+        assert!(!out.status.success(), "{flag:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("runs with the benchmark's own peer, not under a launcher"),
+            "{flag:?}: {err}"
+        );
+    }
+}
+
+/// `--peer-cmd` starts the peer through the given command: here one that hands it a bad
+/// setting, which the peer reports and rank 0 passes on.
+#[test]
+fn the_peer_starts_through_peer_cmd() {
+    let out = run(&[
+        "latency",
+        "--quick",
+        "--sizes",
+        "8",
+        "--peer-cmd",
+        "env RINGBTL_MAX_FRAME=not-a-size",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("RINGBTL_MAX_FRAME"), "{err}");
+    let out = run_ok(&["latency", "--quick", "--sizes", "8", "--peer-cmd", "env"]);
+    assert!(out.lines().any(|l| l.starts_with("8 ")), "{out}");
+}
+
 /// With one backend compiled in, the benchmark runs on it, and `both` is a clear error.
 #[test]
 #[cfg(not(all(feature = "uring", feature = "epoll")))]

@@ -17,6 +17,10 @@
 //!   checked rounds still loses, duplicates and reorders nothing, and every send
 //!   completes once. Once per backend, as the link-down test.
 //!
+//! - `the_self_started_peer_runs_on_another_host`: `ringbtl-bench latency --peer-cmd` with
+//!   its peer on another host, the plain-socket baseline interleaved (`--rounds`); both
+//!   series cross the hosts' link.
+//!
 //! Every rank has the same job key (`RINGBTL_JOB_KEY`): connections are authenticated.
 //!
 //! Needs root and iproute2 (`ip`), and nftables (`nft`) for the loss; skipped with the
@@ -227,13 +231,25 @@ impl Net {
     /// Starts rank `rank` of `size` on host `rank`: `ringbtl-bench alltoall` with the
     /// env + root wire-up and `env` on top.
     fn rank(&self, rank: u32, size: u32, root: &str, env: &[(&str, &str)], args: &[&str]) -> Rank {
+        let (r, n) = (rank.to_string(), size.to_string());
+        let mut all = vec![
+            ("RINGBTL_RANK", r.as_str()),
+            ("RINGBTL_SIZE", n.as_str()),
+            ("RINGBTL_ROOT", root),
+        ];
+        all.extend_from_slice(env);
+        let mut argv = vec!["alltoall", "--mode", "block", "--timeout", "50"];
+        argv.extend_from_slice(args);
+        self.bench_on(rank, &argv, &all)
+    }
+
+    /// Starts `ringbtl-bench args` on host `host` with the job key and `env`; its
+    /// [`Rank`] is numbered `host`.
+    fn bench_on(&self, host: u32, args: &[&str], env: &[(&str, &str)]) -> Rank {
+        let rank = host;
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.host(rank), BIN, "alltoall"])
-            .args(["--mode", "block", "--timeout", "50"])
+        c.args(["netns", "exec", &self.host(host), BIN])
             .args(args)
-            .env("RINGBTL_RANK", rank.to_string())
-            .env("RINGBTL_SIZE", size.to_string())
-            .env("RINGBTL_ROOT", root)
             .env("RINGBTL_JOB_KEY", JOB_KEY)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -450,6 +466,68 @@ fn excluding_a_subnet_moves_the_traffic() {
             "host {h}: the excluded ra carried tx {ra_tx} / rx {ra_rx} bytes"
         );
     }
+}
+
+/// `ringbtl-bench latency --peer-cmd`: the self-started peer runs on host 1 through `ip
+/// netns exec`, rank 0 on host 0, each listening on its `ra` address; the ringbtl series
+/// and the plain-socket baseline, interleaved in rounds (`--rounds`), both cross `ra`
+/// (its byte counter on host 0 carries both series' messages), and the JSON line pools
+/// the rounds.
+#[test]
+fn the_self_started_peer_runs_on_another_host() {
+    let Some(_one) = prepare() else { return };
+    let net = Net::up();
+    let (iters, warmup, size) = (30u64, 3u64, 64u64 << 10);
+    let peer = format!(
+        "ip netns exec {} env RINGBTL_LISTEN=10.231.1.11:0",
+        net.host(1)
+    );
+    let (tx0, _) = net.counters(0, "ra");
+    let (i, w) = (iters.to_string(), warmup.to_string());
+    let args = [
+        "latency",
+        "--baseline",
+        "--rounds",
+        "3",
+        "--sizes",
+        "64K",
+        "--iters",
+        &i,
+        "--warmup",
+        &w,
+        "--json",
+        "--timeout",
+        "30",
+        "--peer-cmd",
+        &peer,
+    ];
+    let d = net
+        .bench_on(0, &args, &[("RINGBTL_LISTEN", "10.231.1.10:0")])
+        .wait();
+    assert!(
+        d.ok,
+        "{}: {}
+{}",
+        d.status, d.stdout, d.stderr
+    );
+    let (tx1, _) = net.counters(0, "ra");
+    let line = d.stdout.lines().next().unwrap_or_default();
+    for needle in [
+        "\"rounds\":3,",
+        &format!("\"iters\":{iters},"),
+        // The whole warm-up in the first round, a third of it in the other two.
+        &format!("\"warmup\":{},", warmup + 2 * (warmup / 3)),
+        "\"baseline_p50_us\":",
+    ] {
+        assert!(line.contains(needle), "no {needle} in {line}");
+    }
+    // Both series' pings (and warm-ups) of `size` bytes left host 0 on `ra`.
+    let least = 2 * (iters + warmup) * size;
+    assert!(
+        tx1 - tx0 >= least,
+        "ra on host 0 sent {} bytes, less than the {least} of both series",
+        tx1 - tx0
+    );
 }
 
 /// The compiled backends that can run here.
