@@ -30,7 +30,10 @@
 # runs met, and the best runs compare the systems in the fast mode.
 #
 # Measures: latency p50 at 8 B, 64 KiB, 1 MiB (one-way = round trip / 2; between hosts
-# ringbtl-bench under its launcher reports the pairs' p50 in its last column);
+# ringbtl-bench under its launcher reports the pairs' p50 in its last column); the same
+# ping-pong interleaved with a plain socket's in the same two processes (`ringbtl-bench
+# latency --baseline --rounds 20`, between hosts with its peer on the other host through
+# `--peer-cmd`), whose ratio does not depend on the speed the machine had during the run;
 # bandwidth (osu_bw windows of 64) at 1 MiB and 4 MiB; message rate at 8 B (windows of 64,
 # OSU's 100 of them, against Open MPI and UCX; on loopback also against the coalesced floor,
 # tools/rate-floor.c, at windows of 64 and of 256, both programs with the same number of
@@ -120,6 +123,21 @@ for where in wheres:
     table(where, med)
     print(f"\n#### {place}: ringbtl / reference, each system's best run\n")
     table(where, best)
+    # ringbtl against a plain socket in the same processes, interleaved in rounds: the
+    # median of the runs' ratios (lowest-highest).
+    prow = [s for s in (8, 65536, 1048576)
+            if any(k[2:] == (where, "paired", s) for k in vals)]
+    if prow:
+        print(f"\n#### {place}: ringbtl / plain socket, the same processes, interleaved in rounds "
+              f"(p50; median of the runs' ratios, lowest-highest)\n")
+        print("| measure | " + " | ".join(f"{cc}, {b}" for cc, b in cols) + " |")
+        print("|---" * (len(cols) + 1) + "|")
+        for s in prow:
+            cells = []
+            for cc, b in cols:
+                v = vals.get((f"ringbtl-{b}", cc, where, "paired", s))
+                cells.append(f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" if v else "-")
+            print(f"| latency {size_name(s)} / plain socket | " + " | ".join(cells) + " |")
     # How far apart a system's runs were: slowest / fastest.
     spread_rows = [("lat", 8), ("lat", 1048576), ("bw", 4194304), ("rate256", 8)]
     systems = sorted({k[0] for k in vals if k[2] == where})
@@ -243,6 +261,8 @@ LAT_SIZES=8,65536,1048576 BW_SIZES=1048576,4194304 RATE_SIZES=8
 # comparable with a longer one).
 RATE_WINDOWS="64 256"
 RATE_RUN=$((3000 / DIV))
+# Rounds of the interleaved ping-pong (ringbtl and a plain socket in the same processes).
+ROUNDS=20
 STEP=300
 PORT=$((21000 + RANDOM % 8000))
 next_port() { PORT=$((PORT + 1)); }
@@ -362,6 +382,19 @@ run_ringbtl() { # backend cc where run
             esac
         done
     fi
+    # The ping-pong again, interleaved in rounds with a plain socket's between the same two
+    # processes (the busy-poll floor's loop: send/recv spun with MSG_DONTWAIT): both meet
+    # the same speed of the machine, whose changes outlast a run (ratio p50 per run). Between
+    # hosts the peer runs on the other host (`--peer-cmd`), both series over the veth pair.
+    local ns=$NS_LO pre=() peer=()
+    if [ "$where" = hosts ]; then
+        ns=$NS_H0 pre=(env "RINGBTL_LISTEN=$H0:0")
+        peer=(--peer-cmd "ip netns exec $NS_H1 env RINGBTL_LISTEN=$H1:0")
+    fi
+    in_ns "$ns" 0 "${pre[@]}" "$BENCH" latency --pin --json $Q --backend "$be" --baseline \
+        --rounds "$ROUNDS" --sizes "$LAT_SIZES" "${peer[@]}" 2>"$TMP/paired.err" \
+        | jsonpick ratio_p50 latency | record "ringbtl-$be" "$cc" "$where" paired "$run" \
+        || echo "  ringbtl-$be interleaved ($cc, $where) failed: $(head -c 300 "$TMP/paired.err")" >&2
     unset RINGBTL_TCP_CONGESTION RINGBTL_BACKEND
 }
 
