@@ -41,6 +41,10 @@ use plain::Plain;
 use report::{Recorder, Row, RunInfo, Table};
 use ring::Ring;
 
+/// The error of an option for the benchmark's own peer under a launcher (`{}`: the option).
+pub(crate) const OWN_PEER_ONLY: &str =
+    "{} runs with the benchmark's own peer, not under a launcher";
+
 /// CPUs of rank 0 and rank 1 with `--pin`.
 const CPUS: [usize; 2] = [0, 1];
 /// Time allowed for start-up steps and for the peer to exit.
@@ -77,11 +81,10 @@ fn main() -> ExitCode {
         }
     } else {
         match ranks::launched() {
-            Ok(Some(_)) if args.exchange => {
-                Err("--exchange runs with the benchmark's own peer, not under a launcher".into())
-            }
-            Ok(Some(_)) if args.rounds > 1 => {
-                Err("--rounds runs with the benchmark's own peer, not under a launcher".into())
+            Ok(Some(_)) if args.exchange => Err(OWN_PEER_ONLY.replace("{}", "--exchange")),
+            Ok(Some(_)) if args.rounds > 1 => Err(OWN_PEER_ONLY.replace("{}", "--rounds")),
+            Ok(Some(_)) if args.run.peer_cmd.is_some() => {
+                Err(OWN_PEER_ONLY.replace("{}", "--peer-cmd"))
             }
             Ok(Some(w)) => ranks::run_latency(w, &args),
             Ok(None) if args.mpi => Err("--mpi: no launcher environment found (mpirun, \

@@ -159,6 +159,9 @@ pub(crate) fn main(bench: Bench, args: &StreamArgs) -> ExitCode {
             Err(e) => Err(e),
         },
         None => match crate::ranks::launched() {
+            Ok(Some(_)) if args.run.peer_cmd.is_some() => {
+                Err(crate::OWN_PEER_ONLY.replace("{}", "--peer-cmd"))
+            }
             // Under a launcher (or RINGBTL_RANK / RINGBTL_SIZE / RINGBTL_ROOT): pairs of ranks.
             Ok(Some(w)) => crate::ranks::run_stream(w, bench, args),
             Ok(None) => run_sender(bench, args),

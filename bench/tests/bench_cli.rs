@@ -488,12 +488,17 @@ fn rounds_interleave_the_series() {
     assert!(out.contains("# interleaved: 3 rounds per size"), "{out}");
 }
 
-/// `--rounds` and `--exchange` need the benchmark's own peer: refused under a launcher.
+/// `--rounds`, `--exchange` and `--peer-cmd` need the benchmark's own peer: refused under
+/// a launcher.
 #[test]
 fn own_peer_options_are_refused_under_a_launcher() {
-    for flag in [["--rounds", "2"], ["--exchange", "--quick"]] {
+    for flag in [
+        ["latency", "--rounds", "2"],
+        ["latency", "--exchange", "--quick"],
+        ["latency", "--peer-cmd", "env"],
+        ["rate", "--peer-cmd", "env"],
+    ] {
         let out = Command::new(BIN)
-            .arg("latency")
             .args(flag)
             .env("RINGBTL_RANK", "0")
             .env("RINGBTL_SIZE", "2")
