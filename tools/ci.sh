@@ -78,3 +78,21 @@ RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --document-private-items --quiet
 
 step "benchmark smoke run (the README's main command, shortened)"
 cargo run --release --quiet --bin ringbtl-bench -- latency --quick --sizes 8,64K,1M --backend both --baseline
+
+# The comparison script the README's numbers come from, as a smoke run (one quick run under
+# reno, loopback and two namespace hosts, no references): it must still run ringbtl, the
+# floors and the interleaved ping-pong, and print every table with numbers in it.
+step "comparison script smoke run (tools/perf-compare.sh --quick)"
+out=$(mktemp -d /tmp/ringbtl-ci-compare.XXXXXX)
+tools/perf-compare.sh --quick --cc reno --skip ompi,ucx --out "$out" >"$out/log" 2>&1 \
+  || { cat "$out/log"; exit 1; }
+for place in loopback "two namespace hosts (veth)"; do
+  for row in "latency 8 B / floor" "latency 8 B / plain socket" "latency 64 KiB / plain socket"; do
+    grep -A12 "^#### $place: ringbtl / .*medians\|^#### $place: ringbtl / plain socket" "$out/summary.md" \
+      | grep -qE "^\| $row \| [0-9]" \
+      || { echo "no '$row' numbers for $place in:"; cat "$out/summary.md"; exit 1; }
+  done
+done
+grep -qE '^\| rate 8 B, windows of 256 / ratefloor \| [0-9]' "$out/summary.md" \
+  || { echo "no rate against the rate floor in:"; cat "$out/summary.md"; exit 1; }
+rm -rf "$out"
