@@ -13,13 +13,13 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
-static void die(const char *what)
+static inline void die(const char *what)
 {
     perror(what);
     exit(1);
 }
 
-static void nodelay(int fd)
+static inline void nodelay(int fd)
 {
     int one = 1;
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
@@ -27,7 +27,7 @@ static void nodelay(int fd)
 }
 
 /* Sends all n bytes, spinning on a full socket. */
-static void spin_send(int fd, const char *b, size_t n)
+static inline void spin_send(int fd, const char *b, size_t n)
 {
     while (n > 0) {
         ssize_t r = send(fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -42,7 +42,7 @@ static void spin_send(int fd, const char *b, size_t n)
 
 /* Receives all n bytes, spinning on an empty socket. Returns 0 at end of stream before
  * the first byte; exits at end of stream after it. */
-static int spin_recv(int fd, char *b, size_t n)
+static inline int spin_recv(int fd, char *b, size_t n)
 {
     size_t got = 0;
     while (got < n) {
