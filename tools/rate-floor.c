@@ -12,21 +12,11 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "spin.h"
-
-static void pin(int cpu)
-{
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    if (sched_setaffinity(0, sizeof s, &s) != 0)
-        die("sched_setaffinity");
-}
 
 /* Receives a whole window or acknowledgement; the end of the stream is an error here. */
 static void recv_all(int fd, char *b, size_t n)

@@ -1,7 +1,8 @@
 /*
- * spin.h: the plain-socket loops of tools/floor.c and tools/rate-floor.c, the floors that
- * ringbtl is measured against: a TCP_NODELAY socket whose non-blocking send and recv are
- * spun until the whole message has moved (no poll, no wait in the kernel).
+ * spin.h: the plain-socket loops of tools/floor.c, tools/rate-floor.c and
+ * tools/stripe-floor.c, the floors that ringbtl is measured against: a TCP_NODELAY socket
+ * whose non-blocking send and recv are spun until the whole message has moved (no poll,
+ * no wait in the kernel); and, for a program that defines _GNU_SOURCE, pinning to a CPU.
  */
 #ifndef RINGBTL_TOOLS_SPIN_H
 #define RINGBTL_TOOLS_SPIN_H
@@ -60,5 +61,19 @@ static inline int spin_recv(int fd, char *b, size_t n)
     }
     return 1;
 }
+
+#ifdef _GNU_SOURCE
+#include <sched.h>
+
+/* Runs the calling process on CPU cpu only (rank 0 on CPU 0, rank 1 on CPU 1). */
+static inline void pin(int cpu)
+{
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    if (sched_setaffinity(0, sizeof s, &s) != 0)
+        die("sched_setaffinity");
+}
+#endif
 
 #endif

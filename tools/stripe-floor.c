@@ -15,7 +15,6 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <sched.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -26,15 +25,6 @@
 #define MAX_CONNS 8
 /* Unmeasured round trips at the start of every round. */
 #define ROUND_WARMUP 5
-
-static void pin(int cpu)
-{
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    if (sched_setaffinity(0, sizeof s, &s) != 0)
-        die("sched_setaffinity");
-}
 
 static void setup(int fd, const char *cc)
 {
