@@ -265,9 +265,10 @@ impl Transport {
                 ))
             })?;
         }
-        let opts = cfg.socket.sock_opts();
+        let sock = cfg.socket.sock_opts();
         let (mut backend, mut backend_note) =
-            crate::reactor::make_backend(cfg.socket.backend, opts).map_err(Error::NoBackend)?;
+            crate::reactor::make_backend(cfg.socket.backend, sock.clone())
+                .map_err(Error::NoBackend)?;
         let mut multishot = false;
         if cfg.socket.recv_multishot {
             let geo = RingGeometry {
@@ -309,7 +310,6 @@ impl Transport {
             multishot,
             ..cfg.core.clone()
         });
-        let sock = cfg.socket.sock_opts();
         Ok(Self {
             backend,
             core,

@@ -28,17 +28,17 @@ pub(crate) struct PeerProc {
     lines: Receiver<String>,
 }
 
-/// The address the baseline listens on: that of the first transport's listener (the
-/// address the peer reaches this side by), loopback without one.
-pub(crate) fn baseline_ip(first: Option<SocketAddr>) -> IpAddr {
-    first.map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip())
-}
-
-/// The plain-socket baseline's listener on `ip`, when a baseline runs.
-pub(crate) fn baseline_listener(baseline: bool, ip: IpAddr) -> Result<Option<TcpListener>, String> {
+/// The plain-socket baseline's listener, when a baseline runs: on the address of the
+/// first transport's listener `first` (the address the peer reaches this side by),
+/// loopback without one.
+pub(crate) fn baseline_listener(
+    baseline: bool,
+    first: Option<SocketAddr>,
+) -> Result<Option<TcpListener>, String> {
     if !baseline {
         return Ok(None);
     }
+    let ip = first.map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
     TcpListener::bind(SocketAddr::new(ip, 0))
         .map(Some)
         .map_err(|e| format!("baseline: listening on {ip}: {e}"))

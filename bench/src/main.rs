@@ -146,8 +146,8 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     for &k in &kinds {
         rings.push(Ring::new(0, k, mode, args.exchange)?);
     }
-    let ip = control::baseline_ip(rings.first().map(Ring::local_addr));
-    let listener = control::baseline_listener(with_socket, ip)?;
+    let first = rings.first().map(Ring::local_addr);
+    let listener = control::baseline_listener(with_socket, first)?;
 
     let mut peer = PeerProc::spawn(args.run.peer_cmd.as_deref())?;
     // Rank 1 announces its transports: `ADDR <index> <ip:port> <backend>`, then `READY`.

@@ -666,8 +666,8 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
     for &k in &kinds {
         rings.push(Streamer::new(0, 1, k, mode)?);
     }
-    let ip = control::baseline_ip(rings.first().map(Streamer::local_addr));
-    let listener = control::baseline_listener(args.baseline, ip)?;
+    let first = rings.first().map(Streamer::local_addr);
+    let listener = control::baseline_listener(args.baseline, first)?;
     let mut peer = PeerProc::spawn(args.run.peer_cmd.as_deref())?;
     let ours: Vec<SocketAddr> = rings.iter().map(|r| r.local_addr()).collect();
     let peer_addrs = peer.exchange(&ours, listener.as_ref())?;

@@ -236,6 +236,14 @@ impl Core {
         let Some(c) = slot(&mut self.conns, conn.0) else {
             return;
         };
+        // The idle copy's upper bound on this connection: lower where it paces.
+        let splice_idle = splice_idle.map(|m| {
+            if c.paced {
+                m.min(IDLE_COPY_PACED_MAX)
+            } else {
+                m
+            }
+        });
         let Some(batch) = c.tx.as_mut() else { return }; // in flight: next completion refills
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
@@ -266,15 +274,8 @@ impl Core {
             let len = hdr.len as usize;
             let lendable = f.nsegs > 0 && splice_min.is_some_and(|m| len >= m);
             let idle = data_first && ep.queue.is_empty() && ep.lent.is_empty();
-            let max = splice_idle.map(|m| {
-                if c.paced {
-                    m.min(IDLE_COPY_PACED_MAX)
-                } else {
-                    m
-                }
-            });
             let idle_copy =
-                lendable && idle && len >= IDLE_COPY_MIN && max.is_some_and(|m| len <= m);
+                lendable && idle && len >= IDLE_COPY_MIN && splice_idle.is_some_and(|m| len <= m);
             let lend = lendable && !idle_copy;
             if idle_copy {
                 self.counters.idle_copies += 1;

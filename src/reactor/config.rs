@@ -573,11 +573,7 @@ impl SockOpts {
     /// paces its sending.
     pub(crate) fn send_chunk_for(&self, peer: &SocketAddr) -> usize {
         self.send_chunk
-            .or(if self.paced_for(peer) {
-                self.paced_send_chunk
-            } else {
-                None
-            })
+            .or(self.paced_send_chunk.filter(|_| self.paced_for(peer)))
             .unwrap_or(usize::MAX)
     }
 
