@@ -95,10 +95,12 @@ for place in loopback "two namespace hosts (veth)"; do
 done
 grep -qE '^\| rate 8 B, windows of 256 / ratefloor \| [0-9]' "$out/summary.md" \
   || { echo "no rate against the rate floor in:"; cat "$out/summary.md"; exit 1; }
-# The plain-socket floors build without a warning, and the striping one runs.
-for f in floor rate-floor stripe-floor; do
+# The plain-socket floors build without a warning, and the striping and ACK ones run.
+for f in floor rate-floor stripe-floor ack-floor; do
   cc -O2 -Wall -Wextra -Werror -o "$out/$f" "tools/$f.c"
 done
 "$out/stripe-floor" 2 reno 65536 2 5 | grep -qE '"conns":2,.*"ratio_p50":[0-9]' \
   || { echo "tools/stripe-floor.c printed no ratio"; exit 1; }
+"$out/ack-floor" reno 131072 2 5 | grep -qE '"ratio_quick":[0-9.]+,"ratio_rndv":[0-9]' \
+  || { echo "tools/ack-floor.c printed no ratios"; exit 1; }
 rm -rf "$out"

@@ -21,19 +21,6 @@
 
 #define MAX_SIZE (4 << 20)
 
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv)
 {
     static char buf[MAX_SIZE];
@@ -99,7 +86,7 @@ int main(int argc, char **argv)
             double avg = (now_us() - t0) / (2.0 * iters);
             buf[0] = 'E';
             spin_send(fd, buf, size);
-            qsort(rt, (size_t)iters, sizeof(double), cmp);
+            qsort(rt, (size_t)iters, sizeof(double), by_value);
             printf("{\"bench\":\"latency\",\"size\":%u,\"iters\":%d,\"avg_us\":%.3f,"
                    "\"p50_us\":%.3f}\n",
                    size, iters, avg, rt[iters / 2] / 2.0);

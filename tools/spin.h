@@ -1,8 +1,9 @@
 /*
- * spin.h: the plain-socket loops of tools/floor.c, tools/rate-floor.c and
- * tools/stripe-floor.c, the floors that ringbtl is measured against: a TCP_NODELAY socket
+ * spin.h: the plain-socket loops of tools/floor.c, tools/rate-floor.c,
+ * tools/stripe-floor.c and tools/ack-floor.c, the floors that ringbtl is measured against: a TCP_NODELAY socket
  * whose non-blocking send and recv are spun until the whole message has moved (no poll,
- * no wait in the kernel); and, for a program that defines _GNU_SOURCE, pinning to a CPU.
+ * no wait in the kernel); their clock and the order of their samples; and, for a program
+ * that defines _GNU_SOURCE, pinning to a CPU.
  */
 #ifndef RINGBTL_TOOLS_SPIN_H
 #define RINGBTL_TOOLS_SPIN_H
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 
 static inline void die(const char *what)
 {
@@ -60,6 +62,21 @@ static inline int spin_recv(int fd, char *b, size_t n)
         }
     }
     return 1;
+}
+
+/* Microseconds on the monotonic clock. */
+static inline double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+/* qsort's order of doubles, ascending. */
+static inline int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 #ifdef _GNU_SOURCE
