@@ -28,7 +28,7 @@ use crate::proto::core::{
     self, Action, ConnKey, Core, CoreEvent, EndpointState, InputStep, Sink, Source, DIRECT_PIECES,
 };
 use crate::reactor::{
-    AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry, SockOpts,
+    sys, AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry, SockOpts,
 };
 use crate::wire::{PeerId, PutTarget, Tag};
 use crate::wireup::ifaces::{self, Interface};
@@ -125,6 +125,12 @@ pub struct Stats {
     /// their batch, nothing queued behind them, none of the peer's lent pages
     /// unacknowledged ([`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)).
     pub idle_copies: u64,
+    /// Large messages after whose send this side's socket was set to acknowledge at once
+    /// (`TCP_QUICKACK`, see
+    /// [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)), so that
+    /// the first segment of the peer's answer is acknowledged as it arrives and a pacing
+    /// peer's bandwidth estimate sees how fast it came.
+    pub quick_acks: u64,
 }
 
 type Handler = Box<dyn FnMut(&mut Transport, &Am<'_>)>;
@@ -161,6 +167,8 @@ pub struct Transport {
     cfg: Config,
     dispatching: u32,
     accept_errors: u64,
+    /// Successful `TCP_QUICKACK` calls ([`Stats::quick_acks`]).
+    quick_acks: u64,
     backend_note: Option<String>,
     last_now: Instant,
     idle_passes: u32,
@@ -251,7 +259,7 @@ impl Transport {
             }
         }
         if let Congestion::Use(name) = &cfg.socket.tcp_congestion {
-            crate::reactor::sys::check_congestion(name).map_err(|e| {
+            sys::check_congestion(name).map_err(|e| {
                 let list = |k: &str| {
                     std::fs::read_to_string(format!("/proc/sys/net/ipv4/{k}"))
                         .map(|s| s.trim().to_string())
@@ -327,6 +335,7 @@ impl Transport {
             cfg,
             dispatching: 0,
             accept_errors: 0,
+            quick_acks: 0,
             backend_note,
             last_now: Instant::now(),
             idle_passes: 0,
@@ -800,6 +809,7 @@ impl Transport {
             puts_placed: c.puts_placed,
             written_at_once: c.written_at_once,
             idle_copies: c.idle_copies,
+            quick_acks: self.quick_acks,
         }
     }
 
@@ -859,7 +869,7 @@ impl Transport {
             Event::Accepted { conn, peer } => {
                 tracing::debug!("accepted a connection from {peer}");
                 self.core.handle_accepted_from(now, key(conn), peer.ip());
-                self.core.set_paced(key(conn), self.sock.paced_for(&peer));
+                self.set_socket_traits(key(conn), &peer);
             }
             Event::AcceptError(e) => {
                 self.accept_errors += 1;
@@ -883,6 +893,11 @@ impl Transport {
                         .map_or(Errno::EPIPE, |c| Errno::of(&c)),
                     errno => errno,
                 });
+                // A large message its peer waited for left: the answer is acknowledged at
+                // once.
+                if self.core.quick_ack_after(key(conn)) && result.is_ok() {
+                    self.quick_ack(key(conn));
+                }
                 self.core.handle_sent(now, key(conn), batch, result);
             }
             Event::Recv { conn, rx, result } => match result {
@@ -991,11 +1006,34 @@ impl Transport {
                 Action::Dial { peer, addr, bind } => match self.backend.connect(addr, bind) {
                     Ok(c) => {
                         self.core.dial_started(peer, key(c));
-                        self.core.set_paced(key(c), self.sock.paced_for(&addr));
+                        self.set_socket_traits(key(c), &addr);
                     }
                     Err(e) => self.core.dial_failed(Instant::now(), peer, Errno::of(&e)),
                 },
             }
+        }
+    }
+
+    /// Tells the engine what the options of the socket of `k`, a connection to `peer`,
+    /// mean for it: whether its congestion control paces, whether large payloads are
+    /// acknowledged at once.
+    fn set_socket_traits(&mut self, k: ConnKey, peer: &SocketAddr) {
+        self.core.set_paced(k, self.sock.paced_for(peer));
+        self.core.set_quick_ack(k, self.sock.quick_ack_for(peer));
+    }
+
+    /// Puts the socket of `k` in quick-ACK mode (`TCP_QUICKACK`), as the engine asked
+    /// ([`Core::quick_ack_after`]): what it holds unacknowledged is acknowledged now, and
+    /// the next segments as they arrive, until the kernel's delayed ACKs come back (when
+    /// this side sends soon after receiving). Best effort: a failure (the socket just
+    /// closed, say) leaves the delayed ACKs.
+    fn quick_ack(&mut self, k: ConnKey) {
+        let Some(fd) = self.backend.open_fd(conn_id(k)) else {
+            return;
+        };
+        match sys::quick_ack(fd) {
+            Ok(()) => self.quick_acks += 1,
+            Err(e) => tracing::debug!("TCP_QUICKACK failed: {e}"),
         }
     }
 

@@ -12,7 +12,8 @@ use common::{completions, drive, failures, pair, pair_with, pattern, Stream};
 use ringbtl::proto::core::EndpointState;
 use ringbtl::wire::RejectReason;
 use ringbtl::{
-    BackendKind, Config, Errno, Error, FailReason, PeerId, ProtoError, SendError, Tag, Transport,
+    BackendKind, Config, Errno, Error, FailReason, PeerId, ProtoError, SendError, Stats, Tag,
+    Transport,
 };
 
 backend_tests!(
@@ -40,6 +41,7 @@ backend_tests!(
     lent_pages_to_many_peers_share_pipes,
     large_ping_pong_is_copied_and_a_large_stream_is_lent,
     paced_connections_copy_idle_payloads_up_to_512k,
+    paced_quick_ack_copies_idle_payloads_and_acks_the_answers,
 );
 
 const WINDOW: usize = 128;
@@ -1316,39 +1318,78 @@ fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
     );
 }
 
-/// On connections whose congestion control paces (BBR, here chosen for loopback), an idle
-/// payload is copied only up to 512 KiB: a 384 KiB ping-pong is copied both ways, a
-/// 768 KiB one lent. [`common::skip`]ped where the kernel has no `bbr`.
-fn paced_connections_copy_idle_payloads_up_to_512k(kind: BackendKind) {
+/// Skips (saying so) where the kernel has no `bbr`.
+fn have_bbr() -> bool {
     let avail = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
         .unwrap_or_default();
-    if !avail.split_whitespace().any(|a| a == "bbr") {
+    let have = avail.split_whitespace().any(|a| a == "bbr");
+    if !have {
         common::skip(format_args!(
             "no bbr among the kernel's algorithms ({avail:?})"
         ));
+    }
+    have
+}
+
+/// A ping-pong of 4 `len`-byte messages under BBR (chosen for loopback), `f` applied to
+/// both configurations: each side's stats.
+fn paced_pong(kind: BackendKind, len: usize, f: impl Fn(&mut Config)) -> [Stats; 2] {
+    let bbr = ringbtl::Congestion::Use("bbr".into());
+    let (mut a, mut b, got) = echo_pair_with(kind, |c| {
+        c.socket.tcp_congestion = bbr.clone();
+        f(c);
+    });
+    for i in 0..4u8 {
+        a.send(PeerId(1), Tag(7), &[Bytes::from(vec![i; len])], 0)
+            .unwrap();
+        drive(
+            &mut [&mut a, &mut b],
+            Duration::from_secs(20),
+            "paced pong",
+            || got.borrow().len() == usize::from(i) + 1,
+        );
+    }
+    assert!(got.borrow().iter().all(|p| p.len() == len), "{len} B pongs");
+    [a.stats(), b.stats()]
+}
+
+/// On connections whose congestion control paces (BBR, here chosen for loopback), an idle
+/// payload is copied only up to 512 KiB: a 384 KiB ping-pong is copied both ways, a
+/// 768 KiB one lent; no socket is set to acknowledge at once. [`common::skip`]ped where
+/// the kernel has no `bbr`.
+fn paced_connections_copy_idle_payloads_up_to_512k(kind: BackendKind) {
+    if !have_bbr() {
         return;
     }
     for (len, copied) in [(384 * 1024, true), (768 * 1024, false)] {
-        let bbr = ringbtl::Congestion::Use("bbr".into());
-        let (mut a, mut b, got) = echo_pair_with(kind, |c| c.socket.tcp_congestion = bbr.clone());
-        for i in 0..4u8 {
-            a.send(PeerId(1), Tag(7), &[Bytes::from(vec![i; len])], 0)
-                .unwrap();
-            drive(
-                &mut [&mut a, &mut b],
-                Duration::from_secs(20),
-                "paced pong",
-                || got.borrow().len() == usize::from(i) + 1,
-            );
-        }
-        assert!(got.borrow().iter().all(|p| p.len() == len), "{len} B pongs");
-        for (who, st) in [("pinging", a.stats()), ("answering", b.stats())] {
+        let stats = paced_pong(kind, len, |_| {});
+        for (who, st) in ["pinging", "answering"].iter().zip(stats) {
             let ok = if copied {
                 st.idle_copies == 4 && st.spliced_bytes == 0
             } else {
                 st.idle_copies == 0 && st.spliced_bytes > 0
             };
-            assert!(ok, "{}: {len} B, {who} side: {st:?}", a.backend_name());
+            assert!(
+                ok && st.quick_acks == 0,
+                "{kind:?}: {len} B, {who} side: {st:?}"
+            );
         }
+    }
+}
+
+/// `RINGBTL_PACED_QUICK_ACK=1`: on a paced connection a 768 KiB ping-pong's messages are
+/// copied (up to `splice_idle`, 1 MiB), and after each has left its sender's socket is
+/// set to acknowledge the answer at once (`TCP_QUICKACK`): 4 on each side. Skipped where
+/// the kernel has no `bbr`.
+fn paced_quick_ack_copies_idle_payloads_and_acks_the_answers(kind: BackendKind) {
+    if !have_bbr() {
+        return;
+    }
+    let stats = paced_pong(kind, 768 * 1024, |c| c.socket.paced_quick_ack = true);
+    for (who, st) in ["pinging", "answering"].iter().zip(stats) {
+        assert!(
+            st.idle_copies == 4 && st.spliced_bytes == 0 && st.quick_acks == 4,
+            "{kind:?}: {who} side: {st:?}"
+        );
     }
 }

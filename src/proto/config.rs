@@ -76,7 +76,9 @@ pub struct CoreConfig {
     pub splice_min: Option<usize>,
     /// A payload of [`IDLE_COPY_MIN`] up to this many bytes (at most
     /// [`IDLE_COPY_PACED_MAX`] on a connection whose congestion control paces its
-    /// sending) that finds its peer idle (the first frame of its batch, nothing queued
+    /// sending, unless it acknowledges the answers at once,
+    /// [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)) that finds
+    /// its peer idle (the first frame of its batch, nothing queued
     /// behind it, no lent pages of this peer unacknowledged) is copied into the socket
     /// even when
     /// [`splice_min`](Self::splice_min) would lend it (`RINGBTL_SPLICE_IDLE`; `0`: lend
@@ -467,8 +469,9 @@ static CORE_PARAMS: [Param<CoreConfig>; 20] = [
             off: "off",
         },
         meaning: "payloads from 256 KiB up to this many bytes (512 KiB under a pacing \
-                  congestion control) are copied, not lent, when they find their peer idle \
-                  (nothing queued behind them, no lent pages out)",
+                  congestion control, unless RINGBTL_PACED_QUICK_ACK) are copied, not lent, \
+                  when they find their peer idle (nothing queued behind them, no lent pages \
+                  out)",
         access: Access::Num {
             get: |c| c.splice_idle.map(|n| n as u64),
             put: |c, v| c.splice_idle = v.map(|n| n as usize),

@@ -118,6 +118,12 @@ pub(super) struct Conn {
     /// [`Core::set_paced`]): a payload that finds its peer idle is copied only up to
     /// [`IDLE_COPY_PACED_MAX`](crate::proto::config::IDLE_COPY_PACED_MAX).
     pub(super) paced: bool,
+    /// Large messages that find their peer idle are copied as where nothing paces, and
+    /// the socket acknowledges at once once they left ([`Core::set_quick_ack`]).
+    pub(super) quick_ack: bool,
+    /// The batch (with the driver, or being filled) carries such a message: when it
+    /// comes back, the socket is set to acknowledge at once ([`Core::quick_ack_after`]).
+    pub(super) answer_quick: bool,
 }
 
 impl Conn {
@@ -147,6 +153,8 @@ impl Conn {
             early: 0,
             solo: false,
             paced: false,
+            quick_ack: false,
+            answer_quick: false,
         }
     }
 

@@ -236,9 +236,10 @@ impl Core {
         let Some(c) = slot(&mut self.conns, conn.0) else {
             return;
         };
-        // The idle copy's upper bound on this connection: lower where it paces.
+        // The idle copy's upper bound on this connection: lower where it paces, unless the
+        // answers to its large messages are acknowledged at once (`Core::set_quick_ack`).
         let splice_idle = splice_idle.map(|m| {
-            if c.paced {
+            if c.paced && !c.quick_ack {
                 m.min(IDLE_COPY_PACED_MAX)
             } else {
                 m
@@ -280,6 +281,9 @@ impl Core {
             if idle_copy {
                 self.counters.idle_copies += 1;
             }
+            // A large message its peer waits for alone, copied: the answer, large too
+            // in a ping-pong, is acknowledged at once (`Core::quick_ack_after`).
+            c.answer_quick |= c.quick_ack && idle_copy;
             if f.nsegs == 0 {
                 // Header (and target) and inline payload, if any: one fixed-size copy.
                 batch.push_small(&f.wire, f.wire_len());

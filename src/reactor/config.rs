@@ -40,6 +40,25 @@ pub struct SocketConfig {
     /// between namespace hosts; under reno they cost (1 MiB p50 +17 %, streams -13 %), so
     /// connections that do not pace send whole batches.
     pub paced_send_chunk: Option<usize>,
+    /// On connections whose congestion control paces (BBR), a large message that finds
+    /// its peer idle (a ping-pong's, a request's answer) is copied up to
+    /// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle) rather than lent above
+    /// 512 KiB, and once it has left the socket acknowledges at once (`TCP_QUICKACK`)
+    /// (`RINGBTL_PACED_QUICK_ACK=0|1`, default off).
+    ///
+    /// Why: a socket that answers soon after receiving is in the kernel's "pingpong"
+    /// mode, in which ACKs wait to ride on the answer. BBR estimates the bandwidth from how
+    /// fast its data is acknowledged; when the first segment of the peer's answer is
+    /// acknowledged only with the next ones, its samples measure the rate at which it
+    /// already paces, and the estimate stays low. Acknowledged at once, the first segment
+    /// gives a sample of the path's real speed. Measured on loopback under BBR (README,
+    /// "Large messages"): a 1 MiB ping-pong 0.71-0.81x as long, bandwidth unchanged; but
+    /// the copy is what makes it pay (lent pages gain nothing from it), and on these
+    /// virtual machines, in the stretches where copies run several times slower, the
+    /// same ping-pong takes 3-5x as long (550-600 us against 100-120), where lending
+    /// takes 1.3x. Off by default for that; for nodes whose memory bandwidth is not
+    /// shared with other tenants.
+    pub paced_quick_ack: bool,
     /// `TCP_USER_TIMEOUT` on every connection (`RINGBTL_TCP_USER_TIMEOUT_MS`, 0 = the
     /// kernel's default): how long sent data may stay unacknowledged before the kernel
     /// aborts the connection with `ETIMEDOUT`, which fails the endpoint and its pending
@@ -100,6 +119,7 @@ impl Default for SocketConfig {
             tcp_congestion: Congestion::Auto,
             send_chunk: None,
             paced_send_chunk: Some(256 * 1024),
+            paced_quick_ack: false,
             tcp_user_timeout: Some(Duration::from_secs(30)),
             keepalive: Some(Keepalive::DEFAULT),
             zerocopy_min: None,
@@ -127,6 +147,7 @@ impl SocketConfig {
             keepalive: self.keepalive,
             send_chunk: self.send_chunk,
             paced_send_chunk: self.paced_send_chunk,
+            paced_quick_ack: self.paced_quick_ack,
             system_paces: paces(&system_congestion()),
             congestion: self.tcp_congestion.clone(),
             zerocopy_min: self.zerocopy_min,
@@ -153,7 +174,7 @@ impl Params for SocketConfig {
     }
 }
 
-static SOCKET_PARAMS: [Param<SocketConfig>; 14] = [
+static SOCKET_PARAMS: [Param<SocketConfig>; 15] = [
     Param {
         name: "backend",
         var: "RINGBTL_BACKEND",
@@ -254,6 +275,18 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 14] = [
         access: Access::Num {
             get: |c| usize_opt(c.paced_send_chunk),
             put: |c, v| c.paced_send_chunk = v.map(|n| n as usize),
+        },
+    },
+    Param {
+        name: "paced_quick_ack",
+        var: "RINGBTL_PACED_QUICK_ACK",
+        kind: Kind::Bool,
+        meaning: "on connections whose congestion control paces (bbr): a large message \
+                  that finds its peer idle is copied up to RINGBTL_SPLICE_IDLE, and the \
+                  socket then acknowledges the answer at once (`TCP_QUICKACK`)",
+        access: Access::Num {
+            get: |c| Some(c.paced_quick_ack.into()),
+            put: |c, v| c.paced_quick_ack = v == Some(1),
         },
     },
     Param {
@@ -396,6 +429,8 @@ pub(crate) struct SockOpts {
     /// The same on connections whose congestion control paces, when `send_chunk` is
     /// `None`.
     pub(crate) paced_send_chunk: Option<usize>,
+    /// `SocketConfig::paced_quick_ack`.
+    pub(crate) paced_quick_ack: bool,
     /// The system's default congestion control (of this network namespace) paces.
     pub(crate) system_paces: bool,
     /// Zero-copy sends (io_uring `SENDMSG_ZC`) for batches of at least this many bytes;
@@ -575,6 +610,12 @@ impl SockOpts {
         self.send_chunk
             .or(self.paced_send_chunk.filter(|_| self.paced_for(peer)))
             .unwrap_or(usize::MAX)
+    }
+
+    /// Whether a connection to `peer` copies the large messages that find their peer idle
+    /// and acknowledges the answers at once ([`SocketConfig::paced_quick_ack`]).
+    pub(crate) fn quick_ack_for(&self, peer: &SocketAddr) -> bool {
+        self.paced_quick_ack && self.paced_for(peer)
     }
 
     /// Whether a connection to `peer` runs a congestion control that paces its sending

@@ -630,6 +630,11 @@ impl Backend for Epoll {
         sys::timeout_abort(s.io.fd.as_ref()?.as_raw_fd())
     }
 
+    fn open_fd(&self, conn: ConnId) -> Option<RawFd> {
+        let s = self.slots.get(conn.0 as usize)?;
+        (!s.closing).then(|| s.io.fd.as_ref().map(AsRawFd::as_raw_fd))?
+    }
+
     fn counters(&self) -> Counters {
         Counters {
             send_calls: self.send_calls.calls,

@@ -55,6 +55,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 pub(crate) use crate::buf::RxBuf;
@@ -165,6 +166,9 @@ pub(crate) trait Backend {
     /// `None`. (An io_uring send that had moved part of its data reports that count and
     /// the abort shows only as end of stream; the socket still tells.)
     fn end_cause(&self, conn: ConnId) -> Option<io::Error>;
+    /// The socket of an open connection (not closing), for a socket option set from
+    /// outside the backend; the descriptor stays the backend's.
+    fn open_fd(&self, conn: ConnId) -> Option<RawFd>;
     /// What the backend counted so far.
     fn counters(&self) -> Counters;
 }
@@ -320,6 +324,9 @@ impl Backend for AnyBackend {
     }
     fn end_cause(&self, conn: ConnId) -> Option<io::Error> {
         forward!(self, b => b.end_cause(conn))
+    }
+    fn open_fd(&self, conn: ConnId) -> Option<RawFd> {
+        forward!(self, b => b.open_fd(conn))
     }
     fn counters(&self) -> Counters {
         forward!(self, b => b.counters())

@@ -179,6 +179,16 @@ pub(crate) fn peer_addr_fd(fd: RawFd) -> io::Result<SocketAddr> {
         .ok_or_else(|| io::Error::other("peer has no inet address"))
 }
 
+/// Sets `TCP_QUICKACK` on `fd`: the kernel acknowledges at once what it holds
+/// unacknowledged and leaves its "pingpong" mode of delayed ACKs, until that mode comes back
+/// (it does when the socket sends soon after receiving, as a ping-pong's reply does).
+pub(crate) fn quick_ack(fd: RawFd) -> io::Result<()> {
+    // SAFETY: the caller keeps `fd` open for the duration of the call, and the borrow
+    // ends with it.
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    socket2::SockRef::from(&bfd).set_tcp_quickack(true)
+}
+
 /// Sets `SO_LINGER` to on, 0 s: the next close discards what the socket still holds to
 /// send and resets the connection. Best effort (a failure leaves the graceful close).
 pub(crate) fn linger_zero(fd: RawFd) {

@@ -1039,6 +1039,11 @@ impl Backend for Uring {
         sys::timeout_abort(s.io.fd)
     }
 
+    fn open_fd(&self, conn: ConnId) -> Option<RawFd> {
+        let s = self.slots.get(conn.0 as usize)?;
+        (!s.closing && !s.io.closed && s.io.fd >= 0).then_some(s.io.fd)
+    }
+
     fn counters(&self) -> Counters {
         Counters {
             send_calls: self.send_sqes + self.send_direct.calls,

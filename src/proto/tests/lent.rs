@@ -356,6 +356,22 @@ fn a_payload_that_finds_its_peer_idle_is_copied_and_a_stream_is_lent() {
     }
 }
 
+/// Node 0 with `splice_idle` and a confirmed raw peer (returned), whose connection paces
+/// or not.
+fn paced_raw_pair(seed: u64, splice_idle: Option<usize>, paced: bool) -> (Net, usize) {
+    let cfgs = (0..2)
+        .map(|n| CoreConfig {
+            splice_idle,
+            ..cfg(n)
+        })
+        .collect();
+    let mut net = Net::new(seed, cfgs);
+    let r = confirmed_raw_peer(&mut net);
+    let conn = net.socks[r].other.and_then(|s| net.socks[s].key).unwrap();
+    net.core(0).set_paced(conn, paced);
+    (net, r)
+}
+
 /// The idle copy has its bounds: a payload below `IDLE_COPY_MIN` or above `splice_idle`
 /// (or, on a paced connection, above `IDLE_COPY_PACED_MAX`), or any payload with
 /// `splice_idle` off, is lent even when it finds its peer idle.
@@ -364,16 +380,7 @@ fn an_idle_payload_outside_the_copy_range_is_lent() {
     /// Whether an idle payload of `len` bytes asked for an ACK (was lent), and the idle
     /// copies counted.
     fn lent(splice_idle: Option<usize>, paced: bool, len: usize) -> (bool, u64) {
-        let cfgs = (0..2)
-            .map(|n| CoreConfig {
-                splice_idle,
-                ..cfg(n)
-            })
-            .collect();
-        let mut net = Net::new(7, cfgs);
-        let r = confirmed_raw_peer(&mut net);
-        let conn = net.socks[r].other.and_then(|s| net.socks[s].key).unwrap();
-        net.core(0).set_paced(conn, paced);
+        let (mut net, r) = paced_raw_pair(7, splice_idle, paced);
         net.send(0, 1, 2, vec![2; len]).unwrap();
         net.run(false);
         let hs = headers(&net.raw_read(r));
@@ -399,5 +406,61 @@ fn an_idle_payload_outside_the_copy_range_is_lent() {
         lent(top, true, paced_max + 8192),
         (true, 0),
         "paced: above it"
+    );
+}
+
+/// With quick ACKs asked for (`Core::set_quick_ack`), a paced connection copies an idle
+/// payload up to `splice_idle` (not `IDLE_COPY_PACED_MAX`), and once that batch is back
+/// the engine asks for the socket to acknowledge at once, once; a lent payload (above
+/// `splice_idle`, below `IDLE_COPY_MIN`, or without the setting) asks for nothing.
+#[test]
+fn an_idle_copy_on_a_quick_ack_connection_asks_for_quick_acks() {
+    /// Node 0 sends idle payloads of `lens` to a raw peer, each acknowledged if lent
+    /// before the next: whether each was lent, and the quick ACKs asked for.
+    fn run(quick: bool, paced: bool, lens: &[usize]) -> (Vec<bool>, usize) {
+        let (mut net, r) = paced_raw_pair(11, Some(TOP), paced);
+        let conn = net.socks[r].other.and_then(|s| net.socks[s].key).unwrap();
+        net.core(0).set_quick_ack(conn, quick);
+        let mut lent = Vec::new();
+        for (i, &len) in lens.iter().enumerate() {
+            net.send(0, 1, 2, vec![i as u8; len]).unwrap();
+            net.run(false);
+            let hs = headers(&net.raw_read(r));
+            assert_eq!(hs.len(), 1, "{quick} {paced} {len}");
+            if hs[0].ack {
+                net.raw_write(r, &ack());
+                net.drive();
+            }
+            lent.push(hs[0].ack);
+        }
+        assert!(net.failed_events(0).is_empty());
+        let asked = net.nodes[0]
+            .quick_acks
+            .iter()
+            .filter(|&&k| k == conn)
+            .count();
+        (lent, asked)
+    }
+    /// `splice_idle`, above the paced bound.
+    const TOP: usize = IDLE_COPY_PACED_MAX + 65536;
+    assert_eq!(
+        run(true, true, &[TOP, TOP]),
+        (vec![false, false], 2),
+        "copied, a quick ACK after each"
+    );
+    assert_eq!(
+        run(false, true, &[TOP]),
+        (vec![true], 0),
+        "without the setting: lent above the paced bound, no quick ACK"
+    );
+    assert_eq!(
+        run(true, true, &[TOP + 8192]),
+        (vec![true], 0),
+        "above splice_idle: lent, no quick ACK"
+    );
+    assert_eq!(
+        run(true, true, &[IDLE_COPY_MIN - 8192]),
+        (vec![true], 0),
+        "below the idle copy: lent, no quick ACK"
     );
 }

@@ -238,6 +238,9 @@ struct Node {
     /// Resolve unknown peers that connect (lazy add): add them at their listening address
     /// and accept, as a driver with a resolver does.
     lazy: bool,
+    /// Connections whose socket the engine had set to acknowledge at once after a send
+    /// (`Core::quick_ack_after`), in order.
+    quick_acks: Vec<ConnKey>,
 }
 
 /// A node walking one read (`walk_read`), its deliveries bounded so that a walk that does
@@ -352,6 +355,7 @@ impl Net {
                 next_cookie: 1,
                 dials: Vec::new(),
                 lazy: false,
+                quick_acks: Vec::new(),
             });
         }
         Self {
@@ -934,6 +938,11 @@ impl Net {
                     None if self.socks[s].closing => Err(Errno::ECANCELED),
                     None => Ok(()),
                 };
+                // As the transport: the engine says first whether the socket now
+                // acknowledges at once.
+                if self.nodes[n].core.quick_ack_after(key) && result.is_ok() {
+                    self.nodes[n].quick_acks.push(key);
+                }
                 self.nodes[n].core.handle_sent(now, key, batch, result);
                 self.pump(n);
             }
