@@ -1015,8 +1015,9 @@ impl Transport {
     }
 
     /// Tells the engine what the options of the socket of `k`, a connection to `peer`,
-    /// mean for it: whether its congestion control paces, whether large payloads are
-    /// acknowledged at once.
+    /// mean for it: whether its congestion control paces, and whether the large messages
+    /// that find their peer idle are copied and their answers acknowledged at once
+    /// ([`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)).
     fn set_socket_traits(&mut self, k: ConnKey, peer: &SocketAddr) {
         self.core.set_paced(k, self.sock.paced_for(peer));
         self.core.set_quick_ack(k, self.sock.quick_ack_for(peer));
