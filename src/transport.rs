@@ -895,10 +895,9 @@ impl Transport {
                 });
                 // A large message its peer waited for left: the answer is acknowledged at
                 // once.
-                if self.core.quick_ack_after(key(conn)) && result.is_ok() {
+                if self.core.handle_sent(now, key(conn), batch, result) {
                     self.quick_ack(key(conn));
                 }
-                self.core.handle_sent(now, key(conn), batch, result);
             }
             Event::Recv { conn, rx, result } => match result {
                 Ok(0) => {
@@ -1024,7 +1023,7 @@ impl Transport {
     }
 
     /// Puts the socket of `k` in quick-ACK mode (`TCP_QUICKACK`), as the engine asked
-    /// ([`Core::quick_ack_after`]): what it holds unacknowledged is acknowledged now, and
+    /// ([`Core::handle_sent`]): what it holds unacknowledged is acknowledged now, and
     /// the next segments as they arrive, until the kernel's delayed ACKs come back (when
     /// this side sends soon after receiving). Best effort: a failure (the socket just
     /// closed, say) leaves the delayed ACKs.

@@ -51,14 +51,6 @@ static void quick_ack(int fd)
         die("TCP_QUICKACK");
 }
 
-static void recv_all(int fd, char *b, size_t n)
-{
-    if (!spin_recv(fd, b, n)) {
-        fprintf(stderr, "ack-floor: end of stream\n");
-        exit(1);
-    }
-}
-
 /* Sends one message of the series. */
 static void send_msg(int series, int fd, char *buf, size_t len)
 {

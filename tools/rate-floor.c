@@ -18,15 +18,6 @@
 
 #include "spin.h"
 
-/* Receives a whole window or acknowledgement; the end of the stream is an error here. */
-static void recv_all(int fd, char *b, size_t n)
-{
-    if (!spin_recv(fd, b, n)) {
-        fprintf(stderr, "recv: end of stream\n");
-        exit(1);
-    }
-}
-
 int main(int argc, char **argv)
 {
     long window = argc > 1 ? atol(argv[1]) : 64;

@@ -79,6 +79,15 @@ static inline int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Receives all n bytes, spinning; the end of the stream is an error (exits). */
+static inline void recv_all(int fd, char *b, size_t n)
+{
+    if (!spin_recv(fd, b, n)) {
+        fprintf(stderr, "recv: end of stream\n");
+        exit(1);
+    }
+}
+
 #ifdef _GNU_SOURCE
 #include <sched.h>
 

@@ -122,7 +122,7 @@ pub(super) struct Conn {
     /// the socket acknowledges at once once they left ([`Core::set_quick_ack`]).
     pub(super) quick_ack: bool,
     /// The batch (with the driver, or being filled) carries such a message: when it
-    /// comes back, the socket is set to acknowledge at once ([`Core::quick_ack_after`]).
+    /// comes back, the socket is set to acknowledge at once ([`Core::handle_sent`]).
     pub(super) answer_quick: bool,
 }
 

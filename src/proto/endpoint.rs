@@ -492,7 +492,7 @@ impl Core {
 
     /// On `conn`, once a large message that found its peer idle (a ping-pong's, a
     /// request's) has left, the driver sets the socket to acknowledge at once
-    /// (`TCP_QUICKACK`), as [`quick_ack_after`](Self::quick_ack_after) says; and such a
+    /// (`TCP_QUICKACK`), as [`handle_sent`](Self::handle_sent) says; and such a
     /// message is copied up to [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)
     /// even where the congestion control paces. Off until said. Why: see
     /// [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack).
@@ -500,16 +500,6 @@ impl Core {
         if let Some(c) = slot(&mut self.conns, conn.0) {
             c.quick_ack = on;
         }
-    }
-
-    /// Whether the driver sets the socket of `conn` to acknowledge at once now that the
-    /// batch it had came back: on a connection that asked for it
-    /// ([`set_quick_ack`](Self::set_quick_ack)), when the batch carried a large message
-    /// that found its peer idle and was copied
-    /// ([`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)): in a ping-pong its
-    /// answer is large too. Call once per batch, before [`handle_sent`](Self::handle_sent).
-    pub fn quick_ack_after(&mut self, conn: ConnKey) -> bool {
-        slot(&mut self.conns, conn.0).is_some_and(|c| mem::take(&mut c.answer_quick))
     }
 
     /// The driver opened the socket for an [`Action::Dial`](super::core::Action::Dial)

@@ -118,7 +118,29 @@ impl Core {
     }
 
     /// A send finished (`Err`: the OS error it failed with): the batch comes back.
+    /// Returns whether the driver now sets the socket of `conn` to acknowledge at once
+    /// (`TCP_QUICKACK`): on a connection that asked for it
+    /// ([`set_quick_ack`](Self::set_quick_ack)), when the batch, sent, carried a large
+    /// message that found its peer idle and was copied
+    /// ([`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)): in a ping-pong its
+    /// answer is large too.
     pub fn handle_sent(
+        &mut self,
+        now: Instant,
+        conn: ConnKey,
+        batch: TxBatch,
+        result: Result<(), Errno>,
+    ) -> bool {
+        let quick = self
+            .conn_mut(conn)
+            .is_some_and(|c| mem::take(&mut c.answer_quick))
+            && result.is_ok();
+        self.sent_back(now, conn, batch, result);
+        quick
+    }
+
+    /// [`handle_sent`](Self::handle_sent) but for its answer.
+    fn sent_back(
         &mut self,
         now: Instant,
         conn: ConnKey,
@@ -282,7 +304,7 @@ impl Core {
                 self.counters.idle_copies += 1;
             }
             // A large message its peer waits for alone, copied: the answer, large too
-            // in a ping-pong, is acknowledged at once (`Core::quick_ack_after`).
+            // in a ping-pong, is acknowledged at once (`Core::handle_sent`).
             c.answer_quick |= c.quick_ack && idle_copy;
             if f.nsegs == 0 {
                 // Header (and target) and inline payload, if any: one fixed-size copy.

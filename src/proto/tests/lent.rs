@@ -356,9 +356,9 @@ fn a_payload_that_finds_its_peer_idle_is_copied_and_a_stream_is_lent() {
     }
 }
 
-/// Node 0 with `splice_idle` and a confirmed raw peer (returned), whose connection paces
-/// or not.
-fn paced_raw_pair(seed: u64, splice_idle: Option<usize>, paced: bool) -> (Net, usize) {
+/// Node 0 with `splice_idle` and a confirmed raw peer, whose connection paces or not: the
+/// net, the raw peer's socket and node 0's connection.
+fn paced_raw_pair(seed: u64, splice_idle: Option<usize>, paced: bool) -> (Net, usize, ConnKey) {
     let cfgs = (0..2)
         .map(|n| CoreConfig {
             splice_idle,
@@ -369,7 +369,7 @@ fn paced_raw_pair(seed: u64, splice_idle: Option<usize>, paced: bool) -> (Net, u
     let r = confirmed_raw_peer(&mut net);
     let conn = net.socks[r].other.and_then(|s| net.socks[s].key).unwrap();
     net.core(0).set_paced(conn, paced);
-    (net, r)
+    (net, r, conn)
 }
 
 /// The idle copy has its bounds: a payload below `IDLE_COPY_MIN` or above `splice_idle`
@@ -380,7 +380,7 @@ fn an_idle_payload_outside_the_copy_range_is_lent() {
     /// Whether an idle payload of `len` bytes asked for an ACK (was lent), and the idle
     /// copies counted.
     fn lent(splice_idle: Option<usize>, paced: bool, len: usize) -> (bool, u64) {
-        let (mut net, r) = paced_raw_pair(7, splice_idle, paced);
+        let (mut net, r, _) = paced_raw_pair(7, splice_idle, paced);
         net.send(0, 1, 2, vec![2; len]).unwrap();
         net.run(false);
         let hs = headers(&net.raw_read(r));
@@ -418,8 +418,7 @@ fn an_idle_copy_on_a_quick_ack_connection_asks_for_quick_acks() {
     /// Node 0 sends idle payloads of `lens` to a raw peer, each acknowledged if lent
     /// before the next: whether each was lent, and the quick ACKs asked for.
     fn run(quick: bool, paced: bool, lens: &[usize]) -> (Vec<bool>, usize) {
-        let (mut net, r) = paced_raw_pair(11, Some(TOP), paced);
-        let conn = net.socks[r].other.and_then(|s| net.socks[s].key).unwrap();
+        let (mut net, r, conn) = paced_raw_pair(11, Some(TOP), paced);
         net.core(0).set_quick_ack(conn, quick);
         let mut lent = Vec::new();
         for (i, &len) in lens.iter().enumerate() {

@@ -239,7 +239,7 @@ struct Node {
     /// and accept, as a driver with a resolver does.
     lazy: bool,
     /// Connections whose socket the engine had set to acknowledge at once after a send
-    /// (`Core::quick_ack_after`), in order.
+    /// (`Core::handle_sent`), in order.
     quick_acks: Vec<ConnKey>,
 }
 
@@ -938,12 +938,11 @@ impl Net {
                     None if self.socks[s].closing => Err(Errno::ECANCELED),
                     None => Ok(()),
                 };
-                // As the transport: the engine says first whether the socket now
-                // acknowledges at once.
-                if self.nodes[n].core.quick_ack_after(key) && result.is_ok() {
+                // As the transport: the engine says whether the socket now acknowledges
+                // at once.
+                if self.nodes[n].core.handle_sent(now, key, batch, result) {
                     self.nodes[n].quick_acks.push(key);
                 }
-                self.nodes[n].core.handle_sent(now, key, batch, result);
                 self.pump(n);
             }
             Item::Read(s) => {
