@@ -1172,10 +1172,12 @@ fn unknown_peer_resolved_lazily(kind: BackendKind) {
 fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
     const PEERS: usize = 4;
     let pat = pattern();
-    // Every payload that can be lent is: none is copied for finding its peer idle.
+    // Every payload that can be lent is: none is copied for finding its peer idle, or
+    // for being longer than one trip through a pipe.
     let cfg = |p| {
         let mut c = common::cfg(p, kind);
         c.core.splice_idle = None;
+        c.core.splice_max = None;
         c
     };
     let mut a = Transport::new(cfg(0)).unwrap();
@@ -1258,8 +1260,9 @@ fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
 
 /// A ping-pong of 512 KiB messages (long enough to lend) is copied both ways, each
 /// message finding its peer idle: no page is lent and no ACK is owed. A stream of them
-/// sent at once is lent, but for the first, which leaves alone from the send call. Every
-/// payload arrives whole and in order.
+/// sent at once is lent, but for the first, which leaves alone from the send call; a
+/// stream of 2 MiB ones (above `splice_max`) is not. Every payload arrives whole and in
+/// order.
 fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
     const LEN: usize = 512 * 1024;
     const N: u32 = 8;
@@ -1314,6 +1317,47 @@ fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
     assert!(
         st.idle_copies - sa.idle_copies <= 2 && st.spliced_bytes >= u64::from(N - 2) * LEN as u64,
         "{}: the stream was not lent: {st:?}",
+        a.backend_name()
+    );
+    // Payloads longer than one trip through the lending pipe (`splice_max`, 1 MiB by
+    // default), sent all at once: copied by the kernel, no page lent, each whole.
+    const OVER: usize = 2 * 1024 * 1024 + 8;
+    const M: u32 = 4;
+    let over = |i: u32| {
+        Bytes::from(
+            (0..OVER)
+                .map(|k| (k as u32 ^ !i) as u8)
+                .collect::<Vec<u8>>(),
+        )
+    };
+    let seen = Rc::new(Cell::new(0u32));
+    let s = seen.clone();
+    b.register(Tag(10), move |_, am| {
+        assert!(
+            am.payload == &over(s.get())[..],
+            "long message {} differs",
+            s.get()
+        );
+        s.set(s.get() + 1);
+    })
+    .unwrap();
+    comp.borrow_mut().clear();
+    for i in 0..M {
+        a.send(PeerId(1), Tag(10), &[over(i)], u64::from(i))
+            .unwrap();
+    }
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(60),
+        "stream of long messages",
+        || seen.get() == M && comp.borrow().len() == M as usize,
+    );
+    common::assert_all_ok_in_order(&comp.borrow(), M as usize);
+    let after = a.stats();
+    assert_eq!(
+        after.spliced_bytes,
+        st.spliced_bytes,
+        "{}: a payload above splice_max was lent: {after:?}",
         a.backend_name()
     );
 }

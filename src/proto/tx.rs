@@ -247,13 +247,16 @@ impl Core {
     /// [`Action::Transmit`](super::core::Action::Transmit). Without, the flush that
     /// follows submits it (frames a send writes at once, [`direct_pieces`](Self::direct_pieces)).
     fn fill_batch(&mut self, peer: PeerId, conn: ConnKey, submit: bool) {
-        let (budget, max_iov, inline, splice_min, splice_idle, max_frame) = (
+        let (budget, max_iov, inline, max_frame) = (
             self.cfg.coalesce_bytes,
             self.cfg.max_iov,
             self.cfg.inline_limit,
-            self.cfg.splice_min,
-            self.cfg.splice_idle,
             self.cfg.max_frame,
+        );
+        let (splice_min, splice_max, splice_idle) = (
+            self.cfg.splice_min,
+            self.cfg.splice_max,
+            self.cfg.splice_idle,
         );
         let Some(c) = slot(&mut self.conns, conn.0) else {
             return;
@@ -292,10 +295,13 @@ impl Core {
             let f = ep.queue.pop_front().expect("front exists");
             let (hdr, cookie) = (f.hdr, f.cookie);
             // A payload this large lends its pages (spliced, not copied): the header asks
-            // the peer for an ACK, and the send completes on it. Unless the peer is idle,
-            // waiting for this message alone (`CoreConfig::splice_idle`).
+            // the peer for an ACK, and the send completes on it. Unless it is larger than
+            // one trip through the lending pipe (`CoreConfig::splice_max`), or the peer
+            // is idle, waiting for this message alone (`CoreConfig::splice_idle`).
             let len = hdr.len as usize;
-            let lendable = f.nsegs > 0 && splice_min.is_some_and(|m| len >= m);
+            let lendable = f.nsegs > 0
+                && splice_min.is_some_and(|m| len >= m)
+                && splice_max.is_none_or(|m| len <= m);
             let idle = data_first && ep.queue.is_empty() && ep.lent.is_empty();
             let idle_copy =
                 lendable && idle && len >= IDLE_COPY_MIN && splice_idle.is_some_and(|m| len <= m);

@@ -409,6 +409,58 @@ fn an_idle_payload_outside_the_copy_range_is_lent() {
     );
 }
 
+/// A payload longer than `splice_max` is not lent, in a stream too: it asks for no ACK and
+/// completes once written, while one of exactly `splice_max` bytes is lent and completes
+/// on the peer's ACK, with the written frame behind it. Without the bound all three are
+/// lent.
+#[test]
+fn a_payload_above_splice_max_is_copied_and_completes_when_written() {
+    const MAX: usize = 64 * 1024;
+    for (seed, splice_max) in (0..6).map(|s| (s, (s % 3 != 2).then_some(MAX))) {
+        let cfgs = (0..2)
+            .map(|n| CoreConfig {
+                splice_max,
+                ..cfg(n)
+            })
+            .collect();
+        let mut net = Net::new(seed, cfgs);
+        let r = confirmed_raw_peer(&mut net);
+        let over = net.send(0, 1, 2, vec![2; MAX + 8]).unwrap();
+        let at = net.send(0, 1, 3, vec![3; MAX]).unwrap();
+        let behind = net.send(0, 1, 4, vec![4; MAX + 8]).unwrap();
+        net.run(false);
+        let got = net.raw_read(r);
+        let fs = frames(&got);
+        let asks: Vec<bool> = fs.iter().map(|(h, _)| h.ack).collect();
+        let bounded = splice_max.is_some();
+        assert_eq!(
+            asks,
+            [!bounded, true, !bounded],
+            "seed {seed}, {splice_max:?}: ACKs asked for"
+        );
+        for ((_, p), (len, byte)) in fs.iter().zip([(MAX + 8, 2), (MAX, 3), (MAX + 8, 4)]) {
+            assert!(
+                p.len() >= len && p.ends_with(&vec![byte; len]),
+                "seed {seed}: payload {byte}"
+            );
+        }
+        let first = if bounded { vec![(over, true)] } else { vec![] };
+        assert_eq!(done(&net, 0), first, "seed {seed}: before any ACK");
+        for _ in 0..asks.iter().filter(|&&a| a).count() {
+            net.raw_write(r, &ack());
+        }
+        net.drive();
+        let mut all = done(&net, 0);
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            [(over, true), (at, true), (behind, true)],
+            "seed {seed}, {splice_max:?}: all done after the ACKs"
+        );
+        assert!(net.failed_events(0).is_empty(), "seed {seed}");
+    }
+}
+
 /// With quick ACKs asked for (`Core::set_quick_ack`), a paced connection copies an idle
 /// payload up to `splice_idle` (not `IDLE_COPY_PACED_MAX`), and once that batch is back
 /// the engine asks for the socket to acknowledge at once, once; a lent payload (above

@@ -113,6 +113,7 @@ pub(super) fn cfg(pid: u32) -> CoreConfig {
         frame_stall: Duration::from_secs(60),
         max_queued_bytes: 64 << 20,
         splice_min: SPLICE_MIN,
+        splice_max: None,
         splice_idle: Some(crate::proto::config::DEFAULT_SPLICE_IDLE),
         multishot: false,
     }
