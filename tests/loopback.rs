@@ -1261,7 +1261,8 @@ fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
 /// A ping-pong of 512 KiB messages (long enough to lend) is copied both ways, each
 /// message finding its peer idle: no page is lent and no ACK is owed. A stream of them
 /// sent at once is lent, but for the first, which leaves alone from the send call; a
-/// stream of 2 MiB ones (above `splice_max`) is not. Every payload arrives whole and in
+/// stream of 2 MiB ones (above `splice_max`) is not, but for those that find their peer
+/// idle. Every payload arrives whole and in
 /// order.
 fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
     const LEN: usize = 512 * 1024;
@@ -1320,9 +1321,11 @@ fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
         a.backend_name()
     );
     // Payloads longer than one trip through the lending pipe (`splice_max`, 1 MiB by
-    // default), sent all at once: copied by the kernel, no page lent, each whole.
+    // default), sent all at once: copied by the kernel, each whole, but for those that
+    // find their peer idle (lent): the first, and the last if the ACKs of the lent pages
+    // ahead of it came before it left.
     const OVER: usize = 2 * 1024 * 1024 + 8;
-    const M: u32 = 4;
+    const M: u32 = 6;
     let over = |i: u32| {
         Bytes::from(
             (0..OVER)
@@ -1354,10 +1357,9 @@ fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
     );
     common::assert_all_ok_in_order(&comp.borrow(), M as usize);
     let after = a.stats();
-    assert_eq!(
-        after.spliced_bytes,
-        st.spliced_bytes,
-        "{}: a payload above splice_max was lent: {after:?}",
+    assert!(
+        after.spliced_bytes - st.spliced_bytes <= 2 * OVER as u64,
+        "{}: a stream's payload above splice_max was lent: {after:?}",
         a.backend_name()
     );
 }

@@ -74,13 +74,16 @@ pub struct CoreConfig {
     /// instead of being copied into the socket (`splice`), and completes once the peer
     /// answers with an ACK (`RINGBTL_SPLICE`; `off`: every payload is copied).
     pub splice_min: Option<usize>,
-    /// A payload longer than this is not lent whatever [`splice_min`](Self::splice_min)
-    /// says: the kernel copies it from the caller's buffers, and its send completes once
-    /// the socket took it (`RINGBTL_SPLICE_MAX`; `0`: no bound). Lending moves at most a
-    /// pipe's capacity (1 MiB) per `vmsplice`, and a longer payload waits for the socket
-    /// to drain the pipe before its next step; from 2 MiB up the copy streamed faster on
-    /// loopback (1.06x at 2 MiB under reno, 1.16-1.42x at 2-8 MiB under bbr) and, under
-    /// bbr, answered a ping-pong sooner (0.64-0.72x). See "Large messages" in the README.
+    /// A payload longer than this that has other messages queued behind it or lent pages
+    /// of its peer ahead of it (a stream's) is not lent whatever
+    /// [`splice_min`](Self::splice_min) says: the kernel copies it from the caller's
+    /// buffers, and its send completes once the socket took it (`RINGBTL_SPLICE_MAX`;
+    /// `0`: no bound). Lending moves at most a pipe's capacity (1 MiB) per `vmsplice`, and
+    /// a longer payload waits for the socket to drain the pipe before its next step: from
+    /// 2 MiB up such streams ran faster copied. A payload that finds its peer idle (see
+    /// [`splice_idle`](Self::splice_idle)) is lent above the bound too: in MPI (ob1's
+    /// ping-pong of PUTs) the copied ones took 1.15-1.27x as long at 1 and 4 MiB. See
+    /// "Large messages" in the README.
     pub splice_max: Option<usize>,
     /// A payload of [`IDLE_COPY_MIN`] up to this many bytes (at most
     /// [`IDLE_COPY_PACED_MAX`] on a connection whose congestion control paces its
@@ -479,8 +482,9 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             unit: Unit::Bytes,
             off: "off",
         },
-        meaning: "payloads longer than this are not lent whatever RINGBTL_SPLICE says: the \
-                  kernel copies them from the caller's buffers",
+        meaning: "payloads longer than this are not lent, unless they find their peer idle, \
+                  whatever RINGBTL_SPLICE says: the kernel copies them from the caller's \
+                  buffers",
         access: Access::Num {
             get: |c| c.splice_max.map(|n| n as u64),
             put: |c, v| c.splice_max = v.map(|n| n as usize),

@@ -295,14 +295,15 @@ impl Core {
             let f = ep.queue.pop_front().expect("front exists");
             let (hdr, cookie) = (f.hdr, f.cookie);
             // A payload this large lends its pages (spliced, not copied): the header asks
-            // the peer for an ACK, and the send completes on it. Unless it is larger than
-            // one trip through the lending pipe (`CoreConfig::splice_max`), or the peer
-            // is idle, waiting for this message alone (`CoreConfig::splice_idle`).
+            // the peer for an ACK, and the send completes on it. Unless it is a stream's
+            // and larger than one trip through the lending pipe (`CoreConfig::splice_max`),
+            // or the peer is idle, waiting for this message alone and it is short enough
+            // to copy (`CoreConfig::splice_idle`).
             let len = hdr.len as usize;
+            let idle = data_first && ep.queue.is_empty() && ep.lent.is_empty();
             let lendable = f.nsegs > 0
                 && splice_min.is_some_and(|m| len >= m)
-                && splice_max.is_none_or(|m| len <= m);
-            let idle = data_first && ep.queue.is_empty() && ep.lent.is_empty();
+                && (idle || splice_max.is_none_or(|m| len <= m));
             let idle_copy =
                 lendable && idle && len >= IDLE_COPY_MIN && splice_idle.is_some_and(|m| len <= m);
             let lend = lendable && !idle_copy;

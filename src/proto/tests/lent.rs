@@ -409,10 +409,10 @@ fn an_idle_payload_outside_the_copy_range_is_lent() {
     );
 }
 
-/// A payload longer than `splice_max` is not lent, in a stream too: it asks for no ACK and
+/// A stream's payload longer than `splice_max` is not lent: it asks for no ACK and
 /// completes once written, while one of exactly `splice_max` bytes is lent and completes
 /// on the peer's ACK, with the written frame behind it. Without the bound all three are
-/// lent.
+/// lent. One that finds its peer idle is lent above the bound too.
 #[test]
 fn a_payload_above_splice_max_is_copied_and_completes_when_written() {
     const MAX: usize = 64 * 1024;
@@ -456,6 +456,17 @@ fn a_payload_above_splice_max_is_copied_and_completes_when_written() {
             all,
             [(over, true), (at, true), (behind, true)],
             "seed {seed}, {splice_max:?}: all done after the ACKs"
+        );
+        // Alone, finding its peer idle: lent above the bound too.
+        let alone = net.send(0, 1, 5, vec![5; MAX + 8]).unwrap();
+        net.run(false);
+        let asks: Vec<bool> = headers(&net.raw_read(r)).iter().map(|h| h.ack).collect();
+        assert_eq!(asks, [true], "seed {seed}, {splice_max:?}: alone");
+        net.raw_write(r, &ack());
+        net.drive();
+        assert!(
+            done(&net, 0).contains(&(alone, true)),
+            "seed {seed}: alone, done on its ACK"
         );
         assert!(net.failed_events(0).is_empty(), "seed {seed}");
     }
