@@ -1292,28 +1292,7 @@ fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
         );
     }
     // One way, all at once: lent (the pages went through a pipe).
-    let seen = Rc::new(Cell::new(0u32));
-    let s = seen.clone();
-    b.register(Tag(9), move |_, am| {
-        assert!(
-            am.payload == &body(s.get())[..],
-            "stream message {} differs",
-            s.get()
-        );
-        s.set(s.get() + 1);
-    })
-    .unwrap();
-    let comp = completions(&mut a);
-    for i in 0..N {
-        a.send(PeerId(1), Tag(9), &[body(i)], u64::from(i)).unwrap();
-    }
-    drive(
-        &mut [&mut a, &mut b],
-        Duration::from_secs(60),
-        "large stream",
-        || seen.get() == N && comp.borrow().len() == N as usize,
-    );
-    common::assert_all_ok_in_order(&comp.borrow(), N as usize);
+    stream_at_once(&mut a, &mut b, Tag(9), N, body, "large stream");
     let st = a.stats();
     assert!(
         st.idle_copies - sa.idle_copies <= 2 && st.spliced_bytes >= u64::from(N - 2) * LEN as u64,
@@ -1333,35 +1312,46 @@ fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
                 .collect::<Vec<u8>>(),
         )
     };
-    let seen = Rc::new(Cell::new(0u32));
-    let s = seen.clone();
-    b.register(Tag(10), move |_, am| {
-        assert!(
-            am.payload == &over(s.get())[..],
-            "long message {} differs",
-            s.get()
-        );
-        s.set(s.get() + 1);
-    })
-    .unwrap();
-    comp.borrow_mut().clear();
-    for i in 0..M {
-        a.send(PeerId(1), Tag(10), &[over(i)], u64::from(i))
-            .unwrap();
-    }
-    drive(
-        &mut [&mut a, &mut b],
-        Duration::from_secs(60),
-        "stream of long messages",
-        || seen.get() == M && comp.borrow().len() == M as usize,
-    );
-    common::assert_all_ok_in_order(&comp.borrow(), M as usize);
+    stream_at_once(&mut a, &mut b, Tag(10), M, over, "stream of long messages");
     let after = a.stats();
     assert!(
         after.spliced_bytes - st.spliced_bytes <= 2 * OVER as u64,
         "{}: a stream's payload above splice_max was lent: {after:?}",
         a.backend_name()
     );
+}
+
+/// Sends `n` messages `body(0..n)` from `a` to `b` on `tag` all at once, and drives both
+/// until `b` has checked each (content and order) and every send completed, in order.
+fn stream_at_once(
+    a: &mut Transport,
+    b: &mut Transport,
+    tag: Tag,
+    n: u32,
+    body: impl Fn(u32) -> Bytes + 'static,
+    what: &str,
+) {
+    let seen = Rc::new(Cell::new(0u32));
+    let s = seen.clone();
+    let body = Rc::new(body);
+    let expect = body.clone();
+    b.register(tag, move |_, am| {
+        assert!(
+            am.payload == &expect(s.get())[..],
+            "{tag:?}: message {} differs",
+            s.get()
+        );
+        s.set(s.get() + 1);
+    })
+    .unwrap();
+    let comp = completions(a);
+    for i in 0..n {
+        a.send(PeerId(1), tag, &[body(i)], u64::from(i)).unwrap();
+    }
+    drive(&mut [a, b], Duration::from_secs(60), what, || {
+        seen.get() == n && comp.borrow().len() == n as usize
+    });
+    common::assert_all_ok_in_order(&comp.borrow(), n as usize);
 }
 
 /// Skips (saying so) where the kernel has no `bbr`.

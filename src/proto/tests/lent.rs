@@ -356,17 +356,25 @@ fn a_payload_that_finds_its_peer_idle_is_copied_and_a_stream_is_lent() {
     }
 }
 
-/// Node 0 with `splice_idle` and a confirmed raw peer, whose connection paces or not: the
-/// net, the raw peer's socket and node 0's connection.
-fn paced_raw_pair(seed: u64, splice_idle: Option<usize>, paced: bool) -> (Net, usize, ConnKey) {
+/// Node 0 and a confirmed raw peer, both configured as [`cfg`] changed by `f`: the net
+/// and the raw peer's socket.
+fn raw_pair_with(seed: u64, f: impl Fn(&mut CoreConfig)) -> (Net, usize) {
     let cfgs = (0..2)
-        .map(|n| CoreConfig {
-            splice_idle,
-            ..cfg(n)
+        .map(|n| {
+            let mut c = cfg(n);
+            f(&mut c);
+            c
         })
         .collect();
     let mut net = Net::new(seed, cfgs);
     let r = confirmed_raw_peer(&mut net);
+    (net, r)
+}
+
+/// Node 0 with `splice_idle` and a confirmed raw peer, whose connection paces or not: the
+/// net, the raw peer's socket and node 0's connection.
+fn paced_raw_pair(seed: u64, splice_idle: Option<usize>, paced: bool) -> (Net, usize, ConnKey) {
+    let (mut net, r) = raw_pair_with(seed, |c| c.splice_idle = splice_idle);
     let conn = net.socks[r].other.and_then(|s| net.socks[s].key).unwrap();
     net.core(0).set_paced(conn, paced);
     (net, r, conn)
@@ -417,14 +425,7 @@ fn an_idle_payload_outside_the_copy_range_is_lent() {
 fn a_payload_above_splice_max_is_copied_and_completes_when_written() {
     const MAX: usize = 64 * 1024;
     for (seed, splice_max) in (0..6).map(|s| (s, (s % 3 != 2).then_some(MAX))) {
-        let cfgs = (0..2)
-            .map(|n| CoreConfig {
-                splice_max,
-                ..cfg(n)
-            })
-            .collect();
-        let mut net = Net::new(seed, cfgs);
-        let r = confirmed_raw_peer(&mut net);
+        let (mut net, r) = raw_pair_with(seed, |c| c.splice_max = splice_max);
         let over = net.send(0, 1, 2, vec![2; MAX + 8]).unwrap();
         let at = net.send(0, 1, 3, vec![3; MAX]).unwrap();
         let behind = net.send(0, 1, 4, vec![4; MAX + 8]).unwrap();
