@@ -1262,8 +1262,7 @@ fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
 /// message finding its peer idle: no page is lent and no ACK is owed. A stream of them
 /// sent at once is lent, but for the first, which leaves alone from the send call; a
 /// stream of 2 MiB ones (above `splice_max`) is not, but for those that find their peer
-/// idle. Every payload arrives whole and in
-/// order.
+/// idle. Every payload arrives whole and in order.
 fn large_ping_pong_is_copied_and_a_large_stream_is_lent(kind: BackendKind) {
     const LEN: usize = 512 * 1024;
     const N: u32 = 8;

@@ -1,6 +1,6 @@
 /*
- * spin.h: the plain-socket loops of tools/floor.c, tools/rate-floor.c,
- * tools/stripe-floor.c and tools/ack-floor.c, the floors that ringbtl is measured against: a TCP_NODELAY socket
+ * spin.h: the plain-socket loops of tools/floor.c, tools/rate-floor.c, tools/stripe-floor.c
+ * and tools/ack-floor.c, the floors that ringbtl is measured against: a TCP_NODELAY socket
  * whose non-blocking send and recv are spun until the whole message has moved (no poll,
  * no wait in the kernel); their clock and the order of their samples; and, for a program
  * that defines _GNU_SOURCE, pinning to a CPU.
