@@ -5,18 +5,23 @@
 # (or moves it), side by side in one run rather than against numbers from another day.
 #
 # Usage: tools/ab.sh [--runs N] [--backend uring|epoll] [--lat-sizes L] [--bw-sizes L]
-#                    [--rate-sizes L] [--rate-window W] [--rate-iters N] A_BIN B_BIN
+#                    [--rate-sizes L] [--rate-window W] [--rate-iters N]
+#                    [--hosts [--cc ALGO]] A_BIN B_BIN
 #   A_BIN, B_BIN: two ringbtl-bench executables (e.g. built from two commits), or two
 #   scripts that run one with different settings (`exec env RINGBTL_X=.. ringbtl-bench "$@"`).
 # Measures: latency p50 at 8 B, 64 KiB and 1 MiB; bandwidth at 1 MiB; message rate at 8 B
 # (each list may be changed; an empty one, "", skips that benchmark), in windows of
 # --rate-window messages (default 64, osu_mbw_mr's), --rate-iters of them (default the
 # benchmark's: 100, OSU's; 3,000 or more for a window of 256, whose 100 take milliseconds).
+# --hosts: between two network namespaces made here (rbtlab-h0, rbtlab-h1, removed on exit;
+# needs root and iproute2) joined by a veth pair, one rank in each (rank 0 on CPU 0 in h0,
+# rank 1 on CPU 1 in h1, wired up by RINGBTL_WIREUP=env), both namespaces' congestion
+# control --cc (default: the system's); the latency is the launcher table's p50.
 set -euo pipefail
 
 runs=5
 backend=uring
-lat=8,64K,1M bw=1M rate=8 rate_window=64 rate_iters=
+lat=8,64K,1M bw=1M rate=8 rate_window=64 rate_iters= hosts= cc=
 while [ $# -gt 2 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -26,10 +31,12 @@ while [ $# -gt 2 ]; do
     --rate-sizes) rate=$2; shift 2 ;;
     --rate-window) rate_window=$2; shift 2 ;;
     --rate-iters) rate_iters=$2; shift 2 ;;
+    --hosts) hosts=1; shift ;;
+    --cc) cc=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-[ $# -eq 2 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
+[ $# -eq 2 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
 rate_opts=(--window "$rate_window")
 [ -z "$rate_iters" ] || rate_opts+=(--iters "$rate_iters" --warmup $((rate_iters / 10)))
 a=$1 b=$2
@@ -37,8 +44,56 @@ for x in "$a" "$b"; do [ -x "$x" ] || { echo "not an executable: $x" >&2; exit 2
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+
+# Two namespace hosts: H0 (rank 0) and H1 (rank 1).
+NS0=rbtlab-h0 NS1=rbtlab-h1 H0=10.211.0.1 H1=10.211.0.2 port=47000
+if [ -n "$hosts" ]; then
+  [ "$(id -u)" = 0 ] || { echo "--hosts needs root (network namespaces)" >&2; exit 2; }
+  trap 'ip netns del $NS0 2>/dev/null; ip netns del $NS1 2>/dev/null; rm -rf "$out"' EXIT
+  for ns in $NS0 $NS1; do
+    ip netns del $ns 2>/dev/null || true
+    ip netns add $ns
+    ip -n $ns link set lo up
+    [ -z "$cc" ] || ip netns exec $ns sysctl -qw "net.ipv4.tcp_congestion_control=$cc"
+  done
+  ip -n $NS0 link add rbab type veth peer name rbab netns $NS1
+  ip -n $NS0 addr add $H0/24 dev rbab
+  ip -n $NS1 addr add $H1/24 dev rbab
+  ip -n $NS0 link set rbab up
+  ip -n $NS1 link set rbab up
+fi
+# One benchmark between the hosts (binary, subcommand, its arguments): rank 0's JSON lines
+# on stdout (the latency table's p50 turned into one).
+pair() {
+  local bin=$1 sub=$2; shift 2
+  port=$((port + 1))
+  local env=(env RINGBTL_SIZE=2 "RINGBTL_ROOT=$H0:$port" RINGBTL_WIREUP=env
+    RINGBTL_IF_INCLUDE=rbab RINGBTL_BACKEND="$backend")
+  local json=(--json)
+  [ "$sub" != latency ] || json=()
+  timeout 300 ip netns exec $NS1 taskset -c 1 "${env[@]}" RINGBTL_RANK=1 "$bin" "$sub" \
+    "${json[@]}" "$@" >/dev/null 2>"$out/r1.err" &
+  local p1=$!
+  timeout 300 ip netns exec $NS0 taskset -c 0 "${env[@]}" RINGBTL_RANK=0 "$bin" "$sub" \
+    "${json[@]}" "$@" 2>"$out/r0.err" >"$out/r0.out" || { cat "$out/r0.err" >&2; exit 1; }
+  wait $p1 || { cat "$out/r1.err" >&2; exit 1; }
+  if [ "$sub" = latency ]; then
+    # Under a launcher the latency table is "size avg min max p50".
+    awk '$1 ~ /^[0-9]+$/ && NF >= 5 {
+      printf "{\"bench\":\"latency\",\"size\":%s,\"p50_us\":%s}\n", $1, $5 }' "$out/r0.out"
+  else
+    grep '^{' "$out/r0.out"
+  fi
+}
 one() { # label binary
   local label=$1 bin=$2
+  if [ -n "$hosts" ]; then
+    [ -z "$lat" ] || pair "$bin" latency --sizes "$lat" | sed "s/^/$label /" >>"$out/lines"
+    [ -z "$bw" ] || pair "$bin" bw --sizes "$bw" | sed "s/^/$label /" >>"$out/lines"
+    [ -z "$rate" ] || pair "$bin" rate --sizes "$rate" --prewarm 0 "${rate_opts[@]}" \
+      | sed "s/^/$label /" >>"$out/lines"
+    return
+  fi
   [ -z "$lat" ] || "$bin" latency --pin --json --backend "$backend" --sizes "$lat" \
     | sed "s/^/$label /" >>"$out/lines"
   [ -z "$bw" ] || "$bin" bw --pin --json --backend "$backend" --sizes "$bw" --prewarm 500000000 \
@@ -52,9 +107,11 @@ for i in $(seq 1 "$runs"); do
   if [ $((i % 2)) -eq 1 ]; then one A "$a"; one B "$b"; else one B "$b"; one A "$a"; fi
 done
 
-python3 - "$out/lines" "$runs" "$backend" <<'EOF'
+where=loopback
+[ -z "$hosts" ] || where="two namespace hosts, congestion control ${cc:-of the system}"
+python3 - "$out/lines" "$runs" "$backend" "$where" <<'EOF'
 import json, statistics, sys
-path, runs, backend = sys.argv[1], sys.argv[2], sys.argv[3]
+path, runs, backend, where = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 vals = {}
 for line in open(path):
     label, _, js = line.partition(" ")
@@ -68,7 +125,7 @@ for line in open(path):
     else:
         key, v, better = (f"rate {r['size']} B (msg/s)", r["msg_s"], "higher")
     vals.setdefault((key, better), {}).setdefault(label, []).append(v)
-print(f"# A/B, backend {backend}, {runs} alternating runs, medians; ratio = B / A")
+print(f"# A/B, backend {backend}, {where}, {runs} alternating runs, medians; ratio = B / A")
 print(f"{'metric':32} {'A':>14} {'B':>14} {'B/A':>7}  better")
 for (key, better), d in vals.items():
     ma, mb = statistics.median(d.get("A", [float("nan")])), statistics.median(d.get("B", [float("nan")]))
