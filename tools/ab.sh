@@ -37,6 +37,8 @@ while [ $# -gt 2 ]; do
   esac
 done
 [ $# -eq 2 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
+[ -z "$cc" ] || [ -n "$hosts" ] \
+  || { echo "--cc needs --hosts (on loopback RINGBTL_TCP_CONGESTION chooses)" >&2; exit 2; }
 rate_opts=(--window "$rate_window")
 [ -z "$rate_iters" ] || rate_opts+=(--iters "$rate_iters" --warmup $((rate_iters / 10)))
 a=$1 b=$2

@@ -103,4 +103,17 @@ done
   || { echo "tools/stripe-floor.c printed no ratio"; exit 1; }
 "$out/ack-floor" reno 131072 2 5 | grep -qE '"ratio_quick":[0-9.]+,"ratio_rndv":[0-9]' \
   || { echo "tools/ack-floor.c printed no ratios"; exit 1; }
+# The A/B script, on loopback and between two namespace hosts: one run of each benchmark,
+# a ratio for every metric.
+bench="${CARGO_TARGET_DIR:-target}/release/ringbtl-bench"
+for where in loopback hosts; do
+  opts=()
+  [ "$where" = loopback ] || opts=(--hosts --cc reno)
+  tools/ab.sh --runs 1 "${opts[@]}" --lat-sizes 8 --bw-sizes 64K --rate-sizes 8 \
+    "$bench" "$bench" >"$out/ab" 2>&1 || { cat "$out/ab"; exit 1; }
+  for metric in "latency p50 8 B" "bw 65536 B" "rate 8 B"; do
+    grep -qE "^$metric .* [0-9]+\.[0-9]+ +(lower|higher)$" "$out/ab" \
+      || { echo "tools/ab.sh ($where): no '$metric' ratio in:"; cat "$out/ab"; exit 1; }
+  done
+done
 rm -rf "$out"
