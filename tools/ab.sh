@@ -64,11 +64,11 @@ if [ -n "$hosts" ]; then
   ip -n $NS0 link set rbab up
   ip -n $NS1 link set rbab up
 fi
-# One benchmark between the hosts (binary, subcommand, its arguments): rank 0's JSON lines
-# on stdout (the latency table's p50 turned into one).
+# One benchmark between the hosts (wire-up port, binary, subcommand, its arguments): rank
+# 0's JSON lines on stdout (the latency table's p50 turned into one). Runs in a pipeline's
+# subshell: the caller counts the ports.
 pair() {
-  local bin=$1 sub=$2; shift 2
-  port=$((port + 1))
+  local port=$1 bin=$2 sub=$3; shift 3
   local env=(env RINGBTL_SIZE=2 "RINGBTL_ROOT=$H0:$port" RINGBTL_WIREUP=env
     RINGBTL_IF_INCLUDE=rbab RINGBTL_BACKEND="$backend")
   local json=(--json)
@@ -90,9 +90,11 @@ pair() {
 one() { # label binary
   local label=$1 bin=$2
   if [ -n "$hosts" ]; then
-    [ -z "$lat" ] || pair "$bin" latency --sizes "$lat" | sed "s/^/$label /" >>"$out/lines"
-    [ -z "$bw" ] || pair "$bin" bw --sizes "$bw" | sed "s/^/$label /" >>"$out/lines"
-    [ -z "$rate" ] || pair "$bin" rate --sizes "$rate" --prewarm 0 "${rate_opts[@]}" \
+    port=$((port + 3)) # a port of its own for each benchmark of this run
+    [ -z "$lat" ] || pair $((port - 2)) "$bin" latency --sizes "$lat" \
+      | sed "s/^/$label /" >>"$out/lines"
+    [ -z "$bw" ] || pair $((port - 1)) "$bin" bw --sizes "$bw" | sed "s/^/$label /" >>"$out/lines"
+    [ -z "$rate" ] || pair "$port" "$bin" rate --sizes "$rate" --prewarm 0 "${rate_opts[@]}" \
       | sed "s/^/$label /" >>"$out/lines"
     return
   fi
