@@ -42,7 +42,8 @@ pub struct SocketConfig {
     /// (1 MiB p50 +17 %, streams -13 %), so connections that do not pace send whole
     /// batches. So do loopback peers whatever their congestion control: there, under
     /// BBR, whole batches moved 4 MiB streams 1.5x as fast, and in MPI (ob1 over btl
-    /// ringbtl) took the 1 MiB ping-pong from 221 to 116 us.
+    /// ringbtl) took the median 1 MiB ping-pong of 9 runs from 221 to 116 us (its runs
+    /// fall at about 100 or about 200 us under BBR there, see the README).
     pub paced_send_chunk: Option<usize>,
     /// On connections whose congestion control paces (BBR), a large message that finds
     /// its peer idle (a ping-pong's, a request's answer) is copied up to
