@@ -52,17 +52,12 @@ NS0=rbtlab-h0 NS1=rbtlab-h1 H0=10.211.0.1 H1=10.211.0.2 port=47000
 if [ -n "$hosts" ]; then
   [ "$(id -u)" = 0 ] || { echo "--hosts needs root (network namespaces)" >&2; exit 2; }
   trap 'ip netns del $NS0 2>/dev/null; ip netns del $NS1 2>/dev/null; rm -rf "$out"' EXIT
+  # shellcheck source=tools/hostpair.sh
+  . "$(dirname "$0")/hostpair.sh"
+  hostpair_up $NS0 $NS1 rbab $H0 $H1
   for ns in $NS0 $NS1; do
-    ip netns del $ns 2>/dev/null || true
-    ip netns add $ns
-    ip -n $ns link set lo up
     [ -z "$cc" ] || ip netns exec $ns sysctl -qw "net.ipv4.tcp_congestion_control=$cc"
   done
-  ip -n $NS0 link add rbab type veth peer name rbab netns $NS1
-  ip -n $NS0 addr add $H0/24 dev rbab
-  ip -n $NS1 addr add $H1/24 dev rbab
-  ip -n $NS0 link set rbab up
-  ip -n $NS1 link set rbab up
 fi
 # One benchmark between the hosts (wire-up port, binary, subcommand, its arguments): rank
 # 0's JSON lines on stdout (the latency table's p50 turned into one). Runs in a pipeline's
@@ -80,9 +75,9 @@ pair() {
     "${json[@]}" "$@" 2>"$out/r0.err" >"$out/r0.out" || { cat "$out/r0.err" >&2; exit 1; }
   wait $p1 || { cat "$out/r1.err" >&2; exit 1; }
   if [ "$sub" = latency ]; then
-    # Under a launcher the latency table is "size avg min max p50".
-    awk '$1 ~ /^[0-9]+$/ && NF >= 5 {
-      printf "{\"bench\":\"latency\",\"size\":%s,\"p50_us\":%s}\n", $1, $5 }' "$out/r0.out"
+    launcher_p50 "$out/r0.out" | while read -r size p50; do
+      echo "{\"bench\":\"latency\",\"size\":$size,\"p50_us\":$p50}"
+    done
   else
     grep '^{' "$out/r0.out"
   fi

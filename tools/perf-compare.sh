@@ -202,16 +202,12 @@ cleanup() {
 trap cleanup EXIT
 
 # ----- network: rbtlp-lo (loopback only), rbtlp-h0 <-veth rbp-> rbtlp-h1 ---------------
-for ns in "$NS_LO" "$NS_H0" "$NS_H1"; do
-    [ -e "/run/netns/$ns" ] && ip netns delete "$ns"
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-done
-ip -n "$NS_H0" link add rbp type veth peer name rbp netns "$NS_H1"
-ip -n "$NS_H0" addr add "$H0/24" dev rbp
-ip -n "$NS_H1" addr add "$H1/24" dev rbp
-ip -n "$NS_H0" link set rbp up
-ip -n "$NS_H1" link set rbp up
+# shellcheck source=tools/hostpair.sh
+. "$HERE/hostpair.sh"
+[ ! -e "/run/netns/$NS_LO" ] || ip netns delete "$NS_LO"
+ip netns add "$NS_LO"
+ip -n "$NS_LO" link set lo up
+hostpair_up "$NS_H0" "$NS_H1" rbp "$H0" "$H1"
 set_cc() { # cc: every namespace's default congestion control
     local ns
     for ns in "$NS_LO" "$NS_H0" "$NS_H1"; do
@@ -374,9 +370,7 @@ run_ringbtl() { # backend cc where run
                 >"$TMP/r0.out" 2>"$TMP/r0.err" || echo "  ringbtl-$be $sub ($cc, $where) failed" >&2
             wait $pid1 2>/dev/null || true
             case $sub in
-                # Under a launcher the latency table is "size avg min max p50".
-                latency) awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $1, $5 }' "$TMP/r0.out" \
-                    | record "ringbtl-$be" "$cc" "$where" lat "$run" ;;
+                latency) launcher_p50 "$TMP/r0.out" | record "ringbtl-$be" "$cc" "$where" lat "$run" ;;
                 bw) jsonpick mb_s bw <"$TMP/r0.out" | record "ringbtl-$be" "$cc" "$where" bw "$run" ;;
                 rate) jsonpick msg_s rate <"$TMP/r0.out" | record "ringbtl-$be" "$cc" "$where" rate "$run" ;;
             esac
