@@ -534,11 +534,12 @@ fn coalesced_small_messages_keep_order(kind: BackendKind) {
     );
 }
 
-/// With `send_chunk` = 4 KiB every large message leaves in many send calls (counted),
-/// interleaved with small ones; each arrives whole, in order, checked byte by byte, and
-/// completes once.
+/// With `send_chunk` = 128 KiB (cut at whole segments: one 65,483-byte segment on
+/// loopback, never more than the chunk) every large message leaves in many send calls
+/// (counted), interleaved with small ones; each arrives whole, in order, checked byte by
+/// byte, and completes once.
 fn chunked_large_sends_arrive_whole(kind: BackendKind) {
-    const CHUNK: usize = 4096;
+    const CHUNK: usize = 128 * 1024;
     let (mut a, mut b) = pair_with(kind, |c| c.socket.send_chunk = Some(CHUNK));
     let large_bytes = alternating_stream(&mut a, &mut b, 16);
     let st = a.stats();

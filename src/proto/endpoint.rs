@@ -490,6 +490,17 @@ impl Core {
         }
     }
 
+    /// Whether the payloads of a stream on `conn` (messages queued behind each other, or
+    /// behind lent pages) may be lent ([`CoreConfig::splice_min`](crate::CoreConfig::splice_min),
+    /// up to [`CoreConfig::splice_max`](crate::CoreConfig::splice_max)), as the driver,
+    /// which chose the connection's send calls, decides; when not, they are copied, and
+    /// only a payload that finds its peer idle is lent. Lent until said.
+    pub fn set_stream_lending(&mut self, conn: ConnKey, on: bool) {
+        if let Some(c) = slot(&mut self.conns, conn.0) {
+            c.lend_streams = on;
+        }
+    }
+
     /// On `conn`, once a large message that found its peer idle (a ping-pong's, a
     /// request's) has left, the driver sets the socket to acknowledge at once
     /// (`TCP_QUICKACK`), as [`handle_sent`](Self::handle_sent) says; and such a

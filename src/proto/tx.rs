@@ -270,6 +270,7 @@ impl Core {
                 m
             }
         });
+        let lend_streams = c.lend_streams;
         let Some(batch) = c.tx.as_mut() else { return }; // in flight: next completion refills
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
@@ -296,14 +297,15 @@ impl Core {
             let (hdr, cookie) = (f.hdr, f.cookie);
             // A payload this large lends its pages (spliced, not copied): the header asks
             // the peer for an ACK, and the send completes on it. Unless it is a stream's
-            // and larger than one trip through the lending pipe (`CoreConfig::splice_max`),
+            // and larger than one trip through the lending pipe (`CoreConfig::splice_max`)
+            // or on a connection that lends no stream (`Core::set_stream_lending`),
             // or the peer is idle, waiting for this message alone and it is short enough
             // to copy (`CoreConfig::splice_idle`).
             let len = hdr.len as usize;
             let idle = data_first && ep.queue.is_empty() && ep.lent.is_empty();
             let lendable = f.nsegs > 0
                 && splice_min.is_some_and(|m| len >= m)
-                && (idle || splice_max.is_none_or(|m| len <= m));
+                && (idle || (lend_streams && splice_max.is_none_or(|m| len <= m)));
             let idle_copy =
                 lendable && idle && len >= IDLE_COPY_MIN && splice_idle.is_some_and(|m| len <= m);
             let lend = lendable && !idle_copy;

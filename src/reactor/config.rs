@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
+use super::op::Chunks;
 use super::BackendKind;
 use crate::param::{parse_int, Access, Kind, Param, Params, Unit};
 
@@ -28,10 +29,13 @@ pub struct SocketConfig {
     /// Most bytes handed to the kernel by one send call (`RINGBTL_SEND_CHUNK`,
     /// 4 KiB..=1 GiB, 0 = no limit). A larger batch (a large payload, or many coalesced
     /// frames) leaves in several consecutive calls on the same connection; the bytes on
-    /// the wire are the same. Off by default: it pays only on connections to other hosts
-    /// under a pacing congestion control (BBR), see
+    /// the wire are the same. Like every chunk, it is rounded down to whole segments of
+    /// the connection (see [`paced_copy_chunk`](Self::paced_copy_chunk)). Off by
+    /// default: it pays only under a pacing congestion control (BBR), see
     /// [`paced_send_chunk`](Self::paced_send_chunk) and "Large messages" in the README.
-    /// When set, it applies to every connection and `paced_send_chunk` is ignored.
+    /// When set, it applies to every connection, to copied and lent bytes alike, and
+    /// `paced_send_chunk` and `paced_copy_chunk` are ignored (streams stay copied on
+    /// paced connections while `paced_copy_chunk` is set).
     pub send_chunk: Option<usize>,
     /// Most bytes one send call hands to the kernel on a connection to another host
     /// whose congestion control paces its sending (BBR), when
@@ -40,11 +44,29 @@ pub struct SocketConfig {
     /// messages"): between namespace hosts under BBR, 256 KiB calls made 1 MiB streams
     /// 1.6x and 4 MiB streams 1.2-1.45x as fast as whole batches; under reno they cost
     /// (1 MiB p50 +17 %, streams -13 %), so connections that do not pace send whole
-    /// batches. So do loopback peers whatever their congestion control: there, under
-    /// BBR, whole batches moved 4 MiB streams 1.5x as fast, and in MPI (ob1 over btl
-    /// ringbtl) took the median 1 MiB ping-pong of 9 runs from 221 to 116 us (its runs
-    /// fall at about 100 or about 200 us under BBR there, see the README).
+    /// batches. Copied bytes go in the smaller calls of
+    /// [`paced_copy_chunk`](Self::paced_copy_chunk). Towards loopback peers under BBR
+    /// lent pages are spliced whole: there 256 KiB calls had cost (whole ones moved 4 MiB
+    /// streams 1.5x as fast, and in MPI, ob1 over btl ringbtl, took the median 1 MiB
+    /// ping-pong of 9 runs from 221 to 116 us).
     pub paced_send_chunk: Option<usize>,
+    /// On connections whose congestion control paces its sending (BBR), when
+    /// [`send_chunk`](Self::send_chunk) is not set: the most bytes one call copies into
+    /// the socket (lent pages keep [`paced_send_chunk`](Self::paced_send_chunk) towards
+    /// other hosts, whole pipe-fulls towards loopback peers), and the payloads of a
+    /// stream (messages queued behind each other) are copied rather than lent; those that
+    /// find their peer idle are lent as elsewhere (`RINGBTL_PACED_COPY_CHUNK`,
+    /// 4 KiB..=1 GiB, 0 = off: copied bytes in the calls of lent ones, and lent streams;
+    /// default 64 KiB). The default `reno` of loopback peers does not pace.
+    ///
+    /// Every chunk is rounded down to whole segments of its connection (`TCP_MAXSEG`,
+    /// 65,483 bytes on loopback, 1,448 on an Ethernet MTU; at least one): a call that
+    /// ends inside a segment leaves a short one on the wire each time. Measured under BBR
+    /// (README, "Large messages"): on loopback, streams of 64 KiB to 4 MiB messages
+    /// 1.4-2.2x as fast as in whole batches with lent pages; between namespace hosts,
+    /// 1 MiB and 4 MiB streams 2-3x as fast as in 256 KiB calls of lent pages. BBR keeps
+    /// a window of a dozen segments there, and long calls and lent streams starve it.
+    pub paced_copy_chunk: Option<usize>,
     /// On connections whose congestion control paces (BBR), a large message that finds
     /// its peer idle (a ping-pong's, a request's answer) is copied up to
     /// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle) rather than lent above
@@ -124,6 +146,7 @@ impl Default for SocketConfig {
             tcp_congestion: Congestion::Auto,
             send_chunk: None,
             paced_send_chunk: Some(256 * 1024),
+            paced_copy_chunk: Some(64 * 1024),
             paced_quick_ack: false,
             tcp_user_timeout: Some(Duration::from_secs(30)),
             keepalive: Some(Keepalive::DEFAULT),
@@ -152,6 +175,7 @@ impl SocketConfig {
             keepalive: self.keepalive,
             send_chunk: self.send_chunk,
             paced_send_chunk: self.paced_send_chunk,
+            paced_copy_chunk: self.paced_copy_chunk,
             paced_quick_ack: self.paced_quick_ack,
             system_paces: paces(&system_congestion()),
             congestion: self.tcp_congestion.clone(),
@@ -179,7 +203,7 @@ impl Params for SocketConfig {
     }
 }
 
-static SOCKET_PARAMS: [Param<SocketConfig>; 15] = [
+static SOCKET_PARAMS: [Param<SocketConfig>; 16] = [
     Param {
         name: "backend",
         var: "RINGBTL_BACKEND",
@@ -259,8 +283,8 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 15] = [
             unit: Unit::Bytes,
             off: "no limit",
         },
-        meaning: "most bytes one send call hands to the kernel; a larger message leaves \
-                  in consecutive calls (same bytes on the wire)",
+        meaning: "most bytes one send call hands to the kernel (whole segments); a larger \
+                  message leaves in consecutive calls (same bytes on the wire)",
         access: Access::Num {
             get: |c| usize_opt(c.send_chunk),
             put: |c, v| c.send_chunk = v.map(|n| n as usize),
@@ -275,12 +299,30 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 15] = [
             unit: Unit::Bytes,
             off: "no limit",
         },
-        meaning: "most bytes one send call hands to the kernel on connections to other \
-                  hosts whose congestion control paces (bbr), unless RINGBTL_SEND_CHUNK \
-                  is set",
+        meaning: "most bytes one send call hands to the kernel (whole segments) on \
+                  connections to other hosts whose congestion control paces (bbr), unless \
+                  RINGBTL_SEND_CHUNK is set",
         access: Access::Num {
             get: |c| usize_opt(c.paced_send_chunk),
             put: |c, v| c.paced_send_chunk = v.map(|n| n as usize),
+        },
+    },
+    Param {
+        name: "paced_copy_chunk",
+        var: "RINGBTL_PACED_COPY_CHUNK",
+        kind: Kind::IntOrOff {
+            lo: 4096,
+            hi: GIB,
+            unit: Unit::Bytes,
+            off: "as lent bytes, lent streams",
+        },
+        meaning: "on connections whose congestion control paces (bbr): a stream's \
+                  payloads are copied, not lent, and copied bytes go in send calls of at \
+                  most this many bytes (whole segments; RINGBTL_SEND_CHUNK instead when \
+                  set)",
+        access: Access::Num {
+            get: |c| usize_opt(c.paced_copy_chunk),
+            put: |c, v| c.paced_copy_chunk = v.map(|n| n as usize),
         },
     },
     Param {
@@ -435,6 +477,8 @@ pub(crate) struct SockOpts {
     /// The same on connections to other hosts whose congestion control paces, when
     /// `send_chunk` is `None`.
     pub(crate) paced_send_chunk: Option<usize>,
+    /// `SocketConfig::paced_copy_chunk`.
+    pub(crate) paced_copy_chunk: Option<usize>,
     /// `SocketConfig::paced_quick_ack`.
     pub(crate) paced_quick_ack: bool,
     /// The system's default congestion control (of this network namespace) paces.
@@ -608,15 +652,32 @@ impl fmt::Display for Keepalive {
 }
 
 impl SockOpts {
-    /// Most bytes one send call hands to the kernel on a connection to `peer`
-    /// (`usize::MAX`: no limit): `send_chunk` when set, else `paced_send_chunk` where the
-    /// peer is on another host and the connection's congestion control (the configured
-    /// one for this peer, or the system's) paces its sending.
-    pub(crate) fn send_chunk_for(&self, peer: &SocketAddr) -> usize {
-        let paced_remote = || !peer.ip().is_loopback() && self.paced_for(peer);
-        self.send_chunk
-            .or(self.paced_send_chunk.filter(|_| paced_remote()))
-            .unwrap_or(usize::MAX)
+    /// Most bytes one send call hands to the kernel on a connection to `peer`, copied
+    /// and lent: `send_chunk` for both when set; else, where the connection's congestion
+    /// control (the configured one for this peer, or the system's) paces its sending,
+    /// `paced_send_chunk` towards other hosts and no limit towards loopback peers, and
+    /// for copied bytes at most `paced_copy_chunk`; no limit elsewhere.
+    pub(crate) fn send_chunks_for(&self, peer: &SocketAddr) -> Chunks {
+        if let Some(n) = self.send_chunk {
+            return Chunks { copy: n, splice: n };
+        }
+        if !self.paced_for(peer) {
+            return Chunks::WHOLE;
+        }
+        let splice = match self.paced_send_chunk {
+            Some(n) if !peer.ip().is_loopback() => n,
+            _ => usize::MAX,
+        };
+        Chunks {
+            copy: self.paced_copy_chunk.map_or(splice, |n| n.min(splice)),
+            splice,
+        }
+    }
+
+    /// Whether the payloads of a stream to `peer` (messages queued behind each other)
+    /// may be lent: not on a paced connection while `paced_copy_chunk` is set.
+    pub(crate) fn lends_streams_for(&self, peer: &SocketAddr) -> bool {
+        self.paced_copy_chunk.is_none() || !self.paced_for(peer)
     }
 
     /// Whether a connection to `peer` copies the large messages that find their peer idle
@@ -651,13 +712,15 @@ fn system_congestion() -> String {
 mod tests {
     use super::*;
 
-    /// The send chunk follows the connection's congestion control and its peer: the paced
-    /// chunk towards other hosts where it paces (bbr, configured or the system's), none
-    /// where it does not nor towards loopback peers, and an explicit `send_chunk` for
-    /// every connection.
+    /// The send chunks follow the connection's congestion control and its peer: where it
+    /// paces (bbr, configured or the system's), the copy chunk for copied bytes and no
+    /// lent streams, lent pages in the paced chunk towards other hosts and whole towards
+    /// loopback peers; whole batches and lent streams where it does not; an explicit
+    /// `send_chunk` for both on every connection.
     #[test]
-    fn send_chunk_follows_the_congestion_control() {
+    fn send_chunks_follow_the_congestion_control() {
         let lo: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let lo6: SocketAddr = "[::1]:1".parse().unwrap();
         let remote: SocketAddr = "192.0.2.1:1".parse().unwrap();
         let opts =
             |congestion: Congestion, system_paces: bool, send_chunk: Option<usize>| SockOpts {
@@ -665,54 +728,51 @@ mod tests {
                 system_paces,
                 send_chunk,
                 paced_send_chunk: Some(256 << 10),
+                paced_copy_chunk: Some(64 << 10),
                 ..SockOpts::default()
             };
+        let chunks = |copy: usize, splice: usize| Chunks { copy, splice };
+        let paced_remote = chunks(64 << 10, 256 << 10);
+        let paced_local = chunks(64 << 10, usize::MAX);
         let bbr = Congestion::Use("bbr".into());
         let reno = Congestion::Use("reno".into());
-        assert_eq!(
-            opts(bbr.clone(), false, None).send_chunk_for(&remote),
-            256 << 10
-        );
-        // Loopback peers send whole batches under bbr too.
-        assert_eq!(
-            opts(bbr.clone(), false, None).send_chunk_for(&lo),
-            usize::MAX
-        );
-        let lo6: SocketAddr = "[::1]:1".parse().unwrap();
-        assert_eq!(
-            opts(bbr.clone(), false, None).send_chunk_for(&lo6),
-            usize::MAX
-        );
-        assert_eq!(opts(reno, true, None).send_chunk_for(&remote), usize::MAX);
+        let o = opts(bbr.clone(), false, None);
+        assert_eq!(o.send_chunks_for(&remote), paced_remote);
+        assert_eq!(o.send_chunks_for(&lo), paced_local);
+        assert_eq!(o.send_chunks_for(&lo6), paced_local);
+        for peer in [&remote, &lo, &lo6] {
+            assert!(!o.lends_streams_for(peer), "{peer}");
+        }
+        let o = opts(reno, true, None);
+        for peer in [&remote, &lo] {
+            assert_eq!(o.send_chunks_for(peer), Chunks::WHOLE, "{peer}");
+            assert!(o.lends_streams_for(peer), "{peer}");
+        }
         // Auto: reno towards loopback, the system's algorithm towards other hosts.
-        assert_eq!(
-            opts(Congestion::Auto, true, None).send_chunk_for(&lo),
-            usize::MAX
-        );
-        assert_eq!(
-            opts(Congestion::Auto, true, None).send_chunk_for(&remote),
-            256 << 10
-        );
-        assert_eq!(
-            opts(Congestion::Auto, false, None).send_chunk_for(&remote),
-            usize::MAX
-        );
-        assert_eq!(
-            opts(Congestion::System, true, None).send_chunk_for(&lo),
-            usize::MAX
-        );
-        assert_eq!(
-            opts(Congestion::System, true, None).send_chunk_for(&remote),
-            256 << 10
-        );
-        // An explicit chunk applies everywhere; a paced chunk of "no limit" turns it off.
-        assert_eq!(
-            opts(bbr.clone(), false, Some(1 << 20)).send_chunk_for(&lo),
-            1 << 20
-        );
-        let mut off = opts(bbr, false, None);
-        off.paced_send_chunk = None;
-        assert_eq!(off.send_chunk_for(&remote), usize::MAX);
+        let o = opts(Congestion::Auto, true, None);
+        assert_eq!(o.send_chunks_for(&lo), Chunks::WHOLE);
+        assert!(o.lends_streams_for(&lo));
+        assert_eq!(o.send_chunks_for(&remote), paced_remote);
+        assert!(!o.lends_streams_for(&remote));
+        let o = opts(Congestion::Auto, false, None);
+        assert_eq!(o.send_chunks_for(&remote), Chunks::WHOLE);
+        let o = opts(Congestion::System, true, None);
+        assert_eq!(o.send_chunks_for(&lo), paced_local);
+        assert_eq!(o.send_chunks_for(&remote), paced_remote);
+        // An explicit chunk applies everywhere, to both.
+        let o = opts(bbr.clone(), false, Some(1 << 20));
+        assert_eq!(o.send_chunks_for(&lo), chunks(1 << 20, 1 << 20));
+        assert_eq!(o.send_chunks_for(&remote), chunks(1 << 20, 1 << 20));
+        // The copy chunk off: copied bytes go as lent ones, streams are lent.
+        let mut o = opts(bbr.clone(), false, None);
+        o.paced_copy_chunk = None;
+        assert_eq!(o.send_chunks_for(&remote), chunks(256 << 10, 256 << 10));
+        assert_eq!(o.send_chunks_for(&lo), Chunks::WHOLE);
+        assert!(o.lends_streams_for(&lo) && o.lends_streams_for(&remote));
+        // The paced chunk off: lent pages whole towards other hosts too.
+        let mut o = opts(bbr, false, None);
+        o.paced_send_chunk = None;
+        assert_eq!(o.send_chunks_for(&remote), paced_local);
         assert!(paces("bbr") && paces("bbr2") && !paces("cubic") && !paces("reno"));
     }
 }

@@ -93,7 +93,7 @@ use std::{io, ptr};
 use socket2::SockRef;
 
 use super::listen::AcceptBackoff;
-use super::op::{cancelled, Attempt, SendShared};
+use super::op::{cancelled, Attempt, Chunks, SendShared};
 use super::slots::{untoken, Slot, Slots, DIRECT_RECV_MAX};
 use super::sys::{self, syscall};
 use super::{Backend, ConnId, Counters, Event, RxBuf, SockOpts, TxBatch};
@@ -225,7 +225,7 @@ impl Epoll {
     /// Puts a new socket in a slot and registers it. On failure the socket is closed.
     fn insert(&mut self, fd: OwnedFd, connecting: bool, peer: &SocketAddr) -> io::Result<ConnId> {
         let raw = fd.as_raw_fd();
-        let chunk = self.opts.send_chunk_for(peer);
+        let chunk = self.opts.send_chunks_for(peer);
         let idx = self.slots.insert(Io {
             chunk,
             ..Io::new(fd, connecting)
@@ -659,8 +659,8 @@ struct Io {
     queued: bool,
     /// Out of the epoll set while its receive is spun (`Epoll::hush`).
     quiet: bool,
-    /// Most bytes per `sendmsg` (`SockOpts::send_chunk_for`, `usize::MAX`: no limit).
-    chunk: usize,
+    /// Most bytes per send call (`SockOpts::send_chunks_for`).
+    chunk: Chunks,
 }
 
 impl Io {
@@ -674,7 +674,7 @@ impl Io {
             connecting,
             queued: false,
             quiet: false,
-            chunk: usize::MAX,
+            chunk: Chunks::WHOLE,
         }
     }
 

@@ -189,6 +189,16 @@ pub(crate) fn quick_ack(fd: RawFd) -> io::Result<()> {
     socket2::SockRef::from(&bfd).set_tcp_quickack(true)
 }
 
+/// The connection's maximum segment size (`TCP_MAXSEG`: the payload bytes of a full
+/// segment, options taken off), or `None` when the kernel does not say.
+pub(crate) fn tcp_mss(fd: RawFd) -> Option<usize> {
+    // SAFETY: the caller keeps `fd` open for the duration of the call, and the borrow
+    // ends with it.
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let mss = socket2::SockRef::from(&bfd).tcp_mss().ok()?;
+    usize::try_from(mss).ok().filter(|&m| m > 0)
+}
+
 /// Sets `SO_LINGER` to on, 0 s: the next close discards what the socket still holds to
 /// send and resets the connection. Best effort (a failure leaves the graceful close).
 pub(crate) fn linger_zero(fd: RawFd) {

@@ -57,7 +57,7 @@ use socket2::SockAddr;
 
 use super::bufring::BufPool;
 use super::listen::AcceptBackoff;
-use super::op::{cancelled, Attempt, SendFlavor, SendShared};
+use super::op::{cancelled, Attempt, Chunks, SendFlavor, SendShared};
 use super::slots::{token, untoken, Slot, Slots};
 use super::{sys, Backend, ConnId, Counters, Event, RxBuf, SockOpts, TxBatch};
 
@@ -137,8 +137,8 @@ struct Io {
     pausing: bool,
     /// Sends to this peer may use `SENDMSG_ZC` (configured, and not a loopback peer).
     zc: bool,
-    /// Most bytes per send (`SockOpts::send_chunk_for`, `usize::MAX`: no limit).
-    chunk: usize,
+    /// Most bytes per send call (`SockOpts::send_chunks_for`).
+    chunk: Chunks,
     /// Zero-copy notifications still to come: until then the kernel may read the
     /// batch's buffers, so the batch stays in the slot.
     zc_notifs: u32,
@@ -160,7 +160,7 @@ impl Io {
             starved: false,
             pausing: false,
             zc: false,
-            chunk: usize::MAX,
+            chunk: Chunks::WHOLE,
             zc_notifs: 0,
             zc_result: None,
             cancels: 0,
@@ -840,7 +840,7 @@ impl Backend for Uring {
         let (ptr, len) = (sa.as_ptr().cast::<libc::sockaddr>(), sa.len());
         let idx = self.slots.insert(Io {
             zc,
-            chunk: self.opts.send_chunk_for(&addr),
+            chunk: self.opts.send_chunks_for(&addr),
             connect: Some(sa),
             ..Io::new(fd)
         });

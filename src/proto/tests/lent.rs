@@ -473,6 +473,60 @@ fn a_payload_above_splice_max_is_copied_and_completes_when_written() {
     }
 }
 
+/// A connection that lends no stream (`Core::set_stream_lending`, as the transport says
+/// of a paced loopback connection) copies a stream's payloads, which ask for no ACK and
+/// complete once written, and still lends one that finds its peer idle. A connection
+/// that lends streams (the default) lends all of them.
+#[test]
+fn a_connection_that_lends_no_stream_copies_a_streams_payloads() {
+    const LEN: usize = 64 * 1024;
+    for seed in 0..4u64 {
+        let lend = seed % 2 == 1;
+        let (mut net, r) = raw_pair_with(seed, |_| {});
+        let conn = net.socks[r].other.and_then(|s| net.socks[s].key).unwrap();
+        if !lend || seed == 3 {
+            net.core(0).set_stream_lending(conn, lend);
+        }
+        let ids: Vec<u64> = (2..5u8)
+            .map(|b| net.send(0, 1, b, vec![b; LEN]).unwrap())
+            .collect();
+        net.run(false);
+        let got = net.raw_read(r);
+        let fs = frames(&got);
+        let asks: Vec<bool> = fs.iter().map(|(h, _)| h.ack).collect();
+        assert_eq!(asks, [lend; 3], "seed {seed}: ACKs asked for");
+        for ((_, p), byte) in fs.iter().zip(2..5u8) {
+            assert!(
+                p.len() >= LEN && p.ends_with(&[byte; LEN]),
+                "seed {seed}: payload {byte}"
+            );
+        }
+        if lend {
+            assert!(done(&net, 0).is_empty(), "seed {seed}: lent, done on ACKs");
+            for _ in 0..3 {
+                net.raw_write(r, &ack());
+            }
+            net.drive();
+        }
+        let mut all = done(&net, 0);
+        all.sort_unstable();
+        let want: Vec<(u64, bool)> = ids.iter().map(|&i| (i, true)).collect();
+        assert_eq!(all, want, "seed {seed}: all done");
+        // Alone, finding its peer idle: lent either way.
+        let alone = net.send(0, 1, 5, vec![5; LEN]).unwrap();
+        net.run(false);
+        let asks: Vec<bool> = headers(&net.raw_read(r)).iter().map(|h| h.ack).collect();
+        assert_eq!(asks, [true], "seed {seed}: alone");
+        net.raw_write(r, &ack());
+        net.drive();
+        assert!(
+            done(&net, 0).contains(&(alone, true)),
+            "seed {seed}: alone, done on its ACK"
+        );
+        assert!(net.failed_events(0).is_empty(), "seed {seed}");
+    }
+}
+
 /// With quick ACKs asked for (`Core::set_quick_ack`), a paced connection copies an idle
 /// payload up to `splice_idle` (not `IDLE_COPY_PACED_MAX`), and once that batch is back
 /// the engine asks for the socket to acknowledge at once, once; a lent payload (above

@@ -71,7 +71,7 @@ impl Uring {
                     let zc = self.zerocopy_for(&peer);
                     let idx = self.slots.insert(Io {
                         zc,
-                        chunk: self.opts.send_chunk_for(&peer),
+                        chunk: self.opts.send_chunks_for(&peer),
                         ..Io::new(fd)
                     });
                     out.push(Event::Accepted {
