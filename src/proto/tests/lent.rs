@@ -417,6 +417,22 @@ fn an_idle_payload_outside_the_copy_range_is_lent() {
     );
 }
 
+/// Node 0 sends one payload of `len` bytes to its raw peer `r`, which it finds idle: the
+/// payload is lent (asks for an ACK), completes on the ACK, and nothing fails.
+fn lent_alone(net: &mut Net, r: usize, len: usize, what: &str) {
+    let alone = net.send(0, 1, 5, vec![5; len]).unwrap();
+    net.run(false);
+    let asks: Vec<bool> = headers(&net.raw_read(r)).iter().map(|h| h.ack).collect();
+    assert_eq!(asks, [true], "{what}: alone");
+    net.raw_write(r, &ack());
+    net.drive();
+    assert!(
+        done(net, 0).contains(&(alone, true)),
+        "{what}: alone, done on its ACK"
+    );
+    assert!(net.failed_events(0).is_empty(), "{what}");
+}
+
 /// A stream's payload longer than `splice_max` is not lent: it asks for no ACK and
 /// completes once written, while one of exactly `splice_max` bytes is lent and completes
 /// on the peer's ACK, with the written frame behind it. Without the bound all three are
@@ -459,17 +475,12 @@ fn a_payload_above_splice_max_is_copied_and_completes_when_written() {
             "seed {seed}, {splice_max:?}: all done after the ACKs"
         );
         // Alone, finding its peer idle: lent above the bound too.
-        let alone = net.send(0, 1, 5, vec![5; MAX + 8]).unwrap();
-        net.run(false);
-        let asks: Vec<bool> = headers(&net.raw_read(r)).iter().map(|h| h.ack).collect();
-        assert_eq!(asks, [true], "seed {seed}, {splice_max:?}: alone");
-        net.raw_write(r, &ack());
-        net.drive();
-        assert!(
-            done(&net, 0).contains(&(alone, true)),
-            "seed {seed}: alone, done on its ACK"
+        lent_alone(
+            &mut net,
+            r,
+            MAX + 8,
+            &format!("seed {seed}, {splice_max:?}"),
         );
-        assert!(net.failed_events(0).is_empty(), "seed {seed}");
     }
 }
 
@@ -513,17 +524,7 @@ fn a_connection_that_lends_no_stream_copies_a_streams_payloads() {
         let want: Vec<(u64, bool)> = ids.iter().map(|&i| (i, true)).collect();
         assert_eq!(all, want, "seed {seed}: all done");
         // Alone, finding its peer idle: lent either way.
-        let alone = net.send(0, 1, 5, vec![5; LEN]).unwrap();
-        net.run(false);
-        let asks: Vec<bool> = headers(&net.raw_read(r)).iter().map(|h| h.ack).collect();
-        assert_eq!(asks, [true], "seed {seed}: alone");
-        net.raw_write(r, &ack());
-        net.drive();
-        assert!(
-            done(&net, 0).contains(&(alone, true)),
-            "seed {seed}: alone, done on its ACK"
-        );
-        assert!(net.failed_events(0).is_empty(), "seed {seed}");
+        lent_alone(&mut net, r, LEN, &format!("seed {seed}"));
     }
 }
 
