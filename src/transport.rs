@@ -1014,14 +1014,13 @@ impl Transport {
     }
 
     /// Tells the engine what the options of the socket of `k`, a connection to `peer`,
-    /// mean for it: whether its congestion control paces, whether a stream's payloads may
-    /// be lent (`SocketConfig::paced_copy_chunk`), and whether the large messages
+    /// mean for it: whether its congestion control paces, which large payloads it lends
+    /// (`SocketConfig::paced_copy_chunk`), and whether the large messages
     /// that find their peer idle are copied and their answers acknowledged at once
     /// ([`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)).
     fn set_socket_traits(&mut self, k: ConnKey, peer: &SocketAddr) {
         self.core.set_paced(k, self.sock.paced_for(peer));
-        self.core
-            .set_stream_lending(k, self.sock.lends_streams_for(peer));
+        self.core.set_lending(k, self.sock.lending_for(peer));
         self.core.set_quick_ack(k, self.sock.quick_ack_for(peer));
     }
 

@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use crate::buf::{RxBuf, TxBatch};
 use crate::error::{FailReason, ProtoError, WireError};
-use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Todo};
+use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Lending, Todo};
 use crate::proto::deframe::{self, Deframer};
 use crate::proto::handshake::Handshake;
 use crate::wire::{HelloKind, PeerId, RejectReason, HELLO_LEN};
@@ -118,10 +118,8 @@ pub(super) struct Conn {
     /// [`Core::set_paced`]): a payload that finds its peer idle is copied only up to
     /// [`IDLE_COPY_PACED_MAX`](crate::proto::config::IDLE_COPY_PACED_MAX).
     pub(super) paced: bool,
-    /// A stream's payloads (messages queued behind each other) may be lent; those that
-    /// find their peer idle may be whatever this says (the driver decides,
-    /// [`Core::set_stream_lending`]).
-    pub(super) lend_streams: bool,
+    /// Which large payloads are lent (the driver decides, [`Core::set_lending`]).
+    pub(super) lending: Lending,
     /// Large messages that find their peer idle are copied as where nothing paces, and
     /// the socket acknowledges at once once they left ([`Core::set_quick_ack`]).
     pub(super) quick_ack: bool,
@@ -157,7 +155,7 @@ impl Conn {
             early: 0,
             solo: false,
             paced: false,
-            lend_streams: true,
+            lending: Lending::Streams,
             quick_ack: false,
             answer_quick: false,
         }

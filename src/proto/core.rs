@@ -100,6 +100,27 @@ pub const MAX_PEERS: u32 = 1 << 22;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnKey(pub u32);
 
+/// Which large payloads a connection lends (`vmsplice` and `splice`) rather than copies,
+/// as the driver, which chose the connection's send calls, decides
+/// ([`Core::set_lending`]). Payloads shorter than
+/// [`CoreConfig::splice_min`](crate::CoreConfig::splice_min) are copied whatever this says,
+/// and an idle one in the idle copy's range
+/// ([`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)) too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lending {
+    /// A stream's payloads (queued behind each other, or behind lent pages) up to
+    /// [`CoreConfig::splice_max`](crate::CoreConfig::splice_max), and one that finds its
+    /// peer idle whatever its size. The default.
+    #[default]
+    Streams,
+    /// Only a payload that finds its peer idle, whatever its size; a stream's are copied.
+    Idle,
+    /// Only a payload that finds its peer idle and is no longer than
+    /// [`CoreConfig::splice_max`](crate::CoreConfig::splice_max) (one trip through the
+    /// lending pipe); every other is copied.
+    IdleWithinMax,
+}
+
 /// Public view of an endpoint's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndpointState {

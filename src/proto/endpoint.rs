@@ -12,7 +12,9 @@ use bytes::Bytes;
 use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason, ProtoError, SendError};
 use crate::proto::conn::{Conn, Stage};
-use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Todo, MAX_PEERS, MAX_SEGMENTS};
+use crate::proto::core::{
+    slot, ConnKey, Cookies, Core, CoreEvent, Lending, Todo, MAX_PEERS, MAX_SEGMENTS,
+};
 use crate::proto::tx;
 use crate::wire::{
     FrameKind, Header, Hello, HelloKind, PeerId, PutTarget, RejectReason, Tag, HELLO_LEN,
@@ -490,14 +492,11 @@ impl Core {
         }
     }
 
-    /// Whether the payloads of a stream on `conn` (messages queued behind each other, or
-    /// behind lent pages) may be lent ([`CoreConfig::splice_min`](crate::CoreConfig::splice_min),
-    /// up to [`CoreConfig::splice_max`](crate::CoreConfig::splice_max)), as the driver,
-    /// which chose the connection's send calls, decides; when not, they are copied, and
-    /// only a payload that finds its peer idle is lent. Lent until said.
-    pub fn set_stream_lending(&mut self, conn: ConnKey, on: bool) {
+    /// Which large payloads `conn` lends rather than copies ([`Lending`]), as the driver,
+    /// which chose the connection's send calls, decides. [`Lending::Streams`] until said.
+    pub fn set_lending(&mut self, conn: ConnKey, lending: Lending) {
         if let Some(c) = slot(&mut self.conns, conn.0) {
-            c.lend_streams = on;
+            c.lending = lending;
         }
     }
 

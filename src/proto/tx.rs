@@ -14,7 +14,7 @@ use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason};
 use crate::proto::config::{CoreConfig, IDLE_COPY_MIN, IDLE_COPY_PACED_MAX};
 use crate::proto::conn::{Conn, Orphans, Stage};
-use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Counters, Todo};
+use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Counters, Lending, Todo};
 use crate::proto::endpoint::{Endpoint, EpState, Lent, FRAG_INLINE, FRAG_WIRE};
 use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK, LINE, PAD_ALIGN};
 
@@ -270,7 +270,7 @@ impl Core {
                 m
             }
         });
-        let lend_streams = c.lend_streams;
+        let lending = c.lending;
         let Some(batch) = c.tx.as_mut() else { return }; // in flight: next completion refills
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
@@ -298,14 +298,21 @@ impl Core {
             // A payload this large lends its pages (spliced, not copied): the header asks
             // the peer for an ACK, and the send completes on it. Unless it is a stream's
             // and larger than one trip through the lending pipe (`CoreConfig::splice_max`)
-            // or on a connection that lends no stream (`Core::set_stream_lending`),
+            // or on a connection that lends no stream (`Core::set_lending`), or an idle
+            // one that is larger than that trip where only those within it are lent,
             // or the peer is idle, waiting for this message alone and it is short enough
             // to copy (`CoreConfig::splice_idle`).
             let len = hdr.len as usize;
             let idle = data_first && ep.queue.is_empty() && ep.lent.is_empty();
             let lendable = f.nsegs > 0
                 && splice_min.is_some_and(|m| len >= m)
-                && (idle || (lend_streams && splice_max.is_none_or(|m| len <= m)));
+                && match (idle, lending) {
+                    (true, Lending::IdleWithinMax) | (false, Lending::Streams) => {
+                        splice_max.is_none_or(|m| len <= m)
+                    }
+                    (true, _) => true,
+                    (false, _) => false,
+                };
             let idle_copy =
                 lendable && idle && len >= IDLE_COPY_MIN && splice_idle.is_some_and(|m| len <= m);
             let lend = lendable && !idle_copy;

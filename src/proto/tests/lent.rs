@@ -4,6 +4,7 @@
 use super::*;
 use crate::error::Cause;
 use crate::proto::config::{IDLE_COPY_MIN, IDLE_COPY_PACED_MAX};
+use crate::proto::core::Lending;
 use crate::wire::{FLAG_ACK, LINE};
 
 /// Node `n`'s completions so far, in the order they were reported.
@@ -484,36 +485,43 @@ fn a_payload_above_splice_max_is_copied_and_completes_when_written() {
     }
 }
 
-/// A connection that lends no stream (`Core::set_stream_lending`, as the transport says
-/// of a paced loopback connection) copies a stream's payloads, which ask for no ACK and
-/// complete once written, and still lends one that finds its peer idle. A connection
-/// that lends streams (the default) lends all of them.
+/// What a connection lends follows `Core::set_lending`: with `Streams` (the default) a
+/// stream's payloads up to `splice_max` and an idle one of any size; with `Idle` only the
+/// idle one; with `IdleWithinMax` only an idle one within `splice_max`. A copied payload
+/// asks for no ACK and completes once written; a lent one completes on the peer's ACK.
 #[test]
-fn a_connection_that_lends_no_stream_copies_a_streams_payloads() {
-    const LEN: usize = 64 * 1024;
-    for seed in 0..4u64 {
-        let lend = seed % 2 == 1;
-        let (mut net, r) = raw_pair_with(seed, |_| {});
+fn a_connection_lends_what_set_lending_says() {
+    const MAX: usize = 64 * 1024;
+    let modes = [
+        None,
+        Some(Lending::Streams),
+        Some(Lending::Idle),
+        Some(Lending::IdleWithinMax),
+    ];
+    for (seed, mode) in (0..8u64).map(|s| (s, modes[s as usize % 4])) {
+        let (mut net, r) = raw_pair_with(seed, |c| c.splice_max = Some(MAX));
         let conn = net.socks[r].other.and_then(|s| net.socks[s].key).unwrap();
-        if !lend || seed == 3 {
-            net.core(0).set_stream_lending(conn, lend);
+        if let Some(m) = mode {
+            net.core(0).set_lending(conn, m);
         }
+        let streams = matches!(mode, None | Some(Lending::Streams));
+        let what = format!("seed {seed}, {mode:?}");
         let ids: Vec<u64> = (2..5u8)
-            .map(|b| net.send(0, 1, b, vec![b; LEN]).unwrap())
+            .map(|b| net.send(0, 1, b, vec![b; MAX]).unwrap())
             .collect();
         net.run(false);
         let got = net.raw_read(r);
         let fs = frames(&got);
         let asks: Vec<bool> = fs.iter().map(|(h, _)| h.ack).collect();
-        assert_eq!(asks, [lend; 3], "seed {seed}: ACKs asked for");
+        assert_eq!(asks, [streams; 3], "{what}: ACKs asked for");
         for ((_, p), byte) in fs.iter().zip(2..5u8) {
             assert!(
-                p.len() >= LEN && p.ends_with(&[byte; LEN]),
-                "seed {seed}: payload {byte}"
+                p.len() >= MAX && p.ends_with(&[byte; MAX]),
+                "{what}: payload {byte}"
             );
         }
-        if lend {
-            assert!(done(&net, 0).is_empty(), "seed {seed}: lent, done on ACKs");
+        if streams {
+            assert!(done(&net, 0).is_empty(), "{what}: lent, done on ACKs");
             for _ in 0..3 {
                 net.raw_write(r, &ack());
             }
@@ -522,9 +530,21 @@ fn a_connection_that_lends_no_stream_copies_a_streams_payloads() {
         let mut all = done(&net, 0);
         all.sort_unstable();
         let want: Vec<(u64, bool)> = ids.iter().map(|&i| (i, true)).collect();
-        assert_eq!(all, want, "seed {seed}: all done");
-        // Alone, finding its peer idle: lent either way.
-        lent_alone(&mut net, r, LEN, &format!("seed {seed}"));
+        assert_eq!(all, want, "{what}: all done");
+        // Alone, finding its peer idle: lent within the bound whatever the mode.
+        lent_alone(&mut net, r, MAX, &what);
+        // Above it: lent unless only those within it are.
+        let over = net.send(0, 1, 6, vec![6; MAX + 8]).unwrap();
+        net.run(false);
+        let asks: Vec<bool> = headers(&net.raw_read(r)).iter().map(|h| h.ack).collect();
+        let within = mode == Some(Lending::IdleWithinMax);
+        assert_eq!(asks, [!within], "{what}: alone, above the bound");
+        if !within {
+            net.raw_write(r, &ack());
+            net.drive();
+        }
+        assert!(done(&net, 0).contains(&(over, true)), "{what}: above, done");
+        assert!(net.failed_events(0).is_empty(), "{what}");
     }
 }
 
