@@ -27,7 +27,7 @@ use super::{sys, RxBuf, TxBatch};
 /// The most bytes one send call of a connection hands to the kernel (`usize::MAX`: no
 /// limit), for copied bytes and for lent pages (`splice`), as the socket options chose
 /// them for its peer (`SockOpts::send_chunks_for`). Each is rounded down to whole
-/// segments of the connection when used ([`SendOp::whole_segments`]).
+/// segments of the connection when used ([`whole_segments`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Chunks {
     /// Bytes copied by one `sendmsg` / `send`.
@@ -42,6 +42,22 @@ impl Chunks {
         copy: usize::MAX,
         splice: usize::MAX,
     };
+}
+
+/// The most bytes one call hands to the kernel on a connection of segments of `mss`
+/// bytes: `chunk` (`usize::MAX`: no limit) rounded down to whole segments, at least one.
+///
+/// A call that ends inside a segment leaves that segment short, and the kernel sends it
+/// short: the ACKs that arrive meanwhile push it out (`MSG_MORE` only holds it at the end
+/// of the call itself). Under BBR on loopback, calls of 128 KiB (two 65,483-byte segments
+/// and one of 106 bytes) streamed 1 MiB messages at 3.0-3.5 GB/s, calls of 130,966 bytes
+/// (two whole segments) at 7.5-8.0 (README, "Large messages").
+fn whole_segments(mss: usize, chunk: usize) -> usize {
+    if chunk == usize::MAX {
+        return chunk;
+    }
+    let mss = mss.max(1);
+    (chunk / mss).max(1) * mss
 }
 
 /// At most this many iovecs per `sendmsg` (Linux `UIO_MAXIOV` / `IOV_MAX`); the rest of
@@ -73,9 +89,9 @@ pub(crate) struct SendOp {
     /// io_uring: the SQE in flight waits for the socket to be writable (`POLL_ADD`), and
     /// the op resumes with [`try_now`](Self::try_now), rather than a send of bytes.
     polling: bool,
-    /// The connection's segment size (`TCP_MAXSEG`), asked at its first limited send call
-    /// (0: not asked yet; 1: the kernel did not say). See [`whole_segments`](Self::whole_segments).
-    mss: usize,
+    /// The connection's chunks cut at whole segments ([`whole_segments`]), worked out at
+    /// its first send call: a backend hands the same chunks for a connection every time.
+    chunks: Option<Chunks>,
 }
 
 /// What a backend's send ops share: what they count (see `Counters`), and the spare pipes
@@ -252,26 +268,23 @@ impl SendOp {
             no_splice: false,
             piped: 0,
             polling: false,
-            mss: 0,
+            chunks: None,
         })
     }
 
-    /// The most bytes one call on `fd` hands to the kernel: `chunk` (`usize::MAX`: no
-    /// limit) rounded down to whole segments of the connection, at least one.
-    ///
-    /// A call that ends inside a segment leaves that segment short, and the kernel sends
-    /// it short: the ACKs that arrive meanwhile push it out (`MSG_MORE` only holds it at
-    /// the end of the call itself). Under BBR on loopback, calls of 128 KiB (two 65,483-byte
-    /// segments and one of 106 bytes) streamed 1 MiB messages at 3.0-3.5 GB/s, calls of
-    /// 130,966 bytes (two whole segments) at 7.5-8.0 (README, "Large messages").
-    fn whole_segments(&mut self, fd: RawFd, chunk: usize) -> usize {
-        if chunk == usize::MAX {
-            return chunk;
-        }
-        if self.mss == 0 {
-            self.mss = sys::tcp_mss(fd).unwrap_or(1);
-        }
-        (chunk / self.mss).max(1) * self.mss
+    /// `given` (the backend's chunks for this connection) cut at whole segments of the
+    /// connection on `fd` (`TCP_MAXSEG`, asked once; uncut where the kernel does not say).
+    fn chunks(&mut self, fd: RawFd, given: Chunks) -> Chunks {
+        *self.chunks.get_or_insert_with(|| {
+            if given == Chunks::WHOLE {
+                return given;
+            }
+            let mss = sys::tcp_mss(fd).unwrap_or(1);
+            Chunks {
+                copy: whole_segments(mss, given.copy),
+                splice: whole_segments(mss, given.splice),
+            }
+        })
     }
 
     /// Whether the next bytes to write go through the pipe: some wait in it, or the next
@@ -496,7 +509,7 @@ impl SendOp {
             self.polling = true;
             return opcode::PollAdd::new(types::Fd(fd), libc::POLLOUT as u32).build();
         }
-        let chunk = self.whole_segments(fd, chunks.copy);
+        let chunk = self.chunks(fd, chunks).copy;
         self.prepare(chunk);
         let msg: *const libc::msghdr = &self.msg;
         let flags = (libc::MSG_NOSIGNAL | libc::MSG_WAITALL) as u32;
@@ -537,10 +550,7 @@ impl SendOp {
         chunks: Chunks,
         shared: &mut SendShared,
     ) -> Attempt<()> {
-        let chunks = Chunks {
-            copy: self.whole_segments(fd, chunks.copy),
-            splice: self.whole_segments(fd, chunks.splice),
-        };
+        let chunks = self.chunks(fd, chunks);
         let attempt = self.write_some(fd, chunks, shared);
         if self.piped == 0 {
             if let Some(p) = self.pipe.take() {
@@ -904,12 +914,10 @@ mod tests {
         let tx = TcpStream::connect(l.local_addr().unwrap()).expect("connect");
         let mss = sys::tcp_mss(tx.as_raw_fd()).expect("the connection's MSS");
         assert!(mss > 500, "an MSS of {mss}");
-        let mut op = SendOp::boxed();
-        let fd = tx.as_raw_fd();
-        assert_eq!(op.whole_segments(fd, 2 * mss + 106), 2 * mss);
-        assert_eq!(op.whole_segments(fd, 3 * mss), 3 * mss);
-        assert_eq!(op.whole_segments(fd, mss / 2), mss, "at least one segment");
-        assert_eq!(op.whole_segments(fd, usize::MAX), usize::MAX);
+        assert_eq!(whole_segments(mss, 2 * mss + 106), 2 * mss);
+        assert_eq!(whole_segments(mss, 3 * mss), 3 * mss);
+        assert_eq!(whole_segments(mss, mss / 2), mss, "at least one segment");
+        assert_eq!(whole_segments(mss, usize::MAX), usize::MAX);
         drop((tx, l));
 
         // SAFETY: sysconf only reads a system constant.
