@@ -32,8 +32,8 @@ pub struct SocketConfig {
     /// frames) leaves in several consecutive calls on the same connection; the bytes on
     /// the wire are the same. Like every chunk, it is rounded down to whole segments of
     /// the connection (see [`paced_copy_chunk`](Self::paced_copy_chunk)). Off by
-    /// default: it pays only under a pacing congestion control (BBR), see
-    /// [`paced_send_chunk`](Self::paced_send_chunk) and "Large messages" in the README.
+    /// default: smaller calls paid only under a pacing congestion control (BBR), see
+    /// [`paced_copy_chunk`](Self::paced_copy_chunk) and "Large messages" in the README.
     /// When set, it applies to every connection, to copied and lent bytes alike, and
     /// `paced_send_chunk` and `paced_copy_chunk` are ignored (streams stay copied on
     /// paced connections while `paced_copy_chunk` is set).
@@ -41,20 +41,20 @@ pub struct SocketConfig {
     /// Most bytes one send call hands to the kernel on a connection to another host
     /// whose congestion control paces its sending (BBR), when
     /// [`send_chunk`](Self::send_chunk) is not set (`RINGBTL_PACED_SEND_CHUNK`,
-    /// 4 KiB..=1 GiB, 0 = no limit; default 256 KiB). Measured (README, "Large
-    /// messages"): between namespace hosts under BBR, 256 KiB calls made 1 MiB streams
-    /// 1.6x and 4 MiB streams 1.2-1.45x as fast as whole batches; under reno they cost
-    /// (1 MiB p50 +17 %, streams -13 %), so connections that do not pace send whole
-    /// batches. Copied bytes go in the smaller calls of
-    /// [`paced_copy_chunk`](Self::paced_copy_chunk). Towards loopback peers under BBR
-    /// lent pages are spliced whole: there 256 KiB calls had cost (whole ones moved 4 MiB
-    /// streams 1.5x as fast, and in MPI, ob1 over btl ringbtl, took the median 1 MiB
-    /// ping-pong of 9 runs from 221 to 116 us).
+    /// 4 KiB..=1 GiB, 0 = no limit, the default). Since streams on such connections are
+    /// copied in the calls of [`paced_copy_chunk`](Self::paced_copy_chunk), it bounds the
+    /// calls of lent pages only: the payloads that find their peer idle (a ping-pong's).
+    /// Measured (README, "Large messages"): between namespace hosts under BBR, 256 KiB
+    /// calls of such payloads put a 1 MiB ping-pong at two speeds from run to run
+    /// (medians of 12-run series 425-513 us, single runs 251-566), whole ones at one
+    /// (455-465 us); streams did not move (0.99-1.03x). Before streams were copied,
+    /// 256 KiB calls had made lent 1 MiB streams 1.6x as fast there.
     pub paced_send_chunk: Option<usize>,
     /// On connections whose congestion control paces its sending (BBR), when
     /// [`send_chunk`](Self::send_chunk) is not set: the most bytes one call copies into
-    /// the socket (lent pages keep [`paced_send_chunk`](Self::paced_send_chunk) towards
-    /// other hosts, whole pipe-fulls towards loopback peers), and the payloads of a
+    /// the socket (lent pages go in whole pipe-fulls, or in
+    /// [`paced_send_chunk`](Self::paced_send_chunk) calls towards other hosts when that is
+    /// set), and the payloads of a
     /// stream (messages queued behind each other) are copied rather than lent; those that
     /// find their peer idle are lent as elsewhere, but towards loopback peers only up to
     /// one trip through the lending pipe ([`CoreConfig::splice_max`](crate::CoreConfig::splice_max),
@@ -149,7 +149,7 @@ impl Default for SocketConfig {
             rcvbuf: None,
             tcp_congestion: Congestion::Auto,
             send_chunk: None,
-            paced_send_chunk: Some(256 * 1024),
+            paced_send_chunk: None,
             paced_copy_chunk: Some(64 * 1024),
             paced_quick_ack: false,
             tcp_user_timeout: Some(Duration::from_secs(30)),
@@ -303,8 +303,9 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 16] = [
             unit: Unit::Bytes,
             off: "no limit",
         },
-        meaning: "most bytes one send call hands to the kernel (whole segments) on \
-                  connections to other hosts whose congestion control paces (bbr), unless \
+        meaning: "most bytes of lent pages one send call hands to the kernel (whole \
+                  segments) on connections to other hosts whose congestion control paces \
+                  (bbr), copied bytes too when RINGBTL_PACED_COPY_CHUNK is 0, unless \
                   RINGBTL_SEND_CHUNK is set",
         access: Access::Num {
             get: |c| usize_opt(c.paced_send_chunk),
@@ -660,7 +661,7 @@ impl SockOpts {
     /// Most bytes one send call hands to the kernel on a connection to `peer`, copied
     /// and lent: `send_chunk` for both when set; else, where the connection's congestion
     /// control (the configured one for this peer, or the system's) paces its sending,
-    /// `paced_send_chunk` towards other hosts and no limit towards loopback peers, and
+    /// `paced_send_chunk` (when set) towards other hosts, else no limit, and
     /// for copied bytes at most `paced_copy_chunk`; no limit elsewhere.
     pub(crate) fn send_chunks_for(&self, peer: &SocketAddr) -> Chunks {
         if let Some(n) = self.send_chunk {
@@ -727,9 +728,9 @@ mod tests {
 
     /// The send chunks follow the connection's congestion control and its peer: where it
     /// paces (bbr, configured or the system's), the copy chunk for copied bytes and no
-    /// lent streams, lent pages in the paced chunk towards other hosts and whole towards
-    /// loopback peers; whole batches and lent streams where it does not; an explicit
-    /// `send_chunk` for both on every connection.
+    /// lent streams, lent pages in the paced chunk (when set) towards other hosts and
+    /// whole towards loopback peers; whole batches and lent streams where it does not; an
+    /// explicit `send_chunk` for both on every connection; and what the defaults give.
     #[test]
     fn send_chunks_follow_the_congestion_control() {
         let lo: SocketAddr = "127.0.0.1:1".parse().unwrap();
@@ -784,9 +785,24 @@ mod tests {
         assert_eq!(o.lending_for(&lo), Lending::Streams);
         assert_eq!(o.lending_for(&remote), Lending::Streams);
         // The paced chunk off: lent pages whole towards other hosts too.
-        let mut o = opts(bbr, false, None);
+        let mut o = opts(bbr.clone(), false, None);
         o.paced_send_chunk = None;
         assert_eq!(o.send_chunks_for(&remote), paced_local);
+        // The defaults: under bbr, copied bytes in 64 KiB calls and lent pages whole
+        // towards every peer; under reno, whole batches.
+        let config = SocketConfig {
+            tcp_congestion: bbr,
+            ..SocketConfig::default()
+        };
+        let o = config.sock_opts();
+        for peer in [&remote, &lo] {
+            assert_eq!(o.send_chunks_for(peer), paced_local, "{peer}");
+        }
+        let config = SocketConfig {
+            tcp_congestion: Congestion::Use("reno".into()),
+            ..SocketConfig::default()
+        };
+        assert_eq!(config.sock_opts().send_chunks_for(&remote), Chunks::WHOLE);
         assert!(paces("bbr") && paces("bbr2") && !paces("cubic") && !paces("reno"));
     }
 }
