@@ -1014,12 +1014,13 @@ impl Transport {
     }
 
     /// Tells the engine what the options of the socket of `k`, a connection to `peer`,
-    /// mean for it: whether its congestion control paces, which large payloads it lends
-    /// (`SocketConfig::paced_copy_chunk`), and whether the large messages
-    /// that find their peer idle are copied and their answers acknowledged at once
+    /// mean for it: which large payloads it lends (`SocketConfig::paced_copy_chunk`),
+    /// which of those that find their peer idle it copies (where its congestion control
+    /// paces, towards another host), and whether the answers to such copies are
+    /// acknowledged at once
     /// ([`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)).
     fn set_socket_traits(&mut self, k: ConnKey, peer: &SocketAddr) {
-        self.core.set_paced(k, self.sock.paced_for(peer));
+        self.core.set_idle_copy(k, self.sock.idle_copy_for(peer));
         self.core.set_lending(k, self.sock.lending_for(peer));
         self.core.set_quick_ack(k, self.sock.quick_ack_for(peer));
     }

@@ -85,18 +85,17 @@ pub struct CoreConfig {
     /// ping-pong of PUTs) the copied ones took 1.15-1.27x as long at 1 and 4 MiB. See
     /// "Large messages" in the README.
     pub splice_max: Option<usize>,
-    /// A payload of [`IDLE_COPY_MIN`] up to this many bytes (at most
-    /// [`IDLE_COPY_PACED_MAX`] on a connection whose congestion control paces its
-    /// sending, unless it acknowledges the answers at once,
-    /// [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)) that finds
-    /// its peer idle (the first frame of its batch, nothing queued
-    /// behind it, no lent pages of this peer unacknowledged) is copied into the socket
-    /// even when
+    /// On the connections the driver names ([`IdleCopy`](crate::proto::core::IdleCopy)):
+    /// a payload of [`IDLE_COPY_MIN`] up to this many bytes (at most
+    /// [`IDLE_COPY_PACED_MAX`] with [`IdleCopy::Paced`](crate::proto::core::IdleCopy))
+    /// that finds its peer idle (the first frame of its batch, nothing queued behind it,
+    /// no lent pages of this peer unacknowledged) is copied into the socket even when
     /// [`splice_min`](Self::splice_min) would lend it (`RINGBTL_SPLICE_IDLE`; `0`: lend
-    /// such payloads too). Lending pays when the sending core has other messages to move;
-    /// a message the peer waits for alone (a ping-pong, a request's answer) arrives
-    /// sooner copied, the kernel's copy on each side overlapping, than after its whole
-    /// payload was pinned, and needs no ACK. See "Large messages" in the README.
+    /// such payloads too). The transport names the connections whose congestion control
+    /// paces, towards other hosts (there a lent 512 KiB ping-pong took 4.7x as long), and
+    /// with [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack) every
+    /// paced one; elsewhere lent payloads arrive sooner (0.84-0.92x at 512 KiB and 1 MiB
+    /// on loopback and between hosts under reno). See "Large messages" in the README.
     pub splice_idle: Option<usize>,
     /// Receives run as one multishot receive per connection on buffers the driver
     /// provides ([`Action::ArmProvided`](crate::proto::core::Action::ArmProvided)),
@@ -171,8 +170,9 @@ pub const DEFAULT_SPLICE_IDLE: usize = 1 << 20;
 /// copying a ping-pong's message took the same time within the runs' spread.
 pub const IDLE_COPY_MIN: usize = 256 * 1024;
 /// The largest payload [`CoreConfig::splice_idle`] copies on a connection whose congestion
-/// control paces its sending (BBR): there a copied 1 MiB ping-pong took 1.43x as long as
-/// a lent one, while 256 and 512 KiB still gained from the copy (0.81x, 0.87x).
+/// control paces its sending (BBR, [`IdleCopy::Paced`](crate::proto::core::IdleCopy)):
+/// there a copied 1 MiB ping-pong took 1.43x as long as a lent one, while 256 and 512 KiB
+/// gained from the copy.
 pub const IDLE_COPY_PACED_MAX: usize = 512 * 1024;
 
 fn millis(d: Duration) -> Option<u64> {
@@ -499,10 +499,11 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             unit: Unit::Bytes,
             off: "off",
         },
-        meaning: "payloads from 256 KiB up to this many bytes (512 KiB under a pacing \
-                  congestion control, unless RINGBTL_PACED_QUICK_ACK) are copied, not lent, \
-                  when they find their peer idle (nothing queued behind them, no lent pages \
-                  out)",
+        meaning: "on connections to other hosts whose congestion control paces (bbr; on \
+                  every paced one with RINGBTL_PACED_QUICK_ACK): payloads from 256 KiB up to \
+                  this many bytes (512 KiB at most unless RINGBTL_PACED_QUICK_ACK) are \
+                  copied, not lent, when they find their peer idle (nothing queued behind \
+                  them, no lent pages out)",
         access: Access::Num {
             get: |c| c.splice_idle.map(|n| n as u64),
             put: |c, v| c.splice_idle = v.map(|n| n as usize),

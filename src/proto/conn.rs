@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use crate::buf::{RxBuf, TxBatch};
 use crate::error::{FailReason, ProtoError, WireError};
-use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Lending, Todo};
+use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, IdleCopy, Lending, Todo};
 use crate::proto::deframe::{self, Deframer};
 use crate::proto::handshake::Handshake;
 use crate::wire::{HelloKind, PeerId, RejectReason, HELLO_LEN};
@@ -114,14 +114,13 @@ pub(super) struct Conn {
     /// ([`Core::direct_pieces`]) rather than at the next flush, where a stream's frames
     /// are gathered.
     pub(super) solo: bool,
-    /// The connection's congestion control paces its sending (the driver says so,
-    /// [`Core::set_paced`]): a payload that finds its peer idle is copied only up to
-    /// [`IDLE_COPY_PACED_MAX`](crate::proto::config::IDLE_COPY_PACED_MAX).
-    pub(super) paced: bool,
+    /// Which payloads that find their peer idle are copied (the driver decides,
+    /// [`Core::set_idle_copy`]).
+    pub(super) idle_copy: IdleCopy,
     /// Which large payloads are lent (the driver decides, [`Core::set_lending`]).
     pub(super) lending: Lending,
-    /// Large messages that find their peer idle are copied as where nothing paces, and
-    /// the socket acknowledges at once once they left ([`Core::set_quick_ack`]).
+    /// Once a large message that found its peer idle and was copied has left, the socket
+    /// acknowledges at once ([`Core::set_quick_ack`]).
     pub(super) quick_ack: bool,
     /// The batch (with the driver, or being filled) carries such a message: when it
     /// comes back, the socket is set to acknowledge at once ([`Core::handle_sent`]).
@@ -154,7 +153,7 @@ impl Conn {
             unconfirmed: false,
             early: 0,
             solo: false,
-            paced: false,
+            idle_copy: IdleCopy::Full,
             lending: Lending::Streams,
             quick_ack: false,
             answer_quick: false,

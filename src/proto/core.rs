@@ -121,6 +121,23 @@ pub enum Lending {
     IdleWithinMax,
 }
 
+/// Which payloads that find their peer idle (a ping-pong's, a request's answer) a
+/// connection copies rather than lends, as the driver, which knows the connection's
+/// congestion control and peer, decides ([`Core::set_idle_copy`]). Only payloads from
+/// [`IDLE_COPY_MIN`](crate::proto::config::IDLE_COPY_MIN) up to
+/// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle) are ever copied so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdleCopy {
+    /// None: they are lent like any other large payload.
+    Off,
+    /// Those up to [`IDLE_COPY_PACED_MAX`](crate::proto::config::IDLE_COPY_PACED_MAX)
+    /// (a connection whose congestion control paces, towards another host).
+    Paced,
+    /// Every one in the range. The default.
+    #[default]
+    Full,
+}
+
 /// Public view of an endpoint's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndpointState {

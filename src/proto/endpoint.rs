@@ -13,7 +13,7 @@ use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason, ProtoError, SendError};
 use crate::proto::conn::{Conn, Stage};
 use crate::proto::core::{
-    slot, ConnKey, Cookies, Core, CoreEvent, Lending, Todo, MAX_PEERS, MAX_SEGMENTS,
+    slot, ConnKey, Cookies, Core, CoreEvent, IdleCopy, Lending, Todo, MAX_PEERS, MAX_SEGMENTS,
 };
 use crate::proto::tx;
 use crate::wire::{
@@ -483,12 +483,11 @@ impl Core {
         Ok(())
     }
 
-    /// The connection `conn` runs a congestion control that paces its sending (BBR), as
-    /// the driver, which chose its socket options, knows (see
-    /// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)). Unpaced until said.
-    pub fn set_paced(&mut self, conn: ConnKey, paced: bool) {
+    /// Which payloads that find their peer idle `conn` copies ([`IdleCopy`]), as the
+    /// driver, which chose its socket options, decides. [`IdleCopy::Full`] until said.
+    pub fn set_idle_copy(&mut self, conn: ConnKey, idle_copy: IdleCopy) {
         if let Some(c) = slot(&mut self.conns, conn.0) {
-            c.paced = paced;
+            c.idle_copy = idle_copy;
         }
     }
 
@@ -503,8 +502,8 @@ impl Core {
     /// On `conn`, once a large message that found its peer idle (a ping-pong's, a
     /// request's) has left, the driver sets the socket to acknowledge at once
     /// (`TCP_QUICKACK`), as [`handle_sent`](Self::handle_sent) says; and such a
-    /// message is copied up to [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)
-    /// even where the congestion control paces. Off until said. Why: see
+    /// message is copied as [`set_idle_copy`](Self::set_idle_copy) says (the driver asks
+    /// for [`IdleCopy::Full`] with it). Off until said. Why: see
     /// [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack).
     pub fn set_quick_ack(&mut self, conn: ConnKey, on: bool) {
         if let Some(c) = slot(&mut self.conns, conn.0) {

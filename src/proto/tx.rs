@@ -14,7 +14,9 @@ use crate::buf::TxBatch;
 use crate::error::{Cause, Errno, FailReason};
 use crate::proto::config::{CoreConfig, IDLE_COPY_MIN, IDLE_COPY_PACED_MAX};
 use crate::proto::conn::{Conn, Orphans, Stage};
-use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, Counters, Lending, Todo};
+use crate::proto::core::{
+    slot, ConnKey, Cookies, Core, CoreEvent, Counters, IdleCopy, Lending, Todo,
+};
 use crate::proto::endpoint::{Endpoint, EpState, Lent, FRAG_INLINE, FRAG_WIRE};
 use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK, LINE, PAD_ALIGN};
 
@@ -261,15 +263,12 @@ impl Core {
         let Some(c) = slot(&mut self.conns, conn.0) else {
             return;
         };
-        // The idle copy's upper bound on this connection: lower where it paces, unless the
-        // answers to its large messages are acknowledged at once (`Core::set_quick_ack`).
-        let splice_idle = splice_idle.map(|m| {
-            if c.paced && !c.quick_ack {
-                m.min(IDLE_COPY_PACED_MAX)
-            } else {
-                m
-            }
-        });
+        // The idle copy's upper bound on this connection (`Core::set_idle_copy`).
+        let splice_idle = match c.idle_copy {
+            IdleCopy::Off => None,
+            IdleCopy::Paced => splice_idle.map(|m| m.min(IDLE_COPY_PACED_MAX)),
+            IdleCopy::Full => splice_idle,
+        };
         let lending = c.lending;
         let Some(batch) = c.tx.as_mut() else { return }; // in flight: next completion refills
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {

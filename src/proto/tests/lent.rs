@@ -4,7 +4,7 @@
 use super::*;
 use crate::error::Cause;
 use crate::proto::config::{IDLE_COPY_MIN, IDLE_COPY_PACED_MAX};
-use crate::proto::core::Lending;
+use crate::proto::core::{IdleCopy, Lending};
 use crate::wire::{FLAG_ACK, LINE};
 
 /// Node `n`'s completions so far, in the order they were reported.
@@ -372,50 +372,59 @@ fn raw_pair_with(seed: u64, f: impl Fn(&mut CoreConfig)) -> (Net, usize) {
     (net, r)
 }
 
-/// Node 0 with `splice_idle` and a confirmed raw peer, whose connection paces or not: the
-/// net, the raw peer's socket and node 0's connection.
-fn paced_raw_pair(seed: u64, splice_idle: Option<usize>, paced: bool) -> (Net, usize, ConnKey) {
+/// Node 0 with `splice_idle` and a confirmed raw peer, whose connection copies the idle
+/// payloads `idle_copy` says: the net, the raw peer's socket and node 0's connection.
+fn idle_copy_raw_pair(
+    seed: u64,
+    splice_idle: Option<usize>,
+    idle_copy: IdleCopy,
+) -> (Net, usize, ConnKey) {
     let (mut net, r) = raw_pair_with(seed, |c| c.splice_idle = splice_idle);
     let conn = net.socks[r].other.and_then(|s| net.socks[s].key).unwrap();
-    net.core(0).set_paced(conn, paced);
+    net.core(0).set_idle_copy(conn, idle_copy);
     (net, r, conn)
 }
 
 /// The idle copy has its bounds: a payload below `IDLE_COPY_MIN` or above `splice_idle`
-/// (or, on a paced connection, above `IDLE_COPY_PACED_MAX`), or any payload with
-/// `splice_idle` off, is lent even when it finds its peer idle.
+/// (or, with [`IdleCopy::Paced`], above `IDLE_COPY_PACED_MAX`), or any payload with
+/// `splice_idle` off or [`IdleCopy::Off`], is lent even when it finds its peer idle.
 #[test]
 fn an_idle_payload_outside_the_copy_range_is_lent() {
     /// Whether an idle payload of `len` bytes asked for an ACK (was lent), and the idle
     /// copies counted.
-    fn lent(splice_idle: Option<usize>, paced: bool, len: usize) -> (bool, u64) {
-        let (mut net, r, _) = paced_raw_pair(7, splice_idle, paced);
+    fn lent(splice_idle: Option<usize>, mode: IdleCopy, len: usize) -> (bool, u64) {
+        let (mut net, r, _) = idle_copy_raw_pair(7, splice_idle, mode);
         net.send(0, 1, 2, vec![2; len]).unwrap();
         net.run(false);
         let hs = headers(&net.raw_read(r));
-        assert_eq!(hs.len(), 1, "{splice_idle:?}, {paced}, {len}");
+        assert_eq!(hs.len(), 1, "{splice_idle:?}, {mode:?}, {len}");
         (hs[0].ack, net.core(0).counters().idle_copies)
     }
     let (min, paced_max) = (IDLE_COPY_MIN, IDLE_COPY_PACED_MAX);
     let top = Some(paced_max + 8192);
+    let (full, paced, off) = (IdleCopy::Full, IdleCopy::Paced, IdleCopy::Off);
     assert_eq!(
-        lent(top, false, paced_max + 8192),
+        lent(top, full, paced_max + 8192),
         (false, 1),
         "the top of the range"
     );
-    assert_eq!(lent(top, false, min - 8192), (true, 0), "below it");
-    assert_eq!(lent(top, false, paced_max + 16384), (true, 0), "above it");
-    assert_eq!(lent(None, false, min + 8192), (true, 0), "off");
+    assert_eq!(lent(top, full, min - 8192), (true, 0), "below it");
+    assert_eq!(lent(top, full, paced_max + 16384), (true, 0), "above it");
+    assert_eq!(lent(None, full, min + 8192), (true, 0), "splice_idle off");
     assert_eq!(
-        lent(top, true, paced_max),
+        lent(top, paced, paced_max),
         (false, 1),
         "paced: the top of its range"
     );
     assert_eq!(
-        lent(top, true, paced_max + 8192),
+        lent(top, paced, paced_max + 8192),
         (true, 0),
         "paced: above it"
     );
+    assert_eq!(lent(top, paced, min), (false, 1), "paced: its bottom");
+    for len in [min, paced_max, paced_max + 8192] {
+        assert_eq!(lent(top, off, len), (true, 0), "no idle copy: {len} B lent");
+    }
 }
 
 /// Node 0 sends one payload of `len` bytes to its raw peer `r`, which it finds idle: the
@@ -548,23 +557,29 @@ fn a_connection_lends_what_set_lending_says() {
     }
 }
 
-/// With quick ACKs asked for (`Core::set_quick_ack`), a paced connection copies an idle
-/// payload up to `splice_idle` (not `IDLE_COPY_PACED_MAX`), and once that batch is back
+/// With quick ACKs asked for (`Core::set_quick_ack`, with [`IdleCopy::Full`] as the
+/// transport sets them), a connection copies an idle payload up to `splice_idle` (not
+/// `IDLE_COPY_PACED_MAX`, as a paced one without them does), and once that batch is back
 /// the engine asks for the socket to acknowledge at once, once; a lent payload (above
 /// `splice_idle`, below `IDLE_COPY_MIN`, or without the setting) asks for nothing.
 #[test]
 fn an_idle_copy_on_a_quick_ack_connection_asks_for_quick_acks() {
     /// Node 0 sends idle payloads of `lens` to a raw peer, each acknowledged if lent
     /// before the next: whether each was lent, and the quick ACKs asked for.
-    fn run(quick: bool, paced: bool, lens: &[usize]) -> (Vec<bool>, usize) {
-        let (mut net, r, conn) = paced_raw_pair(11, Some(TOP), paced);
+    fn run(quick: bool, lens: &[usize]) -> (Vec<bool>, usize) {
+        let mode = if quick {
+            IdleCopy::Full
+        } else {
+            IdleCopy::Paced
+        };
+        let (mut net, r, conn) = idle_copy_raw_pair(11, Some(TOP), mode);
         net.core(0).set_quick_ack(conn, quick);
         let mut lent = Vec::new();
         for (i, &len) in lens.iter().enumerate() {
             net.send(0, 1, 2, vec![i as u8; len]).unwrap();
             net.run(false);
             let hs = headers(&net.raw_read(r));
-            assert_eq!(hs.len(), 1, "{quick} {paced} {len}");
+            assert_eq!(hs.len(), 1, "{quick} {len}");
             if hs[0].ack {
                 net.raw_write(r, &ack());
                 net.drive();
@@ -582,22 +597,22 @@ fn an_idle_copy_on_a_quick_ack_connection_asks_for_quick_acks() {
     /// `splice_idle`, above the paced bound.
     const TOP: usize = IDLE_COPY_PACED_MAX + 65536;
     assert_eq!(
-        run(true, true, &[TOP, TOP]),
+        run(true, &[TOP, TOP]),
         (vec![false, false], 2),
         "copied, a quick ACK after each"
     );
     assert_eq!(
-        run(false, true, &[TOP]),
+        run(false, &[TOP]),
         (vec![true], 0),
         "without the setting: lent above the paced bound, no quick ACK"
     );
     assert_eq!(
-        run(true, true, &[TOP + 8192]),
+        run(true, &[TOP + 8192]),
         (vec![true], 0),
         "above splice_idle: lent, no quick ACK"
     );
     assert_eq!(
-        run(true, true, &[IDLE_COPY_MIN - 8192]),
+        run(true, &[IDLE_COPY_MIN - 8192]),
         (vec![true], 0),
         "below the idle copy: lent, no quick ACK"
     );
