@@ -73,8 +73,9 @@ pub struct SocketConfig {
     pub paced_copy_chunk: Option<usize>,
     /// On connections whose congestion control paces (BBR), a large message that finds
     /// its peer idle (a ping-pong's, a request's answer) is copied up to
-    /// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle) rather than lent above
-    /// 512 KiB, and once it has left the socket acknowledges at once (`TCP_QUICKACK`)
+    /// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle) (without the setting:
+    /// up to 512 KiB towards other hosts, lent towards loopback peers), and once it has
+    /// left the socket acknowledges at once (`TCP_QUICKACK`)
     /// (`RINGBTL_PACED_QUICK_ACK=0|1`, default off).
     ///
     /// Why: a socket that answers soon after receiving is in the kernel's "pingpong"
@@ -699,15 +700,17 @@ impl SockOpts {
     /// every one in the range of `splice_idle`; on other paced connections towards other
     /// hosts those up to 512 KiB (lent, a 512 KiB ping-pong between namespace hosts under
     /// BBR took 4.7x as long); none elsewhere (lent, the 512 KiB and 1 MiB ping-pongs took
-    /// 0.87-0.92x as long as copied on loopback and between hosts under reno, 0.93-0.94x
+    /// 0.84-0.92x as long as copied on loopback and between hosts under reno, 0.93-0.94x
     /// at 256 and 512 KiB on loopback under BBR; see "Large messages" in the README).
     pub(crate) fn idle_copy_for(&self, peer: &SocketAddr) -> IdleCopy {
-        if self.quick_ack_for(peer) {
-            IdleCopy::Full
-        } else if self.paced_for(peer) && !peer.ip().is_loopback() {
-            IdleCopy::Paced
-        } else {
+        if !self.paced_for(peer) {
             IdleCopy::Off
+        } else if self.paced_quick_ack {
+            IdleCopy::Full
+        } else if peer.ip().is_loopback() {
+            IdleCopy::Off
+        } else {
+            IdleCopy::Paced
         }
     }
 
