@@ -1355,19 +1355,6 @@ fn stream_at_once(
     common::assert_all_ok_in_order(&comp.borrow(), n as usize);
 }
 
-/// Skips (saying so) where the kernel has no `bbr`.
-fn have_bbr() -> bool {
-    let avail = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .unwrap_or_default();
-    let have = avail.split_whitespace().any(|a| a == "bbr");
-    if !have {
-        common::skip(format_args!(
-            "no bbr among the kernel's algorithms ({avail:?})"
-        ));
-    }
-    have
-}
-
 /// A ping-pong of 4 `len`-byte messages under BBR (chosen for loopback), `f` applied to
 /// both configurations: each side's stats.
 fn paced_pong(kind: BackendKind, len: usize, f: impl Fn(&mut Config)) -> [Stats; 2] {
@@ -1396,7 +1383,7 @@ fn paced_pong(kind: BackendKind, len: usize, f: impl Fn(&mut Config)) -> [Stats;
 /// spliced; no socket is set to acknowledge at once. [`common::skip`]ped where the kernel
 /// has no `bbr`.
 fn paced_loopback_connections_lend_idle_payloads(kind: BackendKind) {
-    if !have_bbr() {
+    if !common::have_bbr() {
         return;
     }
     for len in [384 * 1024, 768 * 1024] {
@@ -1416,7 +1403,7 @@ fn paced_loopback_connections_lend_idle_payloads(kind: BackendKind) {
 /// set to acknowledge the answer at once (`TCP_QUICKACK`): 4 on each side. Skipped where
 /// the kernel has no `bbr`.
 fn paced_quick_ack_copies_idle_payloads_and_acks_the_answers(kind: BackendKind) {
-    if !have_bbr() {
+    if !common::have_bbr() {
         return;
     }
     let stats = paced_pong(kind, 768 * 1024, |c| c.socket.paced_quick_ack = true);

@@ -562,6 +562,64 @@ fn three_percent_loss_between_hosts_alltoall_checked() {
     }
 }
 
+/// Large messages between hosts under BBR, where the receiving sockets raise their
+/// low-water mark while a large record arrives (`SocketConfig::paced_rcvlowat`), in
+/// block mode (every wait in the kernel, where a mark above what is still to come would
+/// never wake), on each backend: a ping-pong of 300 KiB, 1 MiB and 4 MiB messages
+/// (nothing follows a message until it is answered), then an alltoall of the same
+/// sizes that delivers and checks every message.
+#[test]
+fn large_messages_between_hosts_under_bbr() {
+    let Some(_one) = prepare() else { return };
+    if !common::have_bbr() {
+        return;
+    }
+    for backend in backends() {
+        let net = Net::up();
+        let env = [
+            ("RINGBTL_BACKEND", backend),
+            ("RINGBTL_TCP_CONGESTION", "bbr"),
+        ];
+        let pair: Vec<Rank> = (0..2)
+            .map(|r| {
+                let (rank, root) = (r.to_string(), "10.231.1.10:23006");
+                let mut all = vec![
+                    ("RINGBTL_RANK", rank.as_str()),
+                    ("RINGBTL_SIZE", "2"),
+                    ("RINGBTL_ROOT", root),
+                ];
+                all.extend_from_slice(&env);
+                let args = ["latency", "--mode", "block", "--timeout", "50"];
+                let args = [&args[..], &["--sizes", "300K,1M,4M", "--iters", "20"]].concat();
+                net.bench_on(r, &args, &all)
+            })
+            .collect();
+        for (r, d) in pair.into_iter().map(Rank::wait).enumerate() {
+            assert!(
+                d.ok,
+                "{backend}: ping-pong rank {r} failed ({}): stdout: {}\nstderr: {}",
+                d.status, d.stdout, d.stderr
+            );
+            if r == 0 {
+                let rows: Vec<&str> = d.stdout.lines().filter(|l| l.contains("4194304")).collect();
+                assert_eq!(rows.len(), 1, "{backend}: no 4 MiB row in {}", d.stdout);
+                println!("{backend}: ping-pong under bbr: {}", rows[0]);
+            }
+        }
+        const ROUNDS: u32 = 3;
+        let args = ["--sizes", "300K,1M,4M", "--rounds", "3"];
+        let start = Instant::now();
+        let out = alltoall4_with(&net, "10.231.1.10:23005", &env, &args, 4 * 3 * 3 * ROUNDS);
+        println!(
+            "{backend}: alltoall of large messages under bbr in {:.2} s",
+            start.elapsed().as_secs_f64()
+        );
+        for l in out.lines().filter(|l| l.contains(" time")) {
+            println!("{backend}:   {l}");
+        }
+    }
+}
+
 /// Why `nft` cannot be used here, if it cannot: not installed, or the kernel refuses
 /// a bridge table (no nf_tables) in a namespace.
 fn no_nft() -> Option<String> {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{Backend, ConnId, Event, RxBuf, SockOpts, TxBatch};
+use super::{sys, Backend, ConnId, Event, RxBuf, SockOpts, TxBatch};
 
 /// Upper bound for any single wait in a case.
 const DEADLINE: Duration = Duration::from_secs(5);
@@ -27,7 +27,7 @@ pub(super) fn run_all<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
 
 /// [`run_all`] without the cases named in `skip` (each caller says why).
 pub(super) fn run_all_except<B: Backend>(make: &dyn Fn(SockOpts) -> B, skip: &[&str]) {
-    let cases: [(&str, Case<B>); 15] = [
+    let cases: [(&str, Case<B>); 16] = [
         ("connect_accept", case_connect_accept),
         ("multipart_batch", case_multipart_batch),
         ("more_parts_than_iov_max", case_more_parts_than_iov_max),
@@ -45,6 +45,10 @@ pub(super) fn run_all_except<B: Backend>(make: &dyn Fn(SockOpts) -> B, skip: &[&
         ("many_connections", case_many_connections),
         ("misuse_returns_buffers", case_misuse_returns_buffers),
         ("wants_all_completes_full", case_wants_all_completes_full),
+        (
+            "low_water_follows_the_record",
+            case_low_water_follows_the_record,
+        ),
         ("write_now_heads_the_batch", case_write_now_heads_the_batch),
     ];
     let backend = make(SockOpts::default()).name();
@@ -674,6 +678,87 @@ fn case_wants_all_completes_full<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
     assert!(rx.bytes(at..at + LEN) == &payload[..], "payload differs");
     h.wait_sent(client).1.expect("send");
     h.assert_quiet(server, Duration::from_millis(20));
+    h.close_and_wait(&[client, server]);
+}
+
+/// Polls for up to `t`, giving every receive of `conn` that completed short of its whole
+/// buffer back to it (as the engine does); returns the buffer once it is full.
+fn pump_whole<B: Backend>(h: &mut Harness<B>, conn: ConnId, t: Duration) -> Option<RxBuf> {
+    let end = Instant::now() + t;
+    loop {
+        while let Some(i) =
+            h.q.iter()
+                .position(|e| matches!(e, Event::Recv { conn: c, .. } if *c == conn))
+        {
+            if let Some(Event::Recv { rx, result, .. }) = h.q.remove(i) {
+                result.expect("receive into a buffer that wants all");
+                if rx.missing() == 0 {
+                    return Some(rx);
+                }
+                h.b.recv(conn, rx);
+            }
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        h.pump(TICK);
+    }
+}
+
+/// On a connection with a receive low-water mark for large records (a paced one's,
+/// `SockOpts::rcvlowat_for`), a buffer that wants all of a record raises the socket's
+/// mark while more of the record than the mark is missing, and lowers it to the default
+/// for the rest: the record's last bytes, fewer than the mark and sent after a pause,
+/// still complete it (a wait on a socket whose mark is above what is still to come
+/// would never end). Reads from io_uring may complete short of the buffer meanwhile.
+fn case_low_water_follows_the_record<B: Backend>(make: &dyn Fn(SockOpts) -> B) {
+    const LEN: usize = 1 << 20;
+    const MARK: usize = 64 << 10;
+    const HEAD: usize = 300 << 10;
+    const TAIL: usize = 10;
+    // The system's algorithm, said to pace, and loopback peers taken as other hosts: the
+    // mark is asked for whatever the algorithm is.
+    let opts = SockOpts {
+        congestion: super::config::Congestion::System,
+        system_paces: true,
+        paced_rcvlowat: Some(MARK),
+        rcvlowat_loopback: true,
+        ..SockOpts::default()
+    };
+    assert_eq!(opts.rcvlowat_for(&loopback()), Some(MARK));
+    let mut h = Harness::new(make(opts));
+    let (client, server) = h.pair();
+    let fd = h.b.open_fd(server).expect("the server's socket");
+    let mark = || sys::rcvlowat(fd).expect("SO_RCVLOWAT");
+    assert_eq!(mark(), 1, "a new socket has the default mark");
+    let payload = pattern(LEN, 23);
+    h.b.recv(server, whole_buf(LEN));
+    for (piece, mark_then) in [(0..HEAD, MARK), (HEAD..LEN - TAIL, 1)] {
+        let mut b = TxBatch::with_capacity(64, 2);
+        b.push_ext(Bytes::copy_from_slice(&payload[piece.clone()]));
+        h.b.send(client, b);
+        h.wait_sent(client).1.expect("send");
+        let rx = pump_whole(&mut h, server, Duration::from_millis(100));
+        assert!(
+            rx.is_none(),
+            "complete with {} bytes missing",
+            LEN - piece.end
+        );
+        assert_eq!(
+            mark(),
+            mark_then,
+            "mark with {} bytes missing",
+            LEN - piece.end
+        );
+    }
+    let mut b = TxBatch::default();
+    b.push_copy(&payload[LEN - TAIL..]);
+    h.b.send(client, b);
+    h.wait_sent(client).1.expect("send of the tail");
+    let rx = pump_whole(&mut h, server, DEADLINE).expect("the record's last bytes never came");
+    let at = rx.record_start();
+    assert!(rx.bytes(at..at + LEN) == &payload[..], "payload differs");
+    assert_eq!(mark(), 1, "the mark after the record");
     h.close_and_wait(&[client, server]);
 }
 

@@ -226,10 +226,13 @@ impl Epoll {
     fn insert(&mut self, fd: OwnedFd, connecting: bool, peer: &SocketAddr) -> io::Result<ConnId> {
         let raw = fd.as_raw_fd();
         let chunk = self.opts.send_chunks_for(peer);
-        let idx = self.slots.insert(Io {
-            chunk,
-            ..Io::new(fd, connecting)
-        });
+        let idx = self.slots.insert(
+            Io {
+                chunk,
+                ..Io::new(fd, connecting)
+            },
+            self.opts.rcvlowat_for(peer),
+        );
         if let Err(e) = self.register(raw, self.slots.token(KIND_CONN, idx)) {
             self.slots.remove(idx);
             return Err(e);

@@ -658,7 +658,9 @@ pub(crate) fn write_now(fd: RawFd, pieces: &[&[u8]], counts: &mut SendShared) ->
 /// A receive into an [`RxBuf`]: one read into its spare region, or, for a buffer that
 /// [`wants_all`](RxBuf::wants_all) of its bytes, as many reads as it takes to fill it.
 /// It completes with the bytes it committed: the whole spare region for such a buffer
-/// (fewer only at end of stream), else whatever one read brought (0 = end of stream).
+/// (fewer at end of stream, and from io_uring while the low-water mark is raised, when
+/// the kernel's read stops short of the record's end: see [`LowWater`]), else whatever
+/// one read brought (0 = end of stream).
 #[derive(Default)]
 pub(crate) struct RecvOp {
     /// The buffer being filled; `Some` exactly while the receive is in progress.
@@ -668,6 +670,33 @@ pub(crate) struct RecvOp {
     /// Position in the connection table's direct set while the receive is there
     /// (see [`Slots::join_direct`](super::slots::Slots::join_direct)).
     pub(crate) direct_at: Option<usize>,
+    /// The socket's receive low-water mark while large records arrive.
+    low: LowWater,
+}
+
+/// The receive low-water mark (`SO_RCVLOWAT`) of a connection's socket while a large
+/// record arrives (`SockOpts::rcvlowat_for`): raised to `raise` bytes while more than
+/// that many of the record are still to come, back to the default (1) before the rest.
+///
+/// Why: the kernel acknowledges received data at once, rather than when a read frees
+/// room in the window, while fewer than the mark of unread bytes wait in the socket
+/// (`__tcp_ack_snd_check`). A paced congestion control (BBR) measures the bandwidth from
+/// how fast its data is acknowledged, and a large message that the peer acknowledges
+/// as it arrives rather than as it reads it leaves several times faster between hosts
+/// (README, "Large messages").
+///
+/// Invariant, so that no wait can outlast the record: while the mark is raised, at least
+/// that many of the record's bytes are still to come after every read in progress (a
+/// socket with fewer unread bytes than the mark is not readable). Reads the kernel
+/// continues on its own (io_uring's `MSG_WAITALL`) stop that many bytes short of the
+/// record's end ([`RecvOp::sqe`]); reads made here lower the mark before a wait and before
+/// the record completes ([`RecvOp::try_now`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct LowWater {
+    /// The mark while a record arrives (0: never raised).
+    raise: usize,
+    /// The mark the socket has now (0 or 1: the kernel's default).
+    now: usize,
 }
 
 impl RecvOp {
@@ -687,6 +716,46 @@ impl RecvOp {
         );
         self.rx = Some(rx);
         self.done = 0;
+    }
+
+    /// The low-water mark of large records on this connection (`None`: the kernel's
+    /// default throughout); the socket is new and has the default now.
+    pub(crate) fn set_low_water(&mut self, raise: Option<usize>) {
+        self.low = LowWater {
+            raise: raise.unwrap_or(0),
+            now: 1,
+        };
+    }
+
+    /// Sets the socket's low-water mark for what the receive in progress still expects:
+    /// raised while more of the record's bytes are missing than the mark, else the
+    /// default. Returns the mark in force. A socket that refuses the mark keeps the
+    /// default for good (best effort: it only costs the early ACKs).
+    fn pace_acks(&mut self, fd: RawFd) -> usize {
+        if self.low.raise == 0 {
+            return 1;
+        }
+        let missing = self.rx.as_ref().map_or(0, RxBuf::missing);
+        let want = if missing > self.low.raise {
+            self.low.raise
+        } else {
+            1
+        };
+        if want != self.low.now {
+            match sys::set_rcvlowat(fd, want) {
+                Ok(()) => self.low.now = want,
+                Err(e) => {
+                    tracing::debug!("SO_RCVLOWAT {want} failed: {e}");
+                    // Lowering failed: the socket is going (closed, reset); raising
+                    // failed: the default stays, and so does the invariant.
+                    self.low.raise = 0;
+                    if want == 1 {
+                        self.low.now = 1;
+                    }
+                }
+            }
+        }
+        self.low.now
     }
 
     /// Ends the receive and hands the buffer back.
@@ -711,15 +780,20 @@ impl RecvOp {
             drained,
             eof,
         };
+        if self.rx.is_none() {
+            return tried(Attempt::Done(Ok(0)), false, false);
+        }
+        self.pace_acks(fd);
         let Some(rx) = self.rx.as_mut() else {
             return tried(Attempt::Done(Ok(0)), false, false);
         };
         let wants_all = rx.fills();
-        loop {
+        let raised = self.low.now > 1;
+        let res = loop {
             let spare = rx.spare_mut();
             let want = spare.len();
             if want == 0 {
-                return tried(Attempt::Done(Ok(self.done)), false, false);
+                break tried(Attempt::Done(Ok(self.done)), false, false);
             }
             // SAFETY: `spare` is a live, exclusively borrowed region of the RxBuf's heap
             // buffer; `recv` writes at most `want` bytes into it and keeps no pointer. The
@@ -727,23 +801,28 @@ impl RecvOp {
             let res = unsafe { sys::recv(fd, spare.as_mut_ptr(), want, RecvFlags::DONTWAIT) };
             let n = match res {
                 // End of stream: whatever was gathered now, 0 on the next receive.
-                Ok(0) => return tried(Attempt::Done(Ok(self.done)), false, true),
+                Ok(0) => break tried(Attempt::Done(Ok(self.done)), false, true),
                 Ok(n) => n,
                 Err(Errno::INTR) => continue,
-                Err(Errno::AGAIN) => return tried(Attempt::Blocked, true, false),
-                Err(e) => return tried(Attempt::Done(self.finish(Err(e.into()))), false, false),
+                Err(Errno::AGAIN) => break tried(Attempt::Blocked, true, false),
+                Err(e) => break tried(Attempt::Done(self.finish(Err(e.into()))), false, false),
             };
             rx.commit(n);
             self.done += n;
             let drained = n < want;
             if !wants_all || n == want {
-                return tried(Attempt::Done(Ok(self.done)), drained, false);
+                break tried(Attempt::Done(Ok(self.done)), drained, false);
             }
             if drained && !eof_seen {
                 // Part of a buffer that wants all: keep it, wait for more data.
-                return tried(Attempt::Blocked, true, false);
+                break tried(Attempt::Blocked, true, false);
             }
+        };
+        if raised {
+            // Bytes came: before a wait, or the record's end, the mark follows them.
+            self.pace_acks(fd);
         }
+        res
     }
 
     /// The SQE that reads the rest of the receive (`RECV` into the spare region, with
@@ -753,10 +832,19 @@ impl RecvOp {
     /// its slot, with the buffer, until the entry's completion.
     #[cfg(feature = "uring")]
     pub(crate) fn sqe(&mut self, fd: RawFd) -> Option<squeue::Entry> {
+        let mark = self.pace_acks(fd);
         let rx = self.rx.as_mut()?;
         let flags = if rx.fills() { libc::MSG_WAITALL } else { 0 };
+        // With the mark raised, the kernel's read stops that many bytes short of the
+        // record's end (`LowWater`); the rest is read after it is lowered.
+        let short = if mark > 1 {
+            rx.missing() - mark
+        } else {
+            usize::MAX
+        };
         let spare = rx.spare_mut();
-        let (ptr, len) = (spare.as_mut_ptr(), spare.len().min(i32::MAX as usize));
+        let len = spare.len().min(short).min(i32::MAX as usize);
+        let ptr = spare.as_mut_ptr();
         Some(
             opcode::Recv::new(types::Fd(fd), ptr, len as u32)
                 .flags(flags)

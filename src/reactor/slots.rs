@@ -82,15 +82,19 @@ impl<C> Slots<C> {
         }
     }
 
-    /// Puts a new connection in a free slot with a fresh generation. Returns its index.
-    pub(crate) fn insert(&mut self, io: C) -> usize {
+    /// Puts a new connection in a free slot with a fresh generation, its receives raising
+    /// the socket's low-water mark to `low_water` for large records
+    /// (`SockOpts::rcvlowat_for`). Returns its index.
+    pub(crate) fn insert(&mut self, io: C, low_water: Option<usize>) -> usize {
         let gen = self.next_gen & GEN_MASK;
         self.next_gen = self.next_gen.wrapping_add(1);
+        let mut recv = RecvOp::default();
+        recv.set_low_water(low_water);
         self.table.insert(Slot {
             gen,
             closing: false,
             send: SendOp::boxed(),
-            recv: RecvOp::default(),
+            recv,
             io,
         })
     }
@@ -317,13 +321,13 @@ mod tests {
     #[test]
     fn reused_slot_gets_a_new_generation() {
         let mut s: Slots<()> = Slots::new();
-        let a = s.insert(());
+        let a = s.insert((), None);
         let gen = s[a].gen;
         s.defer_closed(a);
         let mut out = Vec::new();
         s.deliver(&mut out);
         assert!(matches!(out[..], [Event::Closed { conn }] if conn == ConnId(a as u32)));
-        let b = s.insert(());
+        let b = s.insert((), None);
         assert_eq!(a, b, "slab reuses the freed slot");
         assert!(s.tagged(b, gen).is_none(), "stale token accepted");
         assert!(s.tagged(b, s[b].gen).is_some());
@@ -332,7 +336,7 @@ mod tests {
     #[test]
     fn direct_set_keeps_positions_when_members_leave() {
         let mut s: Slots<()> = Slots::new();
-        let ids: Vec<usize> = (0..5).map(|_| s.insert(())).collect();
+        let ids: Vec<usize> = (0..5).map(|_| s.insert((), None)).collect();
         for &i in &ids {
             s.join_direct(i);
             s.join_direct(i);
@@ -354,7 +358,7 @@ mod tests {
     #[test]
     fn misuse_is_answered_with_one_errno_per_case() {
         let mut s: Slots<()> = Slots::new();
-        let idx = s.insert(());
+        let idx = s.insert((), None);
         let conn = ConnId(idx as u32);
         let mut b = TxBatch::default();
         b.push_copy(b"x");

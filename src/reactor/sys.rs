@@ -189,6 +189,50 @@ pub(crate) fn quick_ack(fd: RawFd) -> io::Result<()> {
     socket2::SockRef::from(&bfd).set_tcp_quickack(true)
 }
 
+/// Sets `SO_RCVLOWAT` on `fd` to `bytes` (at least 1).
+pub(crate) fn set_rcvlowat(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `v` lives on this frame for the call and the length given is its size; the
+    // caller keeps `fd` open for the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&raw const v).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The receive low-water mark of `fd` (`SO_RCVLOWAT`).
+#[cfg(test)]
+pub(crate) fn rcvlowat(fd: RawFd) -> io::Result<usize> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` live on this frame for the call, `len` holds the size of `v`;
+    // the caller keeps `fd` open for the call.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&raw mut v).cast(),
+            &raw mut len,
+        )
+    };
+    if r == 0 {
+        Ok(usize::try_from(v).unwrap_or(0))
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// The connection's maximum segment size (`TCP_MAXSEG`: the payload bytes of a full
 /// segment, options taken off), or `None` when the kernel does not say.
 pub(crate) fn tcp_mss(fd: RawFd) -> Option<usize> {

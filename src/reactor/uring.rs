@@ -838,12 +838,15 @@ impl Backend for Uring {
         let zc = self.zerocopy_for(&addr);
         let sa = Box::new(SockAddr::from(addr));
         let (ptr, len) = (sa.as_ptr().cast::<libc::sockaddr>(), sa.len());
-        let idx = self.slots.insert(Io {
-            zc,
-            chunk: self.opts.send_chunks_for(&addr),
-            connect: Some(sa),
-            ..Io::new(fd)
-        });
+        let idx = self.slots.insert(
+            Io {
+                zc,
+                chunk: self.opts.send_chunks_for(&addr),
+                connect: Some(sa),
+                ..Io::new(fd)
+            },
+            self.opts.rcvlowat_for(&addr),
+        );
         let entry = opcode::Connect::new(types::Fd(fd), ptr, len)
             .build()
             .user_data(self.slots.token(KIND_CONNECT, idx));

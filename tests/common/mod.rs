@@ -13,6 +13,20 @@ pub mod process;
 pub mod skip;
 pub(crate) use skip::skip;
 
+/// Whether the kernel offers `bbr`; skips (saying so) where it does not.
+#[allow(dead_code)] // not every test binary uses it
+pub fn have_bbr() -> bool {
+    let avail = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default();
+    let have = avail.split_whitespace().any(|a| a == "bbr");
+    if !have {
+        skip(format_args!(
+            "no bbr among the kernel's algorithms ({avail:?})"
+        ));
+    }
+    have
+}
+
 /// Generates one `#[test]` per compiled backend and receive mode for each listed
 /// function `fn name(kind: BackendKind)`; the test names carry the backend (`uring::name`,
 /// `uring_multishot::name`, `epoll::name`). `uring_multishot` runs io_uring with

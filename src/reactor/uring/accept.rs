@@ -69,11 +69,14 @@ impl Uring {
             match setup {
                 Ok(peer) => {
                     let zc = self.zerocopy_for(&peer);
-                    let idx = self.slots.insert(Io {
-                        zc,
-                        chunk: self.opts.send_chunks_for(&peer),
-                        ..Io::new(fd)
-                    });
+                    let idx = self.slots.insert(
+                        Io {
+                            zc,
+                            chunk: self.opts.send_chunks_for(&peer),
+                            ..Io::new(fd)
+                        },
+                        self.opts.rcvlowat_for(&peer),
+                    );
                     out.push(Event::Accepted {
                         conn: ConnId(idx as u32),
                         peer,
