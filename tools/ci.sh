@@ -73,6 +73,17 @@ tools/ompi-ci.sh
 step "Open MPI across namespace hosts (tools/ompi-netns.sh)"
 tools/ompi-netns.sh
 
+# The MPI comparison between two namespace hosts, as a smoke run (one run, two sizes): both
+# BTLs must run across the hosts and the table must have its ratios.
+step "MPI comparison across namespace hosts (tools/ompi-compare.sh --hosts, smoke run)"
+out=$(tools/ompi-compare.sh --hosts --cc reno --runs 1 --sizes "8 1048576" --name ci-hosts 2>&1) \
+  || { echo "$out"; exit 1; }
+for row in "latency (us) | 8 B" "latency (us) | 1 MiB" "bandwidth (MB/s) | 1 MiB"; do
+  grep -qF "| $row | " <<<"$out" && grep -F "| $row | " <<<"$out" | grep -qE "\| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|" \
+    || { echo "no '$row' ratio in:"; echo "$out"; exit 1; }
+done
+grep -q "two namespace hosts (veth)" <<<"$out" || { echo "$out"; exit 1; }
+
 step "doc"
 RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --document-private-items --quiet
 

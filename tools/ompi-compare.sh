@@ -8,7 +8,16 @@
 #          [--ringbtl-mca "NAME VALUE ..."]   extra MCA settings for the ringbtl runs (the
 #                                             measurements behind the component's defaults)
 #          [--tcp-mca "NAME VALUE ..."]       the same for the tcp runs
+#          [--ringbtl-env "VAR=VALUE ..."]    environment of the ringbtl runs' ranks
+#                                             (`mpirun -x`: RINGBTL_* settings)
 #          [--only ringbtl|tcp] [--name NAME]   (output files NAME.*, default compare)
+#          [--hosts [--cc ALGO]]   between two network namespaces made here (rbtlmc-h0,
+#                                  rbtlmc-h1, removed on exit; root and iproute2) joined by
+#                                  a veth pair: one rank in each, on CPU 0 and CPU 1, both
+#                                  BTLs and Open MPI's own traffic on the veth, both
+#                                  namespaces' congestion control ALGO (default: the
+#                                  system's); mpirun starts the far rank through an rsh
+#                                  agent that enters its namespace
 # Output: target/ompi-results/NAME.jsonl, NAME.md (the table), NAME.png (--plot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +25,7 @@ source tools/ompi-common.sh
 export LC_ALL=C
 
 runs=5; sizes="8 65536 1048576 4194304"; plot=0; extra=(); tcp_extra=(); only=""; name=compare
+hosts=0; cc=""; where=loopback; link=lo
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift ;;
@@ -25,14 +35,56 @@ while [ $# -gt 0 ]; do
         extra+=(--mca "${kv[i]}" "${kv[i+1]}"); done; shift ;;
     --tcp-mca) read -ra kv <<<"$2"; for ((i = 0; i + 1 < ${#kv[@]}; i += 2)); do
         tcp_extra+=(--mca "${kv[i]}" "${kv[i+1]}"); done; shift ;;
+    --ringbtl-env) read -ra kv <<<"$2"; for v in "${kv[@]}"; do extra+=(-x "$v"); done; shift ;;
+    --hosts) hosts=1 ;;
+    --cc) cc="$2"; shift ;;
     --only) only="$2"; shift ;;
     --name) name="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
+[ -z "$cc" ] || [ "$hosts" = 1 ] || { echo "--cc needs --hosts" >&2; exit 2; }
 # Always through make: a component left from an older tree would be measured otherwise.
 tools/build-ompi.sh >/dev/null
+
+# Where the ranks run: bound to cores on this host, or one per namespace host.
+place=(--bind-to core)
+if [ "$hosts" = 1 ]; then
+  [ "$(id -u)" = 0 ] || { echo "--hosts needs root (network namespaces)" >&2; exit 2; }
+  NS0=rbtlmc-h0 NS1=rbtlmc-h1 H0=10.214.0.1 H1=10.214.0.2 IF=rbmc
+  work=$(mktemp -d)
+  trap 'ip netns del $NS0 2>/dev/null; ip netns del $NS1 2>/dev/null; rm -rf "$work"' EXIT
+  # shellcheck source=tools/hostpair.sh
+  . tools/hostpair.sh
+  hostpair_up $NS0 $NS1 $IF $H0 $H1
+  for ns in $NS0 $NS1; do
+    [ -z "$cc" ] || ip netns exec $ns sysctl -qw "net.ipv4.tcp_congestion_control=$cc"
+  done
+  where="two namespace hosts (veth), congestion control ${cc:-system}"; link=veth
+  # mpirun's rsh agent: HOST COMMAND... runs the command in that host's namespace, on that
+  # host's CPU (each namespace is a node of its own to Open MPI, whose binding would put
+  # both ranks on its first core).
+  cat >"$work/agent" <<AGENT
+#!/bin/sh
+host=\$1; shift
+case \$host in
+  $H0) ns=$NS0 cpu=0 ;;
+  $H1) ns=$NS1 cpu=1 ;;
+  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
+esac
+TMPDIR="$work/\$ns"; export TMPDIR; mkdir -p "\$TMPDIR"
+exec ip netns exec "\$ns" taskset -c \$cpu /bin/sh -c "\$*"
+AGENT
+  chmod +x "$work/agent"
+  printf '%s slots=1\n' $H0 $H1 >"$work/hosts"
+  place=(--bind-to none --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agent"
+    --mca oob_tcp_if_include $IF)
+  BTL_ringbtl=(--mca btl self,ringbtl --mca btl_ringbtl_if_include $IF)
+  BTL_tcp=(--mca btl self,tcp --mca btl_tcp_if_include $IF)
+  # mpirun itself runs in the first host, so that it reaches both over the veth.
+  MPIRUN=(ip netns exec $NS0 taskset -c 0 "${MPIRUN[@]}")
+fi
 res="$PWD/target/ompi-results"
 mkdir -p "$res"
 jsonl="$res/$name.jsonl"
@@ -45,20 +97,20 @@ for r in $(seq 1 "$runs"); do
     eval "args=(\"\${BTL_$btl[@]}\")"
     if [ "$btl" = ringbtl ]; then args+=("${extra[@]}"); else args+=("${tcp_extra[@]}"); fi
     # shellcheck disable=SC2086
-    "${MPIRUN[@]}" "${args[@]}" -np 2 --bind-to core "$OMPI_OUT/ringbtl_perf" $sizes \
-      | awk -v sys="$btl" -v run="$r" '
+    "${MPIRUN[@]}" "${args[@]}" -np 2 "${place[@]}" "$OMPI_OUT/ringbtl_perf" $sizes \
+      | awk -v sys="$btl" -v run="$r" -v tcpname="btl tcp ($link)" '
           $1 == "lat"  { m = "lat_us"; b = "latency" }
           $1 == "bw"   { m = "bw_mb_s"; b = "bw" }
           $1 == "rate" { m = "rate_msg_s"; b = "rate" }
           NF == 3 && m != "" {
-            name = (sys == "ringbtl") ? "ringbtl (btl ringbtl)" : "btl tcp (lo)"
+            name = (sys == "ringbtl") ? "ringbtl (btl ringbtl)" : tcpname
             printf "{\"system\": \"%s\", \"bench\": \"%s\", \"metric\": \"%s\", \"size\": %d, \"run\": %d, \"value\": %s}\n", name, b, m, $2, run, $3
             m = "" }' >>"$jsonl"
     echo "run $r $btl done" >&2
   done
 done
 
-python3 - "$jsonl" "$runs" <<'PY' | tee "$res/$name.md"
+python3 - "$jsonl" "$runs" "$where" <<'PY' | tee "$res/$name.md"
 import json, statistics, sys
 from collections import defaultdict
 vals = defaultdict(list)
@@ -71,7 +123,7 @@ rows = [("lat_us", "latency (us)", lambda r: r, "<="), ("bw_mb_s", "bandwidth (M
         ("rate_msg_s", "message rate (msg/s)", lambda r: r, ">=")]
 target = {("lat_us", 8): 0.9, ("lat_us", 65536): 0.7, ("bw_mb_s", 65536): 1.2,
           ("bw_mb_s", 1048576): 1.2, ("bw_mb_s", 4194304): 1.2, ("rate_msg_s", 8): 3.0}
-print(f"Medians of {sys.argv[2]} alternating runs, pml ob1, 2 ranks bound to cores, loopback.\n")
+print(f"Medians of {sys.argv[2]} alternating runs, pml ob1, 2 ranks on two cores, {sys.argv[3]}.\n")
 print("| measure | size | btl ringbtl | btl tcp | ringbtl / tcp | target | met |")
 print("|---|---|---|---|---|---|---|")
 for metric, label, _, op in rows:
@@ -93,5 +145,5 @@ for metric, label, _, op in rows:
         print(f"| {label} | {fmt_size(s)} | {ma:.{prec}f} | {mb:.{prec}f} | {ratio:.2f} | {tt} | {met} |")
 PY
 if [ "$plot" = 1 ]; then
-  tools/plot "$jsonl" -o "$res/$name.png" --title "MPI over btl ringbtl vs btl tcp (pml ob1, loopback, 2 ranks bound to cores)"
+  tools/plot "$jsonl" -o "$res/$name.png" --title "MPI over btl ringbtl vs btl tcp (pml ob1, $where, 2 ranks on two cores)"
 fi
