@@ -54,10 +54,7 @@ if [ -n "$hosts" ]; then
   trap 'ip netns del $NS0 2>/dev/null; ip netns del $NS1 2>/dev/null; rm -rf "$out"' EXIT
   # shellcheck source=tools/hostpair.sh
   . "$(dirname "$0")/hostpair.sh"
-  hostpair_up $NS0 $NS1 rbab $H0 $H1
-  for ns in $NS0 $NS1; do
-    [ -z "$cc" ] || ip netns exec $ns sysctl -qw "net.ipv4.tcp_congestion_control=$cc"
-  done
+  hostpair_up $NS0 $NS1 rbab $H0 $H1 "$cc"
 fi
 # One benchmark between the hosts (wire-up port, binary, subcommand, its arguments): rank
 # 0's JSON lines on stdout (the latency table's p50 turned into one). Runs in a pipeline's

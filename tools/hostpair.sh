@@ -3,11 +3,12 @@
 # tools/netns.sh builds the four-host switched network of the tests; this is the direct
 # link the comparisons are measured over, so that every script measures the same one.
 
-# hostpair_up NS0 NS1 IFACE ADDR0 ADDR1: (re)creates namespaces NS0 and NS1 with lo up,
-# joined by a veth pair named IFACE at both ends, ADDR0/24 in NS0 and ADDR1/24 in NS1.
-# Root and iproute2; the root namespace is not touched.
+# hostpair_up NS0 NS1 IFACE ADDR0 ADDR1 [CC]: (re)creates namespaces NS0 and NS1 with lo
+# up, joined by a veth pair named IFACE at both ends, ADDR0/24 in NS0 and ADDR1/24 in NS1,
+# and both namespaces' congestion control CC when given (else the system's). Root and
+# iproute2; the root namespace is not touched.
 hostpair_up() {
-  local ns0=$1 ns1=$2 iface=$3 addr0=$4 addr1=$5 ns
+  local ns0=$1 ns1=$2 iface=$3 addr0=$4 addr1=$5 cc=${6:-} ns
   for ns in "$ns0" "$ns1"; do
     [ ! -e "/run/netns/$ns" ] || ip netns delete "$ns"
     ip netns add "$ns"
@@ -18,6 +19,9 @@ hostpair_up() {
   ip -n "$ns1" addr add "$addr1/24" dev "$iface"
   ip -n "$ns0" link set "$iface" up
   ip -n "$ns1" link set "$iface" up
+  for ns in "$ns0" "$ns1"; do
+    [ -z "$cc" ] || ip netns exec "$ns" sysctl -qw "net.ipv4.tcp_congestion_control=$cc"
+  done
 }
 
 # launcher_p50 FILE: "SIZE P50" per line from ringbtl-bench latency's output under a

@@ -57,10 +57,7 @@ if [ "$hosts" = 1 ]; then
   trap 'ip netns del $NS0 2>/dev/null; ip netns del $NS1 2>/dev/null; rm -rf "$work"' EXIT
   # shellcheck source=tools/hostpair.sh
   . tools/hostpair.sh
-  hostpair_up $NS0 $NS1 $IF $H0 $H1
-  for ns in $NS0 $NS1; do
-    [ -z "$cc" ] || ip netns exec $ns sysctl -qw "net.ipv4.tcp_congestion_control=$cc"
-  done
+  hostpair_up $NS0 $NS1 $IF $H0 $H1 "$cc"
   where="two namespace hosts (veth), congestion control ${cc:-system}"; link=veth
   # mpirun's rsh agent: HOST COMMAND... runs the command in that host's namespace, on that
   # host's CPU (each namespace is a node of its own to Open MPI, whose binding would put

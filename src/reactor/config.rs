@@ -92,9 +92,10 @@ pub struct SocketConfig {
     /// shared with other tenants.
     pub paced_quick_ack: bool,
     /// On connections to other hosts whose congestion control paces (BBR), the socket's
-    /// receive low-water mark (`SO_RCVLOWAT`) is raised to this many bytes while more than that
-    /// many of a large record are still to come, and lowered back to the default before
-    /// the rest (`RINGBTL_PACED_RCVLOWAT`, 4 KiB..=64 MiB, 0 = off; default 256 KiB).
+    /// receive low-water mark (`SO_RCVLOWAT`) is raised to this many bytes while more
+    /// than that many of a large record are still to come, and lowered back to the
+    /// default before the rest (`RINGBTL_PACED_RCVLOWAT`, 4 KiB..=64 MiB, 0 = off;
+    /// default 256 KiB).
     ///
     /// Why: while fewer unread bytes than the mark wait in the socket, the kernel
     /// acknowledges data as it arrives; without it, when a read frees room in the
@@ -374,9 +375,9 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
             off: "the kernel's default",
         },
         meaning: "on connections to other hosts whose congestion control paces (bbr): \
-                  the socket's receive low-water mark (`SO_RCVLOWAT`) while more bytes of a large \
-                  record than this are still to come, so that the kernel acknowledges \
-                  them as they arrive",
+                  the socket's receive low-water mark (`SO_RCVLOWAT`) while more bytes of \
+                  a large record than this are still to come, so that the kernel \
+                  acknowledges them as they arrive",
         access: Access::Num {
             get: |c| usize_opt(c.paced_rcvlowat),
             put: |c, v| c.paced_rcvlowat = v.map(|n| n as usize),
@@ -927,31 +928,31 @@ mod tests {
     fn the_low_water_mark_follows_the_congestion_control() {
         let lo: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let remote: SocketAddr = "192.0.2.1:1".parse().unwrap();
-        let opts = |congestion: Congestion, system_paces: bool, mark: Option<usize>| {
-            let mut c = SocketConfig {
+        let opts = |congestion: Congestion, system_paces: bool| SockOpts {
+            system_paces,
+            ..SocketConfig {
                 tcp_congestion: congestion,
                 ..SocketConfig::default()
-            };
-            if mark != Some(0) {
-                c.paced_rcvlowat = mark;
             }
-            SockOpts {
-                system_paces,
-                ..c.sock_opts()
-            }
+            .sock_opts()
         };
-        let default = Some(0);
-        let bbr = opts(Congestion::Use("bbr".into()), false, default);
+        let bbr = opts(Congestion::Use("bbr".into()), false);
         assert_eq!(bbr.rcvlowat_for(&lo), None);
         assert_eq!(bbr.rcvlowat_for(&remote), Some(256 << 10));
-        let auto = opts(Congestion::Auto, true, default);
+        let auto = opts(Congestion::Auto, true);
         assert_eq!(auto.rcvlowat_for(&lo), None, "reno towards loopback");
         assert_eq!(auto.rcvlowat_for(&remote), Some(256 << 10));
-        let reno = opts(Congestion::Use("reno".into()), true, default);
+        let reno = opts(Congestion::Use("reno".into()), true);
         assert_eq!(reno.rcvlowat_for(&remote), None);
-        let off = opts(Congestion::Use("bbr".into()), true, None);
+        let off = SockOpts {
+            paced_rcvlowat: None,
+            ..opts(Congestion::Use("bbr".into()), true)
+        };
         assert_eq!(off.rcvlowat_for(&remote), None);
-        let set = opts(Congestion::System, true, Some(64 << 10));
+        let set = SockOpts {
+            paced_rcvlowat: Some(64 << 10),
+            ..opts(Congestion::System, true)
+        };
         assert_eq!(set.rcvlowat_for(&remote), Some(64 << 10));
         assert_eq!(set.rcvlowat_for(&lo), None);
     }

@@ -695,7 +695,7 @@ pub(crate) struct RecvOp {
 struct LowWater {
     /// The mark while a record arrives (0: never raised).
     raise: usize,
-    /// The mark the socket has now (0 or 1: the kernel's default).
+    /// The mark the socket has now (1: the kernel's default).
     now: usize,
 }
 
@@ -780,9 +780,6 @@ impl RecvOp {
             drained,
             eof,
         };
-        if self.rx.is_none() {
-            return tried(Attempt::Done(Ok(0)), false, false);
-        }
         self.pace_acks(fd);
         let Some(rx) = self.rx.as_mut() else {
             return tried(Attempt::Done(Ok(0)), false, false);
