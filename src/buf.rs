@@ -1022,6 +1022,14 @@ impl TxBatch {
         self.walk_unsent(limit, true, f);
     }
 
+    /// The unwritten bytes before the next lent segment (all of them when none follows):
+    /// what [`for_each_copied_upto`](Self::for_each_copied_upto) covers without a limit.
+    pub fn copied_run(&self) -> usize {
+        let mut n = 0;
+        self.walk_unsent(usize::MAX, true, |s| n += s.len());
+        n
+    }
+
     fn walk_unsent(&self, limit: usize, stop_at_lent: bool, mut f: impl FnMut(&[u8])) {
         let mut skip = self.sent;
         let mut left = limit;

@@ -466,9 +466,11 @@ impl Backend for Epoll {
 
     #[inline]
     fn write_now(&mut self, conn: ConnId, pieces: &[&[u8]]) -> usize {
-        match self.slots.get(conn.0 as usize) {
+        match self.slots.get_mut(conn.0 as usize) {
             Some(s) if s.send.idle() && !s.closing && !s.io.connecting && s.io.writable => {
-                super::op::write_now(s.io.raw_fd(), pieces, &mut self.send_calls)
+                let fd = s.io.raw_fd();
+                let chunks = s.send.chunks(fd, s.io.chunk);
+                super::op::write_now(fd, pieces, chunks, &mut self.send_calls)
             }
             _ => 0,
         }

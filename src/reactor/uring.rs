@@ -898,7 +898,7 @@ impl Backend for Uring {
 
     #[inline]
     fn write_now(&mut self, conn: ConnId, pieces: &[&[u8]]) -> usize {
-        match self.slots.get(conn.0 as usize) {
+        match self.slots.get_mut(conn.0 as usize) {
             Some(s)
                 if s.send.idle()
                     && !s.closing
@@ -906,7 +906,8 @@ impl Backend for Uring {
                     && s.io.connect.is_none()
                     && s.io.fd >= 0 =>
             {
-                super::op::write_now(s.io.fd, pieces, &mut self.send_direct)
+                let chunks = s.send.chunks(s.io.fd, s.io.chunk);
+                super::op::write_now(s.io.fd, pieces, chunks, &mut self.send_direct)
             }
             _ => 0,
         }
