@@ -86,13 +86,15 @@ pub struct CoreConfig {
     /// "Large messages" in the README.
     pub splice_max: Option<usize>,
     /// On the connections the driver names ([`IdleCopy`](crate::proto::core::IdleCopy)):
-    /// a payload of [`IDLE_COPY_MIN`] up to this many bytes (at most
-    /// [`IDLE_COPY_PACED_MAX`] with [`IdleCopy::Paced`](crate::proto::core::IdleCopy))
+    /// a payload of [`IDLE_COPY_MIN`] up to this many bytes (with
+    /// [`IdleCopy::Paced`](crate::proto::core::IdleCopy) any lent one up to this many and
+    /// at most [`IDLE_COPY_PACED_MAX`])
     /// that finds its peer idle (the first frame of its batch, nothing queued behind it,
     /// no lent pages of this peer unacknowledged) is copied into the socket even when
     /// [`splice_min`](Self::splice_min) would lend it (`RINGBTL_SPLICE_IDLE`; `0`: lend
     /// such payloads too). The transport names the connections whose congestion control
-    /// paces, towards other hosts (there a lent 512 KiB ping-pong took 4.7x as long), and
+    /// paces, towards other hosts (there a lent 512 KiB ping-pong took 4.7x as long, a
+    /// lent 128 KiB one 1.96x), and
     /// with [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack) every
     /// paced one; elsewhere lent payloads arrive sooner (0.84-0.92x at 512 KiB and 1 MiB
     /// on loopback and between hosts under reno). See "Large messages" in the README.
@@ -166,8 +168,10 @@ pub const DEFAULT_SPLICE_MIN: usize = 128 * 1024;
 pub const DEFAULT_SPLICE_MAX: usize = 1 << 20;
 /// Default of [`CoreConfig::splice_idle`].
 pub const DEFAULT_SPLICE_IDLE: usize = 1 << 20;
-/// The smallest payload [`CoreConfig::splice_idle`] copies: below it, lending and
-/// copying a ping-pong's message took the same time within the runs' spread.
+/// The smallest payload [`CoreConfig::splice_idle`] copies but on the connections of
+/// [`IdleCopy::Paced`](crate::proto::core::IdleCopy) (which copy every lent one up to
+/// their bound): below it, lending and copying a ping-pong's message took the same time
+/// within the runs' spread.
 pub const IDLE_COPY_MIN: usize = 256 * 1024;
 /// The largest payload [`CoreConfig::splice_idle`] copies on a connection whose congestion
 /// control paces its sending (BBR, [`IdleCopy::Paced`](crate::proto::core::IdleCopy)):
@@ -500,10 +504,10 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             off: "off",
         },
         meaning: "on connections to other hosts whose congestion control paces (bbr; on \
-                  every paced one with RINGBTL_PACED_QUICK_ACK): payloads from 256 KiB up to \
-                  this many bytes (512 KiB at most unless RINGBTL_PACED_QUICK_ACK) are \
-                  copied, not lent, when they find their peer idle (nothing queued behind \
-                  them, no lent pages out)",
+                  every paced one with RINGBTL_PACED_QUICK_ACK): payloads up to this many \
+                  bytes that RINGBTL_SPLICE would lend (from 256 KiB with \
+                  RINGBTL_PACED_QUICK_ACK, else at most 512 KiB) are copied, not lent, when \
+                  they find their peer idle (nothing queued behind them, no lent pages out)",
         access: Access::Num {
             get: |c| c.splice_idle.map(|n| n as u64),
             put: |c, v| c.splice_idle = v.map(|n| n as usize),

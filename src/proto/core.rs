@@ -123,15 +123,18 @@ pub enum Lending {
 
 /// Which payloads that find their peer idle (a ping-pong's, a request's answer) a
 /// connection copies rather than lends, as the driver, which knows the connection's
-/// congestion control and peer, decides ([`Core::set_idle_copy`]). Only payloads from
-/// [`IDLE_COPY_MIN`](crate::proto::config::IDLE_COPY_MIN) up to
-/// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle) are ever copied so.
+/// congestion control and peer, decides ([`Core::set_idle_copy`]). Only payloads up to
+/// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle) are ever copied so, and
+/// but for [`IdleCopy::Paced`] only those from
+/// [`IDLE_COPY_MIN`](crate::proto::config::IDLE_COPY_MIN) up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IdleCopy {
     /// None: they are lent like any other large payload.
     Off,
-    /// Those up to [`IDLE_COPY_PACED_MAX`](crate::proto::config::IDLE_COPY_PACED_MAX)
-    /// (a connection whose congestion control paces, towards another host).
+    /// Every one up to [`IDLE_COPY_PACED_MAX`](crate::proto::config::IDLE_COPY_PACED_MAX),
+    /// the short ones below `IDLE_COPY_MIN` too (a connection whose congestion control
+    /// paces, towards another host: between namespace hosts under BBR, 128 and 192 KiB
+    /// ping-pongs took 0.51x and 0.46x as long copied as lent).
     Paced,
     /// Every one in the range. The default.
     #[default]

@@ -263,11 +263,11 @@ impl Core {
         let Some(c) = slot(&mut self.conns, conn.0) else {
             return;
         };
-        // The idle copy's upper bound on this connection (`Core::set_idle_copy`).
-        let splice_idle = match c.idle_copy {
-            IdleCopy::Off => None,
-            IdleCopy::Paced => splice_idle.map(|m| m.min(IDLE_COPY_PACED_MAX)),
-            IdleCopy::Full => splice_idle,
+        // The idle copy's bounds on this connection (`Core::set_idle_copy`).
+        let (idle_min, splice_idle) = match c.idle_copy {
+            IdleCopy::Off => (IDLE_COPY_MIN, None),
+            IdleCopy::Paced => (0, splice_idle.map(|m| m.min(IDLE_COPY_PACED_MAX))),
+            IdleCopy::Full => (IDLE_COPY_MIN, splice_idle),
         };
         let lending = c.lending;
         let Some(batch) = c.tx.as_mut() else { return }; // in flight: next completion refills
@@ -313,7 +313,7 @@ impl Core {
                     (false, _) => false,
                 };
             let idle_copy =
-                lendable && idle && len >= IDLE_COPY_MIN && splice_idle.is_some_and(|m| len <= m);
+                lendable && idle && len >= idle_min && splice_idle.is_some_and(|m| len <= m);
             let lend = lendable && !idle_copy;
             if idle_copy {
                 self.counters.idle_copies += 1;

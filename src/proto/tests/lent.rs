@@ -385,9 +385,10 @@ fn idle_copy_raw_pair(
     (net, r, conn)
 }
 
-/// The idle copy has its bounds: a payload below `IDLE_COPY_MIN` or above `splice_idle`
-/// (or, with [`IdleCopy::Paced`], above `IDLE_COPY_PACED_MAX`), or any payload with
-/// `splice_idle` off or [`IdleCopy::Off`], is lent even when it finds its peer idle.
+/// The idle copy has its bounds: a payload below `IDLE_COPY_MIN` (but with
+/// [`IdleCopy::Paced`]) or above `splice_idle` (or, with [`IdleCopy::Paced`], above
+/// `IDLE_COPY_PACED_MAX`), or any payload with `splice_idle` off or [`IdleCopy::Off`], is
+/// lent even when it finds its peer idle; one too short to lend is neither.
 #[test]
 fn an_idle_payload_outside_the_copy_range_is_lent() {
     /// Whether an idle payload of `len` bytes asked for an ACK (was lent), and the idle
@@ -421,7 +422,23 @@ fn an_idle_payload_outside_the_copy_range_is_lent() {
         (true, 0),
         "paced: above it"
     );
-    assert_eq!(lent(top, paced, min), (false, 1), "paced: its bottom");
+    assert_eq!(lent(top, paced, min), (false, 1), "paced: IDLE_COPY_MIN");
+    let splice_min = cfg(0).splice_min.expect("lending on");
+    assert_eq!(
+        lent(top, paced, splice_min),
+        (false, 1),
+        "paced: below IDLE_COPY_MIN, from what is lent"
+    );
+    assert_eq!(
+        lent(top, paced, splice_min - 8),
+        (false, 0),
+        "paced: too short to lend"
+    );
+    assert_eq!(
+        lent(top, full, splice_min),
+        (true, 0),
+        "full: from IDLE_COPY_MIN"
+    );
     for len in [min, paced_max, paced_max + 8192] {
         assert_eq!(lent(top, off, len), (true, 0), "no idle copy: {len} B lent");
     }
