@@ -76,9 +76,9 @@ fn whole_segments(mss: usize, chunk: usize) -> usize {
 /// at once, the pacing time then falling after the message. Measured with plain sockets
 /// between namespace hosts under BBR after 8 B traffic (`tools/floor.c`'s ping-pong, the
 /// message in those two writes): 64 KiB p50 31.4 against 14.6 us, mean 80 against 14.7.
-/// Longer runs keep their remainder last (the whole calls of 384 KiB to 512 KiB messages
-/// after it made them 1.4-2.7x as slow); `SockOpts::send_chunks_for` says where, and how
-/// far, the remainder goes first.
+/// Longer runs keep their remainder last (with it first, 384 KiB to 512 KiB ping-pongs
+/// took 1.2x as long in whole calls after it, 2.4-2.7x in one call after it);
+/// `SockOpts::send_chunks_for` says where, and how far, the remainder goes first.
 #[inline]
 fn next_call(run: usize, chunks: Chunks) -> usize {
     let chunk = chunks.copy;
@@ -482,7 +482,8 @@ impl SendOp {
     }
 
     /// Builds the iovecs of the next call: the unsent part of the batch, at most
-    /// [`MAX_IOV`] pieces and about `chunk` bytes. Returns the bytes offered.
+    /// [`MAX_IOV`] pieces and `chunks.copy` bytes, a long run's remainder first where
+    /// [`next_call`] says so. Returns the bytes offered.
     ///
     /// This is the one iovec builder of the reactor.
     fn prepare(&mut self, chunks: Chunks) -> usize {
