@@ -563,11 +563,12 @@ fn three_percent_loss_between_hosts_alltoall_checked() {
 }
 
 /// Large messages between hosts under BBR, where the receiving sockets raise their
-/// low-water mark while a large record arrives (`SocketConfig::paced_rcvlowat`), in
-/// block mode (every wait in the kernel, where a mark above what is still to come would
-/// never wake), on each backend: a ping-pong of 300 KiB, 1 MiB and 4 MiB messages
-/// (nothing follows a message until it is answered), then an alltoall of the same
-/// sizes that delivers and checks every message.
+/// low-water mark while a large record arrives (`SocketConfig::paced_rcvlowat`) and the
+/// senders write a short message's remainder first (64 KiB to 300 KiB here, the idle
+/// ones from 128 KiB copied), in block mode (every wait in the kernel, where a mark above
+/// what is still to come would never wake), on each backend: a ping-pong of 64 KiB to
+/// 4 MiB messages (nothing follows a message until it is answered), then an alltoall of
+/// such sizes that delivers and checks every message.
 #[test]
 fn large_messages_between_hosts_under_bbr() {
     let Some(_one) = prepare() else { return };
@@ -590,7 +591,8 @@ fn large_messages_between_hosts_under_bbr() {
                 ];
                 all.extend_from_slice(&env);
                 let args = ["latency", "--mode", "block", "--timeout", "50"];
-                let args = [&args[..], &["--sizes", "300K,1M,4M", "--iters", "20"]].concat();
+                let sizes = ["--sizes", "64K,128K,300K,1M,4M", "--iters", "20"];
+                let args = [&args[..], &sizes].concat();
                 net.bench_on(r, &args, &all)
             })
             .collect();
@@ -607,9 +609,9 @@ fn large_messages_between_hosts_under_bbr() {
             }
         }
         const ROUNDS: u32 = 3;
-        let args = ["--sizes", "300K,1M,4M", "--rounds", "3"];
+        let args = ["--sizes", "128K,300K,1M,4M", "--rounds", "3"];
         let start = Instant::now();
-        let out = alltoall4_with(&net, "10.231.1.10:23005", &env, &args, 4 * 3 * 3 * ROUNDS);
+        let out = alltoall4_with(&net, "10.231.1.10:23005", &env, &args, 4 * 3 * 4 * ROUNDS);
         println!(
             "{backend}: alltoall of large messages under bbr in {:.2} s",
             start.elapsed().as_secs_f64()
