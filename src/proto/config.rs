@@ -94,7 +94,7 @@ pub struct CoreConfig {
     /// [`splice_min`](Self::splice_min) would lend it (`RINGBTL_SPLICE_IDLE`; `0`: lend
     /// such payloads too). The transport names the connections whose congestion control
     /// paces, towards other hosts (there a lent 512 KiB ping-pong took 4.7x as long, a
-    /// lent 128 KiB one 1.96x), and
+    /// lent 128 KiB one 1.9-3.1x), and
     /// with [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack) every
     /// paced one; elsewhere lent payloads arrive sooner (0.84-0.92x at 512 KiB and 1 MiB
     /// on loopback and between hosts under reno). See "Large messages" in the README.

@@ -134,7 +134,7 @@ pub enum IdleCopy {
     /// Every one up to [`IDLE_COPY_PACED_MAX`](crate::proto::config::IDLE_COPY_PACED_MAX),
     /// the short ones below `IDLE_COPY_MIN` too (a connection whose congestion control
     /// paces, towards another host: between namespace hosts under BBR, 128 and 192 KiB
-    /// ping-pongs took 0.51x and 0.46x as long copied as lent).
+    /// ping-pongs took 0.52x and 0.48x as long copied as lent, 0.32x and 0.28x by epoll).
     Paced,
     /// Every one in the range. The default.
     #[default]

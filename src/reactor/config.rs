@@ -728,9 +728,10 @@ impl SockOpts {
         // for messages whose rest the receive low-water mark does not cover (with the
         // mark off, for messages of one call and a remainder); towards loopback peers it
         // does not (a 64 KiB ping-pong there under BBR took 1.10x as long).
-        let lead = match (peer.ip().is_loopback(), copy) {
-            (true, _) | (_, usize::MAX) => 0,
-            (false, _) => self.paced_rcvlowat.map_or(copy, |m| m.max(copy)),
+        let lead = if peer.ip().is_loopback() || copy == usize::MAX {
+            0
+        } else {
+            self.paced_rcvlowat.map_or(copy, |m| m.max(copy))
         };
         Chunks { copy, splice, lead }
     }
@@ -753,9 +754,10 @@ impl SockOpts {
     /// rather than lends: with [`SocketConfig::paced_quick_ack`] on a paced connection
     /// every one in the range of `splice_idle`; on other paced connections towards other
     /// hosts every lent one up to 512 KiB (lent, a 512 KiB ping-pong between namespace
-    /// hosts under BBR took 4.7x as long, a 128 KiB one 1.9-3.1x); none elsewhere (lent, the 512 KiB and 1 MiB ping-pongs took
-    /// 0.84-0.92x as long as copied on loopback and between hosts under reno, 0.93-0.94x
-    /// at 256 and 512 KiB on loopback under BBR; see "Large messages" in the README).
+    /// hosts under BBR took 4.7x as long, a 128 KiB one 1.9-3.1x); none elsewhere (lent,
+    /// the 512 KiB and 1 MiB ping-pongs took 0.84-0.92x as long as copied on loopback and
+    /// between hosts under reno, 0.93-0.94x at 256 and 512 KiB on loopback under BBR; see
+    /// "Large messages" in the README).
     pub(crate) fn idle_copy_for(&self, peer: &SocketAddr) -> IdleCopy {
         if !self.paced_for(peer) {
             IdleCopy::Off
