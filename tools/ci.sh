@@ -106,14 +106,20 @@ for place in loopback "two namespace hosts (veth)"; do
 done
 grep -qE '^\| rate 8 B, windows of 256 / ratefloor \| [0-9]' "$out/summary.md" \
   || { echo "no rate against the rate floor in:"; cat "$out/summary.md"; exit 1; }
-# The plain-socket floors build without a warning, and the striping and ACK ones run.
-for f in floor rate-floor stripe-floor ack-floor; do
+# The plain-socket floors build without a warning, and the striping, ACK and copy ones run.
+for f in floor rate-floor stripe-floor ack-floor copy-floor; do
   cc -O2 -Wall -Wextra -Werror -o "$out/$f" "tools/$f.c"
 done
 "$out/stripe-floor" 2 reno 65536 2 5 | grep -qE '"conns":2,.*"ratio_p50":[0-9]' \
   || { echo "tools/stripe-floor.c printed no ratio"; exit 1; }
 "$out/ack-floor" reno 131072 2 5 | grep -qE '"ratio_quick":[0-9.]+,"ratio_rndv":[0-9]' \
   || { echo "tools/ack-floor.c printed no ratios"; exit 1; }
+# The copy floor streams every way and reports what the kernel mapped: the pipe's own pages
+# are mappable, the sender's lent pages never are.
+timeout 60 "$out/copy-floor" reno 65536 2 20 >"$out/copy-floor.json" \
+  && grep -qE '"mapped_map":0\.[1-9][0-9]*,"mapped_lendmap":0\.000,.*"ratio_lendmap":[0-9]' \
+    "$out/copy-floor.json" \
+  || { echo "tools/copy-floor.c: unexpected output:"; cat "$out/copy-floor.json"; exit 1; }
 # The A/B script, on loopback and between two namespace hosts: one run of each benchmark,
 # a ratio for every metric.
 bench="${CARGO_TARGET_DIR:-target}/release/ringbtl-bench"
