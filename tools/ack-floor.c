@@ -37,13 +37,6 @@ enum { PLAIN, QUICK, RNDV, SERIES };
 /* Unmeasured round trips at the start of every round. */
 #define ROUND_WARMUP 5
 
-static void setup(int fd, const char *cc)
-{
-    nodelay(fd);
-    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc)) != 0)
-        die("TCP_CONGESTION");
-}
-
 static void quick_ack(int fd)
 {
     int one = 1;
@@ -103,12 +96,8 @@ int main(int argc, char **argv)
         if (!(t[s] = malloc(sizeof(double) * (size_t)(rounds * per))))
             die("malloc");
     memset(buf, 0x5a, len);
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, SERIES) != 0 ||
-        getsockname(l, (struct sockaddr *)&a, &al) != 0)
-        die("listen");
+    struct sockaddr_in a;
+    int l = listen_loopback(&a, SERIES);
     int fds[SERIES];
     pid_t child = fork();
     if (child < 0)
@@ -118,7 +107,7 @@ int main(int argc, char **argv)
         for (int s = 0; s < SERIES; s++) {
             if ((fds[s] = accept(l, NULL, NULL)) < 0)
                 die("accept");
-            setup(fds[s], cc);
+            nodelay_cc(fds[s], cc);
         }
         for (long r = 0; r < rounds; r++)
             for (int s = 0; s < SERIES; s++)
@@ -132,7 +121,7 @@ int main(int argc, char **argv)
     for (int s = 0; s < SERIES; s++) {
         if ((fds[s] = socket(AF_INET, SOCK_STREAM, 0)) < 0)
             die("socket");
-        setup(fds[s], cc);
+        nodelay_cc(fds[s], cc);
         if (connect(fds[s], (struct sockaddr *)&a, sizeof a) != 0)
             die("connect");
     }

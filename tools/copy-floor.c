@@ -47,13 +47,6 @@ static const char *const NAMES[WAYS] = {"copy2", "lend", "map", "lendmap"};
 static int lends(int way) { return way == LEND || way == LENDMAP; }
 static int maps(int way) { return way == MAP || way == LENDMAP; }
 
-static void setup(int fd, const char *cc)
-{
-    nodelay(fd);
-    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc)) != 0)
-        die("TCP_CONGESTION");
-}
-
 /* Moves n bytes from the pipe to the socket, spinning on a full socket. */
 static void drain_pipe(int pipe_rd, int fd, size_t n)
 {
@@ -161,12 +154,8 @@ int main(int argc, char **argv)
     if (!buf)
         die("aligned_alloc");
     memset(buf, 0x5a, len);
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, WAYS) != 0 ||
-        getsockname(l, (struct sockaddr *)&a, &al) != 0)
-        die("listen");
+    struct sockaddr_in a;
+    int l = listen_loopback(&a, WAYS);
     int fds[WAYS];
     char ack = 1;
     pid_t child = fork();
@@ -179,7 +168,7 @@ int main(int argc, char **argv)
             fds[w] = accept(l, NULL, NULL);
             if (fds[w] < 0)
                 die("accept");
-            setup(fds[w], cc);
+            nodelay_cc(fds[w], cc);
             if (maps(w)) {
                 maps_at[w] = mmap(NULL, len, PROT_READ, MAP_SHARED, fds[w], 0);
                 if (maps_at[w] == MAP_FAILED)
@@ -204,7 +193,7 @@ int main(int argc, char **argv)
         fds[w] = socket(AF_INET, SOCK_STREAM, 0);
         if (fds[w] < 0)
             die("socket");
-        setup(fds[w], cc);
+        nodelay_cc(fds[w], cc);
         if (connect(fds[w], (struct sockaddr *)&a, sizeof a) != 0)
             die("connect");
         pipes[w][0] = pipes[w][1] = -1;

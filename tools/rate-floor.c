@@ -33,12 +33,8 @@ int main(int argc, char **argv)
     char ack[4] = {0};
     if (!buf)
         die("calloc");
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 1) != 0 ||
-        getsockname(l, (struct sockaddr *)&a, &al) != 0)
-        die("listen");
+    struct sockaddr_in a;
+    int l = listen_loopback(&a, 1);
     pid_t child = fork();
     if (child < 0)
         die("fork");

@@ -1,18 +1,21 @@
 /*
- * spin.h: the plain-socket loops of tools/floor.c, tools/rate-floor.c, tools/stripe-floor.c
- * and tools/ack-floor.c, the floors that ringbtl is measured against: a TCP_NODELAY socket
- * whose non-blocking send and recv are spun until the whole message has moved (no poll,
- * no wait in the kernel); their clock and the order of their samples; and, for a program
- * that defines _GNU_SOURCE, pinning to a CPU.
+ * spin.h: the plain-socket loops of tools/floor.c, tools/rate-floor.c, tools/stripe-floor.c,
+ * tools/ack-floor.c and tools/copy-floor.c, the floors that ringbtl is measured against: a
+ * TCP_NODELAY socket whose non-blocking send and recv are spun until the whole message has
+ * moved (no poll, no wait in the kernel); the loopback listener and socket options they
+ * share; their clock and the order of their samples; and, for a program that defines
+ * _GNU_SOURCE, pinning to a CPU.
  */
 #ifndef RINGBTL_TOOLS_SPIN_H
 #define RINGBTL_TOOLS_SPIN_H
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -27,6 +30,28 @@ static inline void nodelay(int fd)
     int one = 1;
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
         die("TCP_NODELAY");
+}
+
+/* TCP_NODELAY and the congestion control cc (TCP_CONGESTION: reno, bbr, ...). */
+static inline void nodelay_cc(int fd, const char *cc)
+{
+    nodelay(fd);
+    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc)) != 0)
+        die("TCP_CONGESTION");
+}
+
+/* A socket listening on an ephemeral loopback port with a backlog of n; *a is its address. */
+static inline int listen_loopback(struct sockaddr_in *a, int n)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    socklen_t al = sizeof *a;
+    memset(a, 0, sizeof *a);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (l < 0 || bind(l, (struct sockaddr *)a, sizeof *a) != 0 || listen(l, n) != 0 ||
+        getsockname(l, (struct sockaddr *)a, &al) != 0)
+        die("listen");
+    return l;
 }
 
 /* Sends all n bytes, spinning on a full socket. */

@@ -26,13 +26,6 @@
 /* Unmeasured round trips at the start of every round. */
 #define ROUND_WARMUP 5
 
-static void setup(int fd, const char *cc)
-{
-    nodelay(fd);
-    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc)) != 0)
-        die("TCP_CONGESTION");
-}
-
 /* Part i of a message of len bytes cut into n: its offset and length. */
 static void part(size_t len, int n, int i, size_t *off, size_t *plen)
 {
@@ -89,12 +82,8 @@ int main(int argc, char **argv)
     if (!buf || !t1 || !tn)
         die("malloc");
     memset(buf, 0x5a, len);
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, MAX_CONNS + 1) != 0 ||
-        getsockname(l, (struct sockaddr *)&a, &al) != 0)
-        die("listen");
+    struct sockaddr_in a;
+    int l = listen_loopback(&a, MAX_CONNS + 1);
     /* fds[0]: the one-connection series; fds[1..=n]: the n connections. */
     int fds[MAX_CONNS + 1];
     pid_t child = fork();
@@ -106,7 +95,7 @@ int main(int argc, char **argv)
             fds[i] = accept(l, NULL, NULL);
             if (fds[i] < 0)
                 die("accept");
-            setup(fds[i], cc);
+            nodelay_cc(fds[i], cc);
         }
         for (long r = 0; r < rounds; r++) {
             for (int series = 0; series < 2; series++) {
@@ -125,7 +114,7 @@ int main(int argc, char **argv)
         fds[i] = socket(AF_INET, SOCK_STREAM, 0);
         if (fds[i] < 0)
             die("socket");
-        setup(fds[i], cc);
+        nodelay_cc(fds[i], cc);
         if (connect(fds[i], (struct sockaddr *)&a, sizeof a) != 0)
             die("connect");
     }
