@@ -190,12 +190,7 @@ int main(int argc, char **argv)
     pin(0);
     int pipes[WAYS][2];
     for (int w = 0; w < WAYS; w++) {
-        fds[w] = socket(AF_INET, SOCK_STREAM, 0);
-        if (fds[w] < 0)
-            die("socket");
-        nodelay_cc(fds[w], cc);
-        if (connect(fds[w], (struct sockaddr *)&a, sizeof a) != 0)
-            die("connect");
+        fds[w] = connect_cc(&a, cc);
         pipes[w][0] = pipes[w][1] = -1;
         if (w != COPY2) {
             if (pipe(pipes[w]) != 0)

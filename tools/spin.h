@@ -54,6 +54,18 @@ static inline int listen_loopback(struct sockaddr_in *a, int n)
     return l;
 }
 
+/* A socket connected to *a, set up by nodelay_cc. */
+static inline int connect_cc(const struct sockaddr_in *a, const char *cc)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        die("socket");
+    nodelay_cc(fd, cc);
+    if (connect(fd, (const struct sockaddr *)a, sizeof *a) != 0)
+        die("connect");
+    return fd;
+}
+
 /* Sends all n bytes, spinning on a full socket. */
 static inline void spin_send(int fd, const char *b, size_t n)
 {

@@ -111,12 +111,7 @@ int main(int argc, char **argv)
     }
     pin(0);
     for (int i = 0; i <= n; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        if (fds[i] < 0)
-            die("socket");
-        nodelay_cc(fds[i], cc);
-        if (connect(fds[i], (struct sockaddr *)&a, sizeof a) != 0)
-            die("connect");
+        fds[i] = connect_cc(&a, cc);
     }
     long got1 = 0, gotn = 0;
     for (long r = 0; r < rounds; r++) {
