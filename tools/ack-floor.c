@@ -118,13 +118,8 @@ int main(int argc, char **argv)
         return 0;
     }
     pin(0);
-    for (int s = 0; s < SERIES; s++) {
-        if ((fds[s] = socket(AF_INET, SOCK_STREAM, 0)) < 0)
-            die("socket");
-        nodelay_cc(fds[s], cc);
-        if (connect(fds[s], (struct sockaddr *)&a, sizeof a) != 0)
-            die("connect");
-    }
+    for (int s = 0; s < SERIES; s++)
+        fds[s] = connect_cc(&a, cc);
     for (long r = 0; r < rounds; r++)
         for (int s = 0; s < SERIES; s++)
             for (long i = 0; i < ROUND_WARMUP + per; i++) {
