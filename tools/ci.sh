@@ -92,7 +92,8 @@ cargo run --release --quiet --bin ringbtl-bench -- latency --quick --sizes 8,64K
 
 # The comparison script the README's numbers come from, as a smoke run (one quick run under
 # reno, loopback and two namespace hosts, no references): it must still run ringbtl, the
-# floors and the interleaved ping-pong, and print every table with numbers in it.
+# floors (latency, rate, stream) and the interleaved ping-pong, and print every table with
+# numbers in it.
 step "comparison script smoke run (tools/perf-compare.sh --quick)"
 out=$(mktemp -d /tmp/ringbtl-ci-compare.XXXXXX)
 tools/perf-compare.sh --quick --cc reno --skip ompi,ucx --out "$out" >"$out/log" 2>&1 \
@@ -106,6 +107,8 @@ for place in loopback "two namespace hosts (veth)"; do
 done
 grep -qE '^\| rate 8 B, windows of 256 / ratefloor \| [0-9]' "$out/summary.md" \
   || { echo "no rate against the rate floor in:"; cat "$out/summary.md"; exit 1; }
+grep -qE '^\| bandwidth 4 MiB / lendfloor \| [0-9]' "$out/summary.md" \
+  || { echo "no bandwidth against the stream floor in:"; cat "$out/summary.md"; exit 1; }
 # The plain-socket floors build without a warning, and the striping, ACK and copy ones run.
 for f in floor rate-floor stripe-floor ack-floor copy-floor; do
   cc -O2 -Wall -Wextra -Werror -o "$out/$f" "tools/$f.c"

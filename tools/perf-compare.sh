@@ -37,8 +37,11 @@
 # bandwidth (osu_bw windows of 64) at 1 MiB and 4 MiB; message rate at 8 B (windows of 64,
 # OSU's 100 of them, against Open MPI and UCX; on loopback also against the coalesced floor,
 # tools/rate-floor.c, at windows of 64 and of 256, both programs with the same number of
-# windows, RATE_RUN); and the TCP segments each system's run retransmitted (RetransSegs of
-# the namespaces it ran in: loss, or reordering taken for loss).
+# windows, RATE_RUN); on loopback the bandwidth also against the stream floors of
+# tools/copy-floor.c (a plain socket copying on the receiving side only, as ringbtl's lent
+# payloads: lendfloor; copying on both sides, as btl tcp: copyfloor); and the TCP segments
+# each system's run retransmitted (RetransSegs of the namespaces it ran in: loss, or
+# reordering taken for loss).
 #
 # Needs root (network namespaces: created here only, named rbtlp-*, removed on exit),
 # iproute2, cc, python3; Open MPI (mpicc, mpirun) and ucx_perftest are skipped, and named,
@@ -85,6 +88,8 @@ rows = [("lat", 8, "floor"), ("lat", 65536, "floor"), ("lat", 8, "ompi"),
         ("lat", 1048576, "ompi"), ("lat", 1048576, "floor"), ("lat", 8, "ucx"),
         ("lat", 1048576, "ucx"), ("bw", 1048576, "ompi"), ("bw", 4194304, "ompi"),
         ("bw", 1048576, "ucx"), ("bw", 4194304, "ucx"), ("rate", 8, "ompi"), ("rate", 8, "ucx"),
+        ("bw", 1048576, "lendfloor"), ("bw", 4194304, "lendfloor"),
+        ("bw", 1048576, "copyfloor"), ("bw", 4194304, "copyfloor"),
         ("rate64", 8, "ratefloor"), ("rate256", 8, "ratefloor")]
 ccs = sorted({k[1] for k in med}, key=lambda c: (c != "reno", c))
 wheres = [w for w in ("lo", "hosts") if any(k[2] == w for k in med)]
@@ -223,7 +228,9 @@ FLOOR="$TMP/floor"
 cc -O2 -o "$FLOOR" "$HERE/floor.c"
 RATE_FLOOR="$TMP/rate-floor"
 cc -O2 -o "$RATE_FLOOR" "$HERE/rate-floor.c"
-SYSTEMS=(floor ratefloor)
+COPY_FLOOR="$TMP/copy-floor"
+cc -O2 -o "$COPY_FLOOR" "$HERE/copy-floor.c"
+SYSTEMS=(floor ratefloor copyfloor)
 for b in ${BACKENDS//,/ }; do SYSTEMS+=("ringbtl-$b"); done
 MISSING=()
 OSU=""
@@ -332,6 +339,19 @@ run_ratefloor() { # cc run
         in_ns "$NS_LO" 0 "$RATE_FLOOR" "$w" 16 "$RATE_RUN" \
             | python3 -c 'import json, sys; print(8, json.loads(sys.stdin.read())["msg_s"])' \
             | record ratefloor "$1" lo "rate$w" "$2" || echo "  rate floor ($w) failed" >&2
+    done
+}
+
+# The stream floors (loopback only, as the rate floor): tools/copy-floor.c in 3 rounds of
+# 400 MiB per way at each bandwidth size; its receiver-only copy is recorded as lendfloor,
+# its two copies as copyfloor.
+run_copyfloor() { # cc run
+    local size out
+    for size in ${BW_SIZES//,/ }; do
+        out=$(in_ns "$NS_LO" 0 "$COPY_FLOOR" "$1" "$size" 3 $(( 400 * 1048576 / size / DIV + 1 ))) \
+            || { echo "  copy floor ($size) failed" >&2; continue; }
+        jsonpick mbs_lend <<<"$out" | record lendfloor "$1" lo bw "$2"
+        jsonpick mbs_copy2 <<<"$out" | record copyfloor "$1" lo bw "$2"
     done
 }
 
@@ -463,12 +483,13 @@ for cc in ${CCS//,/ }; do
                 case $sys in
                     floor) run_floor "$cc" "$where" "$run" || echo "  floor failed" >&2 ;;
                     ratefloor) [ "$where" != lo ] || run_ratefloor "$cc" "$run" ;;
+                    copyfloor) [ "$where" != lo ] || run_copyfloor "$cc" "$run" ;;
                     ringbtl-*) run_ringbtl "${sys#ringbtl-}" "$cc" "$where" "$run" ;;
                     ompi) run_ompi "$cc" "$where" "$run" ;;
                     ucx) run_ucx "$cc" "$where" "$run" ;;
                 esac
                 # Every segment the system's run sent twice, all its measures together.
-                [ "$sys" = ratefloor ] && [ "$where" != lo ] \
+                { [ "$sys" = ratefloor ] || [ "$sys" = copyfloor ]; } && [ "$where" != lo ] \
                     || echo "0 $(($(retrans "$where") - before))" \
                     | record "$sys" "$cc" "$where" retrans "$run"
             done
