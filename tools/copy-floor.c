@@ -90,8 +90,7 @@ static size_t receive_stream(int way, int fd, char *map, char *buf, size_t len, 
     size_t mapped = 0;
     if (!maps(way)) {
         for (size_t got = 0; got < total; got += len)
-            if (!spin_recv(fd, buf, len))
-                die("copy-floor: end of stream");
+            recv_all(fd, buf, len);
         return 0;
     }
     size_t got = 0;
@@ -120,12 +119,14 @@ static size_t receive_stream(int way, int fd, char *map, char *buf, size_t len, 
             if (want > len - at)
                 want = len - at;
             ssize_t r = recv(fd, buf + at, want, MSG_DONTWAIT);
-            if (r > 0)
+            if (r > 0) {
                 got += (size_t)r;
-            else if (r == 0)
-                die("copy-floor: end of stream");
-            else if (errno != EAGAIN && errno != EINTR)
+            } else if (r == 0) {
+                fprintf(stderr, "recv: end of stream\n");
+                exit(1);
+            } else if (errno != EAGAIN && errno != EINTR) {
                 die("recv");
+            }
         }
     }
     return mapped;
@@ -209,15 +210,13 @@ int main(int argc, char **argv)
             for (long m = 0; m < messages; m++)
                 send_message(w, fds[w], pipes[w], buf, len);
             char got;
-            if (!spin_recv(fds[w], &got, 1))
-                die("copy-floor: end of stream");
+            recv_all(fds[w], &got, 1);
             mbs[w][r] = (double)total / (now_us() - t0);
         }
     }
     size_t mapped[WAYS];
     for (int w = 0; w < WAYS; w++)
-        if (!spin_recv(fds[0], (char *)&mapped[w], sizeof mapped[w]))
-            die("copy-floor: end of stream");
+        recv_all(fds[0], (char *)&mapped[w], sizeof mapped[w]);
     double med[WAYS];
     for (int w = 0; w < WAYS; w++)
         med[w] = median(mbs[w], rounds);
