@@ -503,10 +503,11 @@ impl SendOp {
                     offered += s.len();
                 }
             };
-            // A batch longer than a call: maybe its remainder first (see `next_call`).
-            let long = chunks.copy < batch.remaining();
+            // A batch longer than a call may send its remainder first (see `next_call`);
+            // without a lead it never does, and its run is not measured.
+            let lead = chunks.lead > 0 && chunks.copy < batch.remaining();
             if self.no_splice {
-                let limit = if long {
+                let limit = if lead {
                     next_call(batch.remaining(), chunks)
                 } else {
                     chunks.copy
@@ -517,7 +518,7 @@ impl SendOp {
                 add(tail);
             } else {
                 // Up to the next lent segment, which goes through the pipe.
-                let limit = if long {
+                let limit = if lead {
                     next_call(batch.copied_run(), chunks)
                 } else {
                     chunks.copy
