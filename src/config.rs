@@ -46,10 +46,10 @@ pub enum ProgressMode {
 }
 
 impl ProgressMode {
-    /// Spin time of a bare `spin`: 50 us. A blocking wait costs 36-39 us one-way here (a
-    /// cross-core wake-up is 17-35 us of it); spinning at least that long before blocking
-    /// keeps the total within twice the best choice made in hindsight (the rent-or-buy
-    /// argument), and a small-message round trip in poll mode (6-7 us) fits many times.
+    /// Spin time of a bare `spin`: 50 us, longer than a blocking wait's cross-core wake-up
+    /// costs, so that spinning first keeps the total within twice the best choice made in
+    /// hindsight (the rent-or-buy argument) while a small-message round trip in poll mode
+    /// fits many times.
     pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
     /// Longest spin accepted from text (`spin:USECS`): one second.
     pub const MAX_SPIN: Duration = Duration::from_secs(1);
@@ -138,6 +138,8 @@ pub struct Setting {
     pub origin: Origin,
     /// What the setting does.
     pub meaning: &'static str,
+    /// Who sets it, and why.
+    pub site: &'static str,
 }
 
 impl Config {
@@ -186,6 +188,11 @@ impl Config {
             .apply_vars(get, &mut note)
             .map_err(Error::Config)?;
         self.apply_vars(get, &mut note).map_err(Error::Config)?;
+        static RETIRED_SAID: std::sync::Once = std::sync::Once::new();
+        let retired = crate::param::retired_notes(get);
+        if !retired.is_empty() {
+            RETIRED_SAID.call_once(|| retired.iter().for_each(|n| eprintln!("{n}")));
+        }
         let env_sets = |v: &str| applied.contains(&v);
         match (
             env_sets("RINGBTL_IF_INCLUDE"),
@@ -267,6 +274,7 @@ impl Config {
                     value,
                     origin,
                     meaning: p.meaning,
+                    site: p.site,
                 });
             }
         }
@@ -314,6 +322,7 @@ static TRANSPORT_PARAMS: [Param<Config>; 1] = [Param {
               `block` (wait in the kernel), `spin[:USECS]` (spin that long after the last \
               event, then wait); `block` by default when the node runs more ranks than it \
               has CPUs",
+    site: "oversubscribed nodes (`block`, `spin`) against dedicated cores (`poll`)",
     access: Access::Text {
         get: |c| c.progress.to_string(),
         parse: |c, v| {
@@ -344,17 +353,19 @@ pub fn markdown_table() -> String {
         t => format!("`{t}`"),
     };
     let mut s = String::from(
-        "| variable | setting | type and range | default | meaning |\n|---|---|---|---|---|\n",
+        "| variable | setting | type and range | default | meaning | who sets it |\n\
+         |---|---|---|---|---|---|\n",
     );
     for p in Config::new(PeerId(0)).settings() {
         s += &format!(
-            "| `{}` | `{}.{}` | {} | {} | {} |\n",
+            "| `{}` | `{}.{}` | {} | {} | {} | {} |\n",
             p.var,
             p.layer,
             p.name,
             p.kind,
             cell(&p.default),
-            p.meaning
+            p.meaning,
+            p.site
         );
     }
     s
@@ -379,38 +390,76 @@ mod tests {
         let c = with(&[
             ("RINGBTL_RECV_CACHE", "128k"),
             ("RINGBTL_BACKEND", "epoll"),
-            ("RINGBTL_NODELAY", "0"),
             ("RINGBTL_SNDBUF", "0x10000"),
             ("RINGBTL_CONNECT_RETRIES", "3"),
             ("RINGBTL_RECV_MULTISHOT", "1"),
-            ("RINGBTL_RECV_RING_BUFS", "64"),
-            ("RINGBTL_RECV_RING_BUF_SIZE", "4k"),
-            ("RINGBTL_SEND_CHUNK", "1m"),
             ("RINGBTL_TCP_CONGESTION", "cubic"),
+            ("RINGBTL_MAX_HALF_OPEN", "100"),
         ])
         .unwrap();
         assert_eq!(c.socket.tcp_congestion, Congestion::Use("cubic".into()));
         let sys = with(&[("RINGBTL_TCP_CONGESTION", "system")]).unwrap();
         assert_eq!(sys.socket.tcp_congestion, Congestion::System);
         assert_eq!(with(&[]).unwrap().socket.tcp_congestion, Congestion::Auto);
-        assert_eq!(c.socket.send_chunk, Some(1 << 20));
-        assert_eq!(
-            with(&[("RINGBTL_SEND_CHUNK", "0")])
-                .unwrap()
-                .socket
-                .send_chunk,
-            None
-        );
         assert!(c.socket.recv_multishot);
-        assert_eq!(
-            (c.socket.recv_ring_bufs, c.socket.recv_ring_buf_size),
-            (64, 4096)
-        );
         assert_eq!(c.core.recv_cache, 128 * 1024);
         assert_eq!(c.socket.backend, BackendKind::Epoll);
-        assert!(!c.socket.nodelay);
         assert_eq!(c.socket.sndbuf, Some(65536));
         assert_eq!(c.core.connect_retries, 3);
+        // One source may hold a quarter of the strangers.
+        assert_eq!(
+            (c.core.max_half_open, c.core.max_half_open_per_source),
+            (100, 25)
+        );
+        let d = with(&[]).unwrap();
+        assert_eq!(
+            (d.core.max_half_open, d.core.max_half_open_per_source),
+            (1024, 256)
+        );
+    }
+
+    /// The variables that are no longer settings change nothing and each gets a line
+    /// saying what decides now; the renamed wire-up timeout is read under its old name
+    /// too, the new name winning when both are set.
+    #[test]
+    fn retired_variables_change_nothing_and_renamed_ones_still_work() {
+        let set: Vec<(&str, &str)> = crate::param::RETIRED
+            .iter()
+            .map(|(var, _)| (*var, "0"))
+            .collect();
+        let c = with(&set).unwrap();
+        let d = with(&[]).unwrap();
+        assert_eq!(c.core, d.core);
+        assert_eq!(c.socket, d.socket);
+        let m: HashMap<&str, &str> = set.iter().copied().collect();
+        let notes = crate::param::retired_notes(&|k| m.get(k).map(|v| v.to_string()));
+        assert_eq!(notes.len(), crate::param::RETIRED.len());
+        for (var, _) in crate::param::RETIRED {
+            assert!(
+                notes
+                    .iter()
+                    .any(|n| n.contains(var) && n.contains("no longer read")),
+                "{var}: {notes:?}"
+            );
+            assert!(c.value(var).is_none(), "{var} is still a setting");
+        }
+        let old = with(&[("RINGBTL_WIREUP_TIMEOUT", "1500")]).unwrap();
+        assert_eq!(old.wireup.timeout, Duration::from_millis(1500));
+        let both = with(&[
+            ("RINGBTL_WIREUP_TIMEOUT", "1500"),
+            ("RINGBTL_WIREUP_TIMEOUT_MS", "2500"),
+        ])
+        .unwrap();
+        assert_eq!(both.wireup.timeout, Duration::from_millis(2500));
+        assert_eq!(
+            crate::wireup::timeout_from_vars(
+                |k| (k == "RINGBTL_WIREUP_TIMEOUT").then(|| "700".to_string())
+            )
+            .unwrap(),
+            Duration::from_millis(700)
+        );
+        // A user sees at most 30 settings.
+        assert!(d.settings().len() <= 30, "{} settings", d.settings().len());
     }
 
     #[test]
@@ -465,7 +514,6 @@ mod tests {
             ("RINGBTL_RECV_CACHE", "lots"),
             ("RINGBTL_BACKEND", "kqueue"),
             ("RINGBTL_MAX_FRAME", "99999999999"),
-            ("RINGBTL_NODELAY", "2"),
             ("RINGBTL_LISTEN", "nowhere"),
             ("RINGBTL_PROGRESS", "sometimes"),
             ("RINGBTL_PORT", "0"),
@@ -475,11 +523,10 @@ mod tests {
             ("RINGBTL_PORT", "http"),
             ("RINGBTL_IF_INCLUDE", "10.0.0.0/99"),
             ("RINGBTL_RECV_MULTISHOT", "yes"),
-            ("RINGBTL_RECV_RING_BUFS", "100"),
-            ("RINGBTL_RECV_RING_BUF_SIZE", "512"),
-            ("RINGBTL_SEND_CHUNK", "100"),
-            ("RINGBTL_SEND_CHUNK", "2g"),
             ("RINGBTL_TCP_CONGESTION", "a-name-far-too-long"),
+            ("RINGBTL_ZEROCOPY", "2g"),
+            ("RINGBTL_WIREUP_TIMEOUT_MS", "5"),
+            ("RINGBTL_MAX_HALF_OPEN", "0"),
         ] {
             let e = with(&[(k, v)]).unwrap_err().to_string();
             assert!(e.contains(k), "{e} should name {k}");
@@ -625,11 +672,8 @@ mod tests {
         );
         // Out of every row's range in code, refused by validate() naming the setting.
         type Case = (&'static str, &'static str, fn(&mut Config));
-        let cases: [Case; 8] = [
+        let cases: [Case; 7] = [
             ("max_frame", "RINGBTL_MAX_FRAME", |c| c.core.max_frame = 10),
-            ("retry_delay", "RINGBTL_RETRY_DELAY_MS", |c| {
-                c.core.retry_delay = Duration::ZERO
-            }),
             ("handshake_timeout", "RINGBTL_HANDSHAKE_TIMEOUT_MS", |c| {
                 c.core.handshake_timeout = Duration::from_secs(3600)
             }),
@@ -640,7 +684,7 @@ mod tests {
             ("tcp_congestion", "RINGBTL_TCP_CONGESTION", |c| {
                 c.socket.tcp_congestion = Congestion::Use(String::new())
             }),
-            ("timeout", "RINGBTL_WIREUP_TIMEOUT", |c| {
+            ("timeout", "RINGBTL_WIREUP_TIMEOUT_MS", |c| {
                 c.wireup.timeout = Duration::from_millis(1)
             }),
             ("progress", "RINGBTL_PROGRESS", |c| {
@@ -654,6 +698,24 @@ mod tests {
             assert!(
                 e.contains(&format!("{name} = ")) && e.contains(&format!("({var}): expected")),
                 "{name}: {e}"
+            );
+        }
+        // The built-in choices too, though no variable sets them.
+        type BuiltIn = (&'static str, fn(&mut Config));
+        let built_in: [BuiltIn; 5] = [
+            ("retry_delay", |c| c.core.retry_delay = Duration::ZERO),
+            ("inline_limit", |c| c.core.inline_limit = 1 << 20),
+            ("max_iov", |c| c.core.max_iov = 4),
+            ("send_chunk", |c| c.socket.send_chunk = Some(100)),
+            ("recv_ring_bufs", |c| c.socket.recv_ring_bufs = 100),
+        ];
+        for (name, f) in built_in {
+            let mut c = Config::new(PeerId(0));
+            f(&mut c);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{name} = ")) && e.contains("expected"),
+                "{e}"
             );
         }
     }
@@ -681,7 +743,7 @@ mod tests {
         for (var, v) in [
             ("RINGBTL_MAX_HALF_OPEN", "0"),
             ("RINGBTL_MAX_FRAME", "huge"),
-            ("RINGBTL_RECV_RING_BUFS", "100"),
+            ("RINGBTL_RECV_CACHE", "1"),
             ("RINGBTL_PORT", "0"),
             ("RINGBTL_KEEPALIVE", "1,2"),
         ] {
@@ -704,7 +766,7 @@ mod tests {
             ("RINGBTL_IF_INCLUDE", "lo,10.1.0.0/16"),
             ("RINGBTL_PORT", "40000-40099"),
             ("RINGBTL_KEEPALIVE", "3,4,5"),
-            ("RINGBTL_SEND_CHUNK", "12288"),
+            ("RINGBTL_ZEROCOPY", "12288"),
             ("RINGBTL_ROOT", "rank0.example:7000"),
         ])
         .unwrap();
@@ -719,19 +781,19 @@ mod tests {
 
     #[test]
     fn settings_say_where_each_value_came_from() {
-        let mut c = with(&[("RINGBTL_MAX_FRAME", "2m"), ("RINGBTL_NODELAY", "0")]).unwrap();
+        let mut c = with(&[("RINGBTL_MAX_FRAME", "2m"), ("RINGBTL_RECV_MULTISHOT", "1")]).unwrap();
         c.socket.sndbuf = Some(1 << 20);
-        c.set("RINGBTL_NODELAY", "1").unwrap();
-        c.set("RINGBTL_MAX_IOV", "64").unwrap();
+        c.set("RINGBTL_RECV_MULTISHOT", "0").unwrap();
+        c.set("RINGBTL_CONNECT_RETRIES", "9").unwrap();
         let all = c.settings();
         let get = |var: &str| all.iter().find(|s| s.var == var).unwrap().clone();
         assert_eq!(get("RINGBTL_MAX_FRAME").origin, Origin::Env);
         assert_eq!(get("RINGBTL_MAX_FRAME").value, "2m");
         assert_eq!(get("RINGBTL_MAX_FRAME").default, "64m");
         assert_eq!(get("RINGBTL_SNDBUF").origin, Origin::Code);
-        assert_eq!(get("RINGBTL_MAX_IOV").origin, Origin::Code);
+        assert_eq!(get("RINGBTL_CONNECT_RETRIES").origin, Origin::Code);
         // Set back to its default in code: the default again.
-        assert_eq!(get("RINGBTL_NODELAY").origin, Origin::Default);
+        assert_eq!(get("RINGBTL_RECV_MULTISHOT").origin, Origin::Default);
         assert_eq!(get("RINGBTL_RECV_CACHE").origin, Origin::Default);
         assert_eq!(get("RINGBTL_RECV_CACHE").layer, "core");
         assert_eq!(get("RINGBTL_BACKEND").layer, "socket");

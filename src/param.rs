@@ -15,6 +15,7 @@
 //! messages that the caller wraps.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where a parameter's value came from (as `ompi_info --param` and `ucx_info -c` show).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +153,9 @@ pub struct Param<C: 'static> {
     pub kind: Kind,
     /// What the setting does.
     pub meaning: &'static str,
+    /// Who sets it, and why: the site whose choice it is (a setting exists only where a
+    /// site really chooses; what the code can measure, it decides).
+    pub site: &'static str,
     /// How the field is read and written.
     pub access: Access<C>,
 }
@@ -256,13 +260,116 @@ pub trait Params: Clone + 'static {
         applied: &mut dyn FnMut(&'static str),
     ) -> Result<(), String> {
         for p in Self::params() {
-            if let Some(v) = get(p.var).filter(|v| !v.trim().is_empty()) {
+            let v = get(p.var).or_else(|| renamed_value(p.var, get));
+            if let Some(v) = v.filter(|v| !v.trim().is_empty()) {
                 p.set(self, &v)?;
                 applied(p.var);
             }
         }
         Ok(())
     }
+}
+
+/// Variables that were renamed, as (new name, old name): the old name is still read,
+/// with a warning, when the new one is unset.
+pub(crate) const RENAMED: [(&str, &str); 1] =
+    [("RINGBTL_WIREUP_TIMEOUT_MS", "RINGBTL_WIREUP_TIMEOUT")];
+
+/// Variables no longer read, with what decides their behaviour now. Each was a knob whose
+/// best value the code can tell from what it sees (the peer on loopback or not, the
+/// congestion control pacing or not), or one that only tests varied.
+pub(crate) const RETIRED: [(&str, &str); 17] = [
+    (
+        "RINGBTL_INLINE",
+        "payloads up to 1 KiB are copied next to their header",
+    ),
+    (
+        "RINGBTL_COALESCE_BYTES",
+        "a gathered send holds up to 256 KiB",
+    ),
+    ("RINGBTL_MAX_IOV", "a gathered send holds up to 256 iovecs"),
+    (
+        "RINGBTL_SEND_CHUNK",
+        "send calls follow the congestion control",
+    ),
+    (
+        "RINGBTL_PACED_SEND_CHUNK",
+        "send calls follow the congestion control",
+    ),
+    (
+        "RINGBTL_PACED_COPY_CHUNK",
+        "send calls follow the congestion control",
+    ),
+    (
+        "RINGBTL_PACED_QUICK_ACK",
+        "ACKs follow the congestion control",
+    ),
+    (
+        "RINGBTL_PACED_RCVLOWAT",
+        "the receive low-water mark follows the congestion control",
+    ),
+    (
+        "RINGBTL_SPLICE",
+        "payloads from 128 KiB are lent to the kernel",
+    ),
+    (
+        "RINGBTL_SPLICE_MAX",
+        "a stream's payloads above 1 MiB are copied",
+    ),
+    (
+        "RINGBTL_SPLICE_IDLE",
+        "idle payloads are copied where the congestion control paces",
+    ),
+    (
+        "RINGBTL_ZEROCOPY_LOOPBACK",
+        "zero-copy sends never go to loopback peers",
+    ),
+    (
+        "RINGBTL_RECV_RING_BUFS",
+        "the multishot ring has 256 buffers",
+    ),
+    (
+        "RINGBTL_RECV_RING_BUF_SIZE",
+        "the multishot ring's buffers are 16 KiB",
+    ),
+    ("RINGBTL_NODELAY", "TCP_NODELAY is always on"),
+    (
+        "RINGBTL_RETRY_DELAY_MS",
+        "connect retries start after 20 ms and double",
+    ),
+    (
+        "RINGBTL_MAX_HALF_OPEN_PER_SOURCE",
+        "one source may hold a quarter of RINGBTL_MAX_HALF_OPEN",
+    ),
+];
+
+/// The value of the old name of the renamed variable `var`, when that is set; says
+/// once per process, on stderr, that the old name is read.
+fn renamed_value(var: &str, get: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let (_, old) = RENAMED.iter().find(|(new, _)| *new == var)?;
+    let v = get(old).filter(|v| !v.trim().is_empty())?;
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        eprintln!("ringbtl: {old} is read as {var}, its new name; set {var} instead");
+    }
+    Some(v)
+}
+
+/// The name a variable goes by now: `var` itself, or the new name of a renamed one.
+pub(crate) fn current_name(var: &str) -> &str {
+    RENAMED
+        .iter()
+        .find(|(_, old)| *old == var)
+        .map_or(var, |(new, _)| new)
+}
+
+/// One line for each retired variable `get` sets (see [`RETIRED`]).
+pub(crate) fn retired_notes(get: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    RETIRED
+        .iter()
+        .filter(|(var, _)| get(var).is_some_and(|v| !v.trim().is_empty()))
+        .map(|(var, now)| format!("ringbtl: {var} is no longer read ({now}); ignored"))
+        .collect()
 }
 
 /// Parses an integer: decimal, `0x` hexadecimal, or with a binary `k`/`m`/`g` suffix.
@@ -331,6 +438,7 @@ mod tests {
                         unit: Unit::Bytes,
                     },
                     meaning: "a size",
+                    site: "tests",
                     access: Access::Num {
                         get: |s| Some(s.n as u64),
                         put: |s, v| s.n = v.unwrap_or(0) as usize,
@@ -346,6 +454,7 @@ mod tests {
                         off: "off",
                     },
                     meaning: "optional",
+                    site: "tests",
                     access: Access::Num {
                         get: |s| s.off.map(|n| n as u64),
                         put: |s, v| s.off = v.map(|n| n as usize),
@@ -356,6 +465,7 @@ mod tests {
                     var: "T_FLAG",
                     kind: Kind::Bool,
                     meaning: "a flag",
+                    site: "tests",
                     access: Access::Num {
                         get: |s| Some(s.flag.into()),
                         put: |s, v| s.flag = v == Some(1),
@@ -366,6 +476,7 @@ mod tests {
                     var: "T_WORD",
                     kind: Kind::Text("lowercase letters"),
                     meaning: "a word",
+                    site: "tests",
                     access: Access::Text {
                         get: |s| s.word.clone(),
                         parse: |s, v| {

@@ -25,7 +25,8 @@ use crate::error::{Errno, Error, FailReason, SendError};
 use crate::proto::am::AmTable;
 use crate::proto::config::CoreConfig;
 use crate::proto::core::{
-    self, Action, ConnKey, Core, CoreEvent, EndpointState, InputStep, Sink, Source, DIRECT_PIECES,
+    self, Action, ConnKey, Core, CoreEvent, EndpointState, IdleCopy, InputStep, Lending, Sink,
+    Source, DIRECT_PIECES,
 };
 use crate::reactor::{
     sys, AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry, SockOpts,
@@ -1020,9 +1021,15 @@ impl Transport {
     /// acknowledged at once
     /// ([`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)).
     fn set_socket_traits(&mut self, k: ConnKey, peer: &SocketAddr) {
-        self.core.set_idle_copy(k, self.sock.idle_copy_for(peer));
-        self.core.set_lending(k, self.sock.lending_for(peer));
-        self.core.set_quick_ack(k, self.sock.quick_ack_for(peer));
+        let paced = self.sock.paced_for(peer);
+        let loopback = peer.ip().is_loopback();
+        let quick_ack = self.sock.paced_quick_ack && paced;
+        let copy_streams = self.sock.paced_copy_chunk.is_some();
+        self.core
+            .set_idle_copy(k, IdleCopy::for_path(paced, loopback, quick_ack));
+        self.core
+            .set_lending(k, Lending::for_path(paced, loopback, copy_streams));
+        self.core.set_quick_ack(k, quick_ack);
     }
 
     /// Puts the socket of `k` in quick-ACK mode (`TCP_QUICKACK`), as the engine asked

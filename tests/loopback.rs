@@ -1398,10 +1398,10 @@ fn paced_loopback_connections_lend_idle_payloads(kind: BackendKind) {
     }
 }
 
-/// `RINGBTL_PACED_QUICK_ACK=1`: on a paced connection a 768 KiB ping-pong's messages are
-/// copied (up to `splice_idle`, 1 MiB), and after each has left its sender's socket is
-/// set to acknowledge the answer at once (`TCP_QUICKACK`): 4 on each side. Skipped where
-/// the kernel has no `bbr`.
+/// With quick ACKs on (`SocketConfig::paced_quick_ack`): on a paced connection a 768 KiB
+/// ping-pong's messages are copied (up to `splice_idle`, 1 MiB), and after each has left
+/// its sender's socket is set to acknowledge the answer at once (`TCP_QUICKACK`): 4 on
+/// each side. Skipped where the kernel has no `bbr`.
 fn paced_quick_ack_copies_idle_payloads_and_acks_the_answers(kind: BackendKind) {
     if !common::have_bbr() {
         return;

@@ -21,7 +21,7 @@ tools/build-ompi.sh
 echo "-- ompi_info lists the component's parameters"
 params=$(OMPI_MCA_mca_base_component_path="$OMPI_PATH" ompi_info --param btl ringbtl --level 9)
 for p in btl_ringbtl_backend btl_ringbtl_if_include btl_ringbtl_max_frame btl_ringbtl_eager_limit \
-  btl_ringbtl_splice; do
+  btl_ringbtl_zerocopy; do
   grep -q "\"$p\"" <<<"$params" || { echo "ompi_info does not list $p" >&2; exit 1; }
 done
 

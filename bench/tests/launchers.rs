@@ -426,7 +426,7 @@ fn a_missing_rank_fails_with_its_number() {
         .env("RINGBTL_RANK", "0")
         .env("RINGBTL_SIZE", "2")
         .env("RINGBTL_ROOT", format!("127.0.0.1:{}", free_port()))
-        .env("RINGBTL_WIREUP_TIMEOUT", "500")
+        .env("RINGBTL_WIREUP_TIMEOUT_MS", "500")
         .env("RINGBTL_IF_INCLUDE", "lo");
     let r = run(c);
     assert!(!r.ok, "{}", r.stdout);

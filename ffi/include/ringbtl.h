@@ -48,11 +48,10 @@
  * valid and unchanged until the completion callback for the send's cookie has run; the
  * library reports a send complete (with any status) only once the kernel has handed the
  * batch that carries it back, so after the completion the caller may free or reuse the
- * memory. A payload of at least RINGBTL_SPLICE bytes lends its pages to the kernel
- * instead of being copied (unless it finds its peer idle and is short enough to copy, see
- * RINGBTL_SPLICE_IDLE, or is a stream's above RINGBTL_SPLICE_MAX: then it is copied): its
- * completion comes once the peer has acknowledged reading it, or, on a
- * failure, as the connection is reset, which discards what the kernel still held of it.
+ * memory. A large payload may lend its pages to the kernel instead of being copied
+ * (docs/design/large-messages.md says which): its completion comes once the peer has
+ * acknowledged reading it, or, on a failure, as the connection is reset, which discards
+ * what the kernel still held of it.
  * One exception: if ringbtl_destroy's drain runs out of time while a send is
  * still inside the kernel, its completion runs with RINGBTL_ERR_SHUTDOWN while the
  * kernel may still read the bytes; such memory must stay valid until the process exits

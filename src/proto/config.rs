@@ -32,16 +32,28 @@ pub struct CoreConfig {
     /// Largest payload accepted in one frame (`RINGBTL_MAX_FRAME`, 1 KiB..=4 GiB-1).
     pub max_frame: u32,
     /// Payloads up to this many bytes are copied next to their header so that many small
-    /// messages leave in one contiguous iovec (`RINGBTL_INLINE`, 0..=64 KiB).
+    /// messages leave in one contiguous iovec (at most [`coalesce_bytes`](Self::coalesce_bytes)).
+    /// Not a setting: the built-in choice (1 KiB), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub inline_limit: usize,
-    /// Byte budget of one gathered send when coalescing queued frames
-    /// (`RINGBTL_COALESCE_BYTES`, 4 KiB..=64 MiB).
+    /// Byte budget of one gathered send when coalescing queued frames.
+    /// Not a setting: the built-in choice (256 KiB), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub coalesce_bytes: usize,
-    /// Most iovecs in one gathered send (`RINGBTL_MAX_IOV`, 8..=1024, IOV_MAX).
+    /// Most iovecs in one gathered send (8..=1024, `IOV_MAX`).
+    /// Not a setting: the built-in choice (256), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub max_iov: usize,
     /// Connect attempts before a peer is declared unreachable (`RINGBTL_CONNECT_RETRIES`).
     pub connect_retries: u32,
-    /// Delay before the first retry; doubles each time (`RINGBTL_RETRY_DELAY_MS`).
+    /// Delay before the first connect retry; doubles each time, within
+    /// [`connect_timeout`](Self::connect_timeout).
+    /// Not a setting: the built-in choice (20 ms), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub retry_delay: Duration,
     /// Time allowed for a connection's handshake (`RINGBTL_HANDSHAKE_TIMEOUT_MS`).
     pub handshake_timeout: Duration,
@@ -51,8 +63,10 @@ pub struct CoreConfig {
     /// (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000).
     pub max_half_open: usize,
     /// Most strangers from one source address at once; a newcomer beyond it closes the
-    /// oldest stranger of the same source, so one source cannot evict the others'
-    /// (`RINGBTL_MAX_HALF_OPEN_PER_SOURCE`, 1..=1,000,000).
+    /// oldest stranger of the same source, so one source cannot evict the others'.
+    /// Not a setting: the built-in choice (a quarter of [`max_half_open`](Self::max_half_open), at least 1), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub max_half_open_per_source: usize,
     /// Time an accepted connection has to send its first bytes; after that, the rest of
     /// the handshake has until [`handshake_timeout`](Self::handshake_timeout) from the
@@ -71,33 +85,36 @@ pub struct CoreConfig {
     /// always accepted when nothing is queued (`RINGBTL_MAX_QUEUED_BYTES`).
     pub max_queued_bytes: u64,
     /// A SEND or PUT whose payload is at least this long lends its pages to the kernel
-    /// instead of being copied into the socket (`splice`), and completes once the peer
-    /// answers with an ACK (`RINGBTL_SPLICE`; `off`: every payload is copied).
+    /// instead of being copied into the socket (`vmsplice` + `splice`), and completes once
+    /// the peer answers with an ACK; `None`: every payload is copied. See
+    /// docs/design/large-messages.md.
+    /// Not a setting: the built-in choice (128 KiB), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub splice_min: Option<usize>,
     /// A payload longer than this that has other messages queued behind it or lent pages
     /// of its peer ahead of it (a stream's) is not lent whatever
     /// [`splice_min`](Self::splice_min) says: the kernel copies it from the caller's
-    /// buffers, and its send completes once the socket took it (`RINGBTL_SPLICE_MAX`;
-    /// `0`: no bound). Lending moves at most a pipe's capacity (1 MiB) per `vmsplice`, and
-    /// a longer payload waits for the socket to drain the pipe before its next step: from
-    /// 2 MiB up such streams ran faster copied. A payload that finds its peer idle (see
-    /// [`splice_idle`](Self::splice_idle)) is lent above the bound too: in MPI (ob1's
-    /// ping-pong of PUTs) the copied ones took 1.15-1.27x as long at 1 and 4 MiB. See
-    /// "Large messages" in the README.
+    /// buffers, and its send completes once the socket took it; `None`: no bound. Lending
+    /// moves at most a pipe's capacity per `vmsplice`, so a longer payload waits for the
+    /// socket to drain the pipe before its next step. A payload that finds its peer idle
+    /// (see [`splice_idle`](Self::splice_idle)) is lent above the bound too. See
+    /// docs/design/large-messages.md.
+    /// Not a setting: the built-in choice (the lending pipe's capacity, 1 MiB), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub splice_max: Option<usize>,
     /// On the connections the driver names ([`IdleCopy`](crate::proto::core::IdleCopy)):
     /// a payload of [`IDLE_COPY_MIN`] up to this many bytes (with
     /// [`IdleCopy::Paced`](crate::proto::core::IdleCopy) any lent one up to this many and
-    /// at most [`IDLE_COPY_PACED_MAX`])
-    /// that finds its peer idle (the first frame of its batch, nothing queued behind it,
-    /// no lent pages of this peer unacknowledged) is copied into the socket even when
-    /// [`splice_min`](Self::splice_min) would lend it (`RINGBTL_SPLICE_IDLE`; `0`: lend
-    /// such payloads too). The transport names the connections whose congestion control
-    /// paces, towards other hosts (there a lent 512 KiB ping-pong took 4.7x as long, a
-    /// lent 128 KiB one 1.9-3.1x), and
-    /// with [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack) every
-    /// paced one; elsewhere lent payloads arrive sooner (0.84-0.92x at 512 KiB and 1 MiB
-    /// on loopback and between hosts under reno). See "Large messages" in the README.
+    /// at most [`IDLE_COPY_PACED_MAX`]) that finds its peer idle (the first frame of its
+    /// batch, nothing queued behind it, no lent pages of this peer unacknowledged) is
+    /// copied into the socket even when [`splice_min`](Self::splice_min) would lend it;
+    /// `None`: lend such payloads too. The transport names the connections whose
+    /// congestion control paces, towards other hosts. See docs/design/pacing.md.
+    /// Not a setting: the built-in choice (1 MiB), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub splice_idle: Option<usize>,
     /// Receives run as one multishot receive per connection on buffers the driver
     /// provides ([`Action::ArmProvided`](crate::proto::core::Action::ArmProvided)),
@@ -142,12 +159,47 @@ impl CoreConfig {
     /// them.
     pub fn validate(&self) -> Result<(), String> {
         self.check_params()?;
-        if self.inline_limit > self.coalesce_bytes {
-            return Err(format!(
-                "inline_limit ({}) must not exceed coalesce_bytes ({}) \
-                 (RINGBTL_INLINE, RINGBTL_COALESCE_BYTES)",
-                self.inline_limit, self.coalesce_bytes
-            ));
+        self.check_built_in()
+    }
+
+    /// The built-in choices (the fields without a variable) keep within what the engine
+    /// handles; code that varies them gets an error, never a misbehaving engine.
+    fn check_built_in(&self) -> Result<(), String> {
+        let within = |name: &str, v: usize, lo: usize, hi: usize| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("{name} = {v}: expected {lo}..={hi}"))
+            }
+        };
+        within("coalesce_bytes", self.coalesce_bytes, 4 << 10, 64 << 20)?;
+        within(
+            "inline_limit",
+            self.inline_limit,
+            0,
+            self.coalesce_bytes.min(64 << 10),
+        )?;
+        within("max_iov", self.max_iov, 8, 1024)?;
+        within(
+            "max_half_open_per_source",
+            self.max_half_open_per_source,
+            1,
+            usize::MAX,
+        )?;
+        within(
+            "retry_delay",
+            self.retry_delay.as_millis() as usize,
+            1,
+            60_000,
+        )?;
+        for (name, v) in [
+            ("splice_min", self.splice_min),
+            ("splice_max", self.splice_max),
+            ("splice_idle", self.splice_idle),
+        ] {
+            if let Some(v) = v {
+                within(name, v, 4 << 10, 1 << 32)?;
+            }
         }
         Ok(())
     }
@@ -170,13 +222,12 @@ pub const DEFAULT_SPLICE_MAX: usize = 1 << 20;
 pub const DEFAULT_SPLICE_IDLE: usize = 1 << 20;
 /// The smallest payload [`CoreConfig::splice_idle`] copies but on the connections of
 /// [`IdleCopy::Paced`](crate::proto::core::IdleCopy) (which copy every lent one up to
-/// their bound): below it, lending and copying a ping-pong's message took the same time
-/// within the runs' spread.
+/// their bound): below it lending and copying a ping-pong's message cost the same (see
+/// docs/design/pacing.md).
 pub const IDLE_COPY_MIN: usize = 256 * 1024;
 /// The largest payload [`CoreConfig::splice_idle`] copies on a connection whose congestion
 /// control paces its sending (BBR, [`IdleCopy::Paced`](crate::proto::core::IdleCopy)):
-/// there a copied 1 MiB ping-pong took 1.43x as long as a lent one, while 256 and 512 KiB
-/// gained from the copy.
+/// above it a lent payload arrives sooner than a copied one (see docs/design/pacing.md).
 pub const IDLE_COPY_PACED_MAX: usize = 512 * 1024;
 
 fn millis(d: Duration) -> Option<u64> {
@@ -191,7 +242,7 @@ impl Params for CoreConfig {
     }
 }
 
-static CORE_PARAMS: [Param<CoreConfig>; 21] = [
+static CORE_PARAMS: [Param<CoreConfig>; 13] = [
     Param {
         name: "token",
         var: "RINGBTL_JOB_TOKEN",
@@ -201,6 +252,7 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             unit: Unit::Hex,
         },
         meaning: "job token both ends of a connection must share",
+        site: "launchers without a key store, to keep jobs that share nodes apart",
         access: Access::Num {
             get: |c| Some(c.token),
             put: |c, v| c.token = v.unwrap_or(0),
@@ -212,6 +264,7 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
         kind: Kind::Secret("64 hex digits (32 bytes)"),
         meaning: "job key that authenticates every connection (shown as `<set>`); under \
                   PMIx and PMI the launcher provides one",
+        site: "env + root launches: the job's secret (PMIx and PMI provide one)",
         access: Access::Text {
             get: |c| c.job_key.as_ref().map_or(String::new(), |_| "<set>".into()),
             parse: |c, v| {
@@ -229,6 +282,7 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
         var: "RINGBTL_JOB_KEY_FILE",
         kind: Kind::Text("path of a file of mode 0600 holding the key"),
         meaning: "file holding the job key (when `RINGBTL_JOB_KEY` is unset)",
+        site: "env + root launches where other users can read the environment",
         access: Access::Text {
             get: |c| {
                 c.job_key_file
@@ -251,6 +305,7 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
         kind: Kind::Text("auto, off, required"),
         meaning: "without a job key: `auto` says once on stderr that connections are \
                   unauthenticated, `off` keeps quiet, `required` refuses to start",
+        site: "sites that must refuse unauthenticated jobs, or closed clusters that need no key",
         access: Access::Text {
             get: |c| c.auth.to_string(),
             parse: |c, v| {
@@ -270,6 +325,7 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             unit: Unit::Bytes,
         },
         meaning: "receive cache per connection",
+        site: "processes with many peers, trading memory against reads",
         access: Access::Num {
             get: |c| Some(c.recv_cache as u64),
             put: |c, v| c.recv_cache = v.unwrap_or(0) as usize,
@@ -284,52 +340,11 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             unit: Unit::Bytes,
         },
         meaning: "largest message accepted",
+        site:
+            "applications that send larger messages (the Open MPI component follows its send size)",
         access: Access::Num {
             get: |c| Some(c.max_frame.into()),
             put: |c, v| c.max_frame = v.unwrap_or(0) as u32,
-        },
-    },
-    Param {
-        name: "inline_limit",
-        var: "RINGBTL_INLINE",
-        kind: Kind::Int {
-            lo: 0,
-            hi: 64 * KIB,
-            unit: Unit::Bytes,
-        },
-        meaning: "payloads up to this size are copied next to their header \
-                  (at most `RINGBTL_COALESCE_BYTES`)",
-        access: Access::Num {
-            get: |c| Some(c.inline_limit as u64),
-            put: |c, v| c.inline_limit = v.unwrap_or(0) as usize,
-        },
-    },
-    Param {
-        name: "coalesce_bytes",
-        var: "RINGBTL_COALESCE_BYTES",
-        kind: Kind::Int {
-            lo: 4 * KIB,
-            hi: 64 * MIB,
-            unit: Unit::Bytes,
-        },
-        meaning: "byte budget of one gathered send",
-        access: Access::Num {
-            get: |c| Some(c.coalesce_bytes as u64),
-            put: |c, v| c.coalesce_bytes = v.unwrap_or(0) as usize,
-        },
-    },
-    Param {
-        name: "max_iov",
-        var: "RINGBTL_MAX_IOV",
-        kind: Kind::Int {
-            lo: 8,
-            hi: 1024,
-            unit: Unit::Count,
-        },
-        meaning: "iovecs per gathered send",
-        access: Access::Num {
-            get: |c| Some(c.max_iov as u64),
-            put: |c, v| c.max_iov = v.unwrap_or(0) as usize,
         },
     },
     Param {
@@ -341,23 +356,10 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             unit: Unit::Count,
         },
         meaning: "connect attempts before a peer is unreachable",
+        site: "clusters whose nodes start or accept slowly",
         access: Access::Num {
             get: |c| Some(c.connect_retries.into()),
             put: |c, v| c.connect_retries = v.unwrap_or(0) as u32,
-        },
-    },
-    Param {
-        name: "retry_delay",
-        var: "RINGBTL_RETRY_DELAY_MS",
-        kind: Kind::Int {
-            lo: 1,
-            hi: 60_000,
-            unit: Unit::Millis,
-        },
-        meaning: "first connect retry delay (doubles)",
-        access: Access::Num {
-            get: |c| millis(c.retry_delay),
-            put: |c, v| c.retry_delay = Duration::from_millis(v.unwrap_or(0)),
         },
     },
     Param {
@@ -369,6 +371,7 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             unit: Unit::Millis,
         },
         meaning: "handshake time limit",
+        site: "slow or oversubscribed nodes",
         access: Access::Num {
             get: |c| millis(c.handshake_timeout),
             put: |c, v| c.handshake_timeout = Duration::from_millis(v.unwrap_or(0)),
@@ -384,24 +387,13 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
         },
         meaning: "incoming connections still in their handshake at once; a newcomer \
                   beyond it closes the oldest of them",
+        site: "nodes shared with untrusted users, sized to the job's peers",
         access: Access::Num {
             get: |c| Some(c.max_half_open as u64),
-            put: |c, v| c.max_half_open = v.unwrap_or(0) as usize,
-        },
-    },
-    Param {
-        name: "max_half_open_per_source",
-        var: "RINGBTL_MAX_HALF_OPEN_PER_SOURCE",
-        kind: Kind::Int {
-            lo: 1,
-            hi: 1_000_000,
-            unit: Unit::Count,
-        },
-        meaning: "incoming connections in their handshake from one source address; a \
-                  newcomer beyond it closes the oldest of that source",
-        access: Access::Num {
-            get: |c| Some(c.max_half_open_per_source as u64),
-            put: |c, v| c.max_half_open_per_source = v.unwrap_or(0) as usize,
+            put: |c, v| {
+                c.max_half_open = v.unwrap_or(0) as usize;
+                c.max_half_open_per_source = (c.max_half_open / 4).max(1);
+            },
         },
     },
     Param {
@@ -413,6 +405,7 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             unit: Unit::Millis,
         },
         meaning: "time an accepted connection has to send its first bytes",
+        site: "high-latency networks, or nodes that must shed idle strangers sooner",
         access: Access::Num {
             get: |c| millis(c.first_bytes_timeout),
             put: |c, v| c.first_bytes_timeout = Duration::from_millis(v.unwrap_or(0)),
@@ -428,6 +421,7 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
         },
         meaning: "time a dialer retries a connection refused, reset or closed during its \
                   handshake",
+        site: "jobs whose ranks start far apart in time",
         access: Access::Num {
             get: |c| millis(c.connect_timeout),
             put: |c, v| c.connect_timeout = Duration::from_millis(v.unwrap_or(0)),
@@ -442,6 +436,7 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             unit: Unit::Millis,
         },
         meaning: "a frame whose bytes stop arriving this long fails its connection",
+        site: "networks with long stalls (failover), or to find a hung peer sooner",
         access: Access::Num {
             get: |c| millis(c.frame_stall),
             put: |c, v| c.frame_stall = Duration::from_millis(v.unwrap_or(0)),
@@ -456,61 +451,10 @@ static CORE_PARAMS: [Param<CoreConfig>; 21] = [
             unit: Unit::Bytes,
         },
         meaning: "bytes queued for one peer past which a send returns would-block",
+        site: "memory per process against the size of bursts",
         access: Access::Num {
             get: |c| Some(c.max_queued_bytes),
             put: |c, v| c.max_queued_bytes = v.unwrap_or(0),
-        },
-    },
-    Param {
-        name: "splice_min",
-        var: "RINGBTL_SPLICE",
-        kind: Kind::IntOrOff {
-            lo: 4 * KIB,
-            hi: 1 << 32,
-            unit: Unit::Bytes,
-            off: "off",
-        },
-        meaning: "payloads of at least this many bytes leave without a copy (vmsplice and \
-                  splice), completing when the peer acknowledges them",
-        access: Access::Num {
-            get: |c| c.splice_min.map(|n| n as u64),
-            put: |c, v| c.splice_min = v.map(|n| n as usize),
-        },
-    },
-    Param {
-        name: "splice_max",
-        var: "RINGBTL_SPLICE_MAX",
-        kind: Kind::IntOrOff {
-            lo: 4 * KIB,
-            hi: 1 << 32,
-            unit: Unit::Bytes,
-            off: "off",
-        },
-        meaning: "payloads longer than this are not lent, unless they find their peer idle, \
-                  whatever RINGBTL_SPLICE says: the kernel copies them from the caller's \
-                  buffers",
-        access: Access::Num {
-            get: |c| c.splice_max.map(|n| n as u64),
-            put: |c, v| c.splice_max = v.map(|n| n as usize),
-        },
-    },
-    Param {
-        name: "splice_idle",
-        var: "RINGBTL_SPLICE_IDLE",
-        kind: Kind::IntOrOff {
-            lo: 4 * KIB,
-            hi: 1 << 32,
-            unit: Unit::Bytes,
-            off: "off",
-        },
-        meaning: "on connections to other hosts whose congestion control paces (bbr; on \
-                  every paced one with RINGBTL_PACED_QUICK_ACK): payloads up to this many \
-                  bytes that RINGBTL_SPLICE would lend (from 256 KiB with \
-                  RINGBTL_PACED_QUICK_ACK, else at most 512 KiB) are copied, not lent, when \
-                  they find their peer idle (nothing queued behind them, no lent pages out)",
-        access: Access::Num {
-            get: |c| c.splice_idle.map(|n| n as u64),
-            put: |c, v| c.splice_idle = v.map(|n| n as usize),
         },
     },
 ];

@@ -133,12 +133,44 @@ pub enum IdleCopy {
     Off,
     /// Every one up to [`IDLE_COPY_PACED_MAX`](crate::proto::config::IDLE_COPY_PACED_MAX),
     /// the short ones below `IDLE_COPY_MIN` too (a connection whose congestion control
-    /// paces, towards another host: between namespace hosts under BBR, 128 and 192 KiB
-    /// ping-pongs took 0.52x and 0.48x as long copied as lent, 0.32x and 0.28x by epoll).
+    /// paces, towards another host).
     Paced,
     /// Every one in the range. The default.
     #[default]
     Full,
+}
+
+impl Lending {
+    /// What a connection lends, from what the driver knows of it: whether its congestion
+    /// control paces its sending, whether its peer is on loopback, and whether paced
+    /// connections copy streams (the socket layer's copy chunk is set). A paced
+    /// connection that copies streams lends only the payloads that find their peer idle
+    /// (towards loopback peers only those within one trip through the lending pipe);
+    /// every other connection lends streams too. See docs/design/pacing.md.
+    pub fn for_path(paced: bool, loopback: bool, copy_streams: bool) -> Self {
+        match (paced && copy_streams, loopback) {
+            (false, _) => Lending::Streams,
+            (true, true) => Lending::IdleWithinMax,
+            (true, false) => Lending::Idle,
+        }
+    }
+}
+
+impl IdleCopy {
+    /// Which payloads that find their peer idle a connection copies, from what the driver
+    /// knows of it: on a paced connection that acknowledges answers at once
+    /// (`quick_ack`) every one in the range; on another paced connection towards another
+    /// host every lent one up to
+    /// [`IDLE_COPY_PACED_MAX`](crate::proto::config::IDLE_COPY_PACED_MAX); none elsewhere,
+    /// where lent payloads arrive sooner. See docs/design/pacing.md.
+    pub fn for_path(paced: bool, loopback: bool, quick_ack: bool) -> Self {
+        match (paced, quick_ack, loopback) {
+            (false, _, _) => IdleCopy::Off,
+            (true, true, _) => IdleCopy::Full,
+            (true, false, true) => IdleCopy::Off,
+            (true, false, false) => IdleCopy::Paced,
+        }
+    }
 }
 
 /// Public view of an endpoint's state.

@@ -10,15 +10,21 @@ use std::time::Duration;
 use super::op::Chunks;
 use super::BackendKind;
 use crate::param::{parse_int, Access, Kind, Param, Params, Unit};
-use crate::proto::core::{IdleCopy, Lending};
 
 /// Socket-level settings of a transport (the `socket` part of
 /// [`Config`](crate::Config)).
+///
+/// The fields hidden from the documentation are built-in choices, not settings: the code
+/// decides them from what it can see of a connection (its peer on loopback or not, its
+/// congestion control pacing or not), and docs/design/pacing.md says why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketConfig {
     /// Backend choice (`RINGBTL_BACKEND=auto|uring|epoll`).
     pub backend: BackendKind,
-    /// TCP_NODELAY (`RINGBTL_NODELAY`, 0/1).
+    /// `TCP_NODELAY` on every connection.
+    /// Not a setting: the built-in choice (on), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub nodelay: bool,
     /// SO_SNDBUF, kernel autotuning when `None` (`RINGBTL_SNDBUF`, 0 = autotune).
     pub sndbuf: Option<usize>,
@@ -27,87 +33,54 @@ pub struct SocketConfig {
     /// TCP congestion control of the connections (`RINGBTL_TCP_CONGESTION`): see
     /// [`Congestion`].
     pub tcp_congestion: Congestion,
-    /// Most bytes handed to the kernel by one send call (`RINGBTL_SEND_CHUNK`,
-    /// 4 KiB..=1 GiB, 0 = no limit). A larger batch (a large payload, or many coalesced
-    /// frames) leaves in several consecutive calls on the same connection; the bytes on
-    /// the wire are the same. Like every chunk, it is rounded down to whole segments of
-    /// the connection (see [`paced_copy_chunk`](Self::paced_copy_chunk)). Off by
-    /// default: smaller calls paid only under a pacing congestion control (BBR), see
-    /// [`paced_copy_chunk`](Self::paced_copy_chunk) and "Large messages" in the README.
-    /// When set, it applies to every connection, to copied and lent bytes alike, and
-    /// `paced_send_chunk` and `paced_copy_chunk` are ignored (streams stay copied on
-    /// paced connections while `paced_copy_chunk` is set).
+    /// Most bytes handed to the kernel by one send call on every connection, copied and
+    /// lent alike (`None`: no limit). A larger batch leaves in several consecutive calls
+    /// on the same connection; the bytes on the wire are the same. Like every chunk, it
+    /// is rounded down to whole segments of the connection. When set, `paced_send_chunk`
+    /// and `paced_copy_chunk` give no limit of their own.
+    /// Not a setting: the built-in choice (no limit), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub send_chunk: Option<usize>,
-    /// Most bytes one send call hands to the kernel on a connection to another host
-    /// whose congestion control paces its sending (BBR), when
-    /// [`send_chunk`](Self::send_chunk) is not set (`RINGBTL_PACED_SEND_CHUNK`,
-    /// 4 KiB..=1 GiB, 0 = no limit, the default). Since streams on such connections are
-    /// copied in the calls of [`paced_copy_chunk`](Self::paced_copy_chunk), it bounds the
-    /// calls of lent pages only: the payloads that find their peer idle (a ping-pong's).
-    /// Measured (README, "Large messages"): between namespace hosts under BBR, 256 KiB
-    /// calls of such payloads put a 1 MiB ping-pong at two speeds from run to run
-    /// (medians of 12-run series 425-513 us, single runs 251-566), whole ones at one
-    /// (455-465 us); streams did not move (0.99-1.03x). Before streams were copied,
-    /// 256 KiB calls had made lent 1 MiB streams 1.6x as fast there.
+    /// Most bytes of lent pages one send call hands to the kernel on a connection to
+    /// another host whose congestion control paces its sending (BBR), when
+    /// [`send_chunk`](Self::send_chunk) is not set (`None`: no limit).
+    /// Not a setting: the built-in choice (no limit), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub paced_send_chunk: Option<usize>,
     /// On connections whose congestion control paces its sending (BBR), when
     /// [`send_chunk`](Self::send_chunk) is not set: the most bytes one call copies into
-    /// the socket (lent pages go in whole pipe-fulls, or in
-    /// [`paced_send_chunk`](Self::paced_send_chunk) calls towards other hosts when that is
-    /// set), and the payloads of a
-    /// stream (messages queued behind each other) are copied rather than lent; those that
-    /// find their peer idle are lent as elsewhere, but towards loopback peers only up to
-    /// one trip through the lending pipe ([`CoreConfig::splice_max`](crate::CoreConfig::splice_max),
-    /// 1 MiB: a 4 MiB ping-pong under BBR took 0.59x as long copied, 0.41x in MPI)
-    /// (`RINGBTL_PACED_COPY_CHUNK`,
-    /// 4 KiB..=1 GiB, 0 = off: copied bytes in the calls of lent ones, and lent streams;
-    /// default 64 KiB). The default `reno` of loopback peers does not pace.
-    ///
-    /// Every chunk is rounded down to whole segments of its connection (`TCP_MAXSEG`,
-    /// 65,483 bytes on loopback, 1,448 on an Ethernet MTU; at least one): a call that
-    /// ends inside a segment leaves a short one on the wire each time. Measured under BBR
-    /// (README, "Large messages"): on loopback, streams of 64 KiB to 4 MiB messages
-    /// 1.4-2.2x as fast as in whole batches with lent pages; between namespace hosts,
-    /// 1 MiB and 4 MiB streams 2-3x as fast as in 256 KiB calls of lent pages. BBR keeps
-    /// a window of a dozen segments there, and long calls and lent streams starve it.
+    /// the socket, and the payloads of a stream (messages queued behind each other) are
+    /// copied rather than lent; those that find their peer idle are lent as elsewhere,
+    /// towards loopback peers only up to one trip through the lending pipe
+    /// ([`CoreConfig::splice_max`](crate::CoreConfig::splice_max)). `None`: copied bytes
+    /// go in the calls of lent ones, and streams are lent. Every chunk is rounded down to
+    /// whole segments of its connection (`TCP_MAXSEG`, at least one), so that no call
+    /// leaves a short segment on the wire.
+    /// Not a setting: the built-in choice (64 KiB), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub paced_copy_chunk: Option<usize>,
     /// On connections whose congestion control paces (BBR), a large message that finds
-    /// its peer idle (a ping-pong's, a request's answer) is copied up to
-    /// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle) (without the setting:
-    /// up to 512 KiB towards other hosts, lent towards loopback peers), and once it has
-    /// left the socket acknowledges at once (`TCP_QUICKACK`)
-    /// (`RINGBTL_PACED_QUICK_ACK=0|1`, default off).
-    ///
-    /// Why: a socket that answers soon after receiving is in the kernel's "pingpong"
-    /// mode, in which ACKs wait to ride on the answer. BBR estimates the bandwidth from how
-    /// fast its data is acknowledged; when the first segment of the peer's answer is
-    /// acknowledged only with the next ones, its samples measure the rate at which it
-    /// already paces, and the estimate stays low. Acknowledged at once, the first segment
-    /// gives a sample of the path's real speed. Measured on loopback under BBR (README,
-    /// "Large messages"): a 1 MiB ping-pong 0.71-0.81x as long, bandwidth unchanged; but
-    /// the copy is what makes it pay (lent pages gain nothing from it), and on these
-    /// virtual machines, in the stretches where copies run several times slower, the
-    /// same ping-pong takes 3-5x as long (550-600 us against 100-120), where lending
-    /// takes 1.3x. Off by default for that; for nodes whose memory bandwidth is not
-    /// shared with other tenants.
+    /// its peer idle is copied up to
+    /// [`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle), and once it has left
+    /// the socket acknowledges the answer at once (`TCP_QUICKACK`), so that BBR samples
+    /// the path's speed rather than its own pacing.
+    /// Not a setting: the built-in choice (off: the copy it needs costs more than it gains where memory bandwidth is shared), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub paced_quick_ack: bool,
     /// On connections to other hosts whose congestion control paces (BBR), the socket's
     /// receive low-water mark (`SO_RCVLOWAT`) is raised to this many bytes while more
     /// than that many of a large record are still to come, and lowered back to the
-    /// default before the rest (`RINGBTL_PACED_RCVLOWAT`, 4 KiB..=64 MiB, 0 = off;
-    /// default 256 KiB).
-    ///
-    /// Why: while fewer unread bytes than the mark wait in the socket, the kernel
-    /// acknowledges data as it arrives; without it, when a read frees room in the
-    /// window. BBR measures the bandwidth from how fast its data is acknowledged, and its
-    /// window holds a large message back until the ACKs come. Measured between namespace
-    /// hosts under BBR (README, "Large messages"): 1 MiB and 4 MiB ping-pongs 0.62-0.63x
-    /// and 0.66-0.67x as long, bandwidth unchanged; under reno nothing changed, and
-    /// towards loopback peers under BBR the 1 MiB ping-pong took 1.07x as long (the
-    /// kernel runs the sender's ACK processing on the receiving core there), hence not
-    /// there. The mark costs two `setsockopt` calls per such record, and the io_uring
-    /// backend's read of the record stops that many bytes short of its end, the rest read
-    /// after the mark is lowered, so that no wait can outlast the record.
+    /// default before the rest, so that the kernel acknowledges data as it arrives. The
+    /// io_uring backend's read of such a record stops that many bytes short of its end,
+    /// the rest read after the mark is lowered, so that no wait can outlast the record.
+    /// `None`: the kernel's default.
+    /// Not a setting: the built-in choice (256 KiB), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub paced_rcvlowat: Option<usize>,
     /// `TCP_USER_TIMEOUT` on every connection (`RINGBTL_TCP_USER_TIMEOUT_MS`, 0 = the
     /// kernel's default): how long sent data may stay unacknowledged before the kernel
@@ -128,12 +101,14 @@ pub struct SocketConfig {
     /// least this many bytes (`RINGBTL_ZEROCOPY`, bytes, `0` = off; default off). The
     /// kernel pins the caller's pages instead of copying them and the send completes
     /// when its notification says the NIC is done with them. Pays only for large
-    /// payloads on a real NIC (the kernel's measurements put the break-even around
-    /// 10-16 KiB); never on loopback, where the kernel copies anyway, so loopback peers
-    /// keep plain sends. The epoll backend ignores it.
+    /// payloads on a real NIC; never on loopback, where the kernel copies anyway, so
+    /// loopback peers keep plain sends. The epoll backend ignores it.
     pub zerocopy_min: Option<usize>,
-    /// Use zero-copy sends on loopback peers too (`RINGBTL_ZEROCOPY_LOOPBACK=0|1`): only
-    /// for testing the path, since the kernel then copies and notifies later.
+    /// Zero-copy sends to loopback peers too, where the kernel copies and notifies later:
+    /// only the tests of the path want it.
+    /// Not a setting: the built-in choice (off), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub zerocopy_loopback: bool,
     /// Multishot receive on a ring of provided buffers shared by every connection
     /// (`RINGBTL_RECV_MULTISHOT=0|1`, default off). io_uring backend only, Linux 6.0+;
@@ -142,20 +117,22 @@ pub struct SocketConfig {
     ///
     /// Off, each connection has its own receive cache (`RINGBTL_RECV_CACHE`, 64 KiB by
     /// default) and a poll-mode fast path that reads spun connections directly. On,
-    /// receive memory is the shared ring ([`recv_ring_bufs`](Self::recv_ring_bufs) x
-    /// [`recv_ring_buf_size`](Self::recv_ring_buf_size)) and frames are parsed in place
-    /// in it; the per-connection cache then only holds frames cut between two buffers and
-    /// is touched only then. Turn it on for many peers per process (hundreds of
-    /// connections, where per-connection caches add up) or many mostly idle connections;
-    /// leave it off for the lowest latency with a few peers, since the direct `recv`
-    /// fast path is not used and payloads larger than one buffer are copied once out of
-    /// the ring.
+    /// receive memory is the shared ring and frames are parsed in place in it; the
+    /// per-connection cache then only holds frames cut between two buffers. Turn it on
+    /// for many peers per process (hundreds of connections, where per-connection caches
+    /// add up) or many mostly idle connections; leave it off for the lowest latency with
+    /// a few peers, since the direct `recv` fast path is not used and payloads larger
+    /// than one buffer are copied once out of the ring. See docs/design/receive.md.
     pub recv_multishot: bool,
-    /// Number of provided buffers in the ring (`RINGBTL_RECV_RING_BUFS`, a power of two
-    /// in 1..=32768, default 256).
+    /// Number of provided buffers in the multishot ring (a power of two in 1..=32768).
+    /// Not a setting: the built-in choice (256), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub recv_ring_bufs: u32,
-    /// Bytes per provided buffer (`RINGBTL_RECV_RING_BUF_SIZE`, 1 KiB..=1 MiB, default
-    /// 16 KiB).
+    /// Bytes per provided buffer (1 KiB..=1 MiB).
+    /// Not a setting: the built-in choice (16 KiB), with no variable; public so that the
+    /// crate's tests and measurements can vary it.
+    #[doc(hidden)]
     pub recv_ring_buf_size: usize,
 }
 
@@ -186,7 +163,37 @@ impl Default for SocketConfig {
 impl SocketConfig {
     /// Checks every setting against its row of the table.
     pub fn validate(&self) -> Result<(), String> {
-        self.check_params()
+        self.check_params()?;
+        self.check_built_in()
+    }
+
+    /// The built-in choices (the fields without a variable) keep within what the
+    /// backends handle; code that varies them gets an error, never a misbehaving socket.
+    fn check_built_in(&self) -> Result<(), String> {
+        const GIB: usize = 1 << 30;
+        let chunk = |name: &str, v: Option<usize>, hi: usize| match v {
+            Some(n) if !(4096..=hi).contains(&n) => {
+                Err(format!("{name} = {n}: expected 4096..={hi}, or none"))
+            }
+            _ => Ok(()),
+        };
+        chunk("send_chunk", self.send_chunk, GIB)?;
+        chunk("paced_send_chunk", self.paced_send_chunk, GIB)?;
+        chunk("paced_copy_chunk", self.paced_copy_chunk, GIB)?;
+        chunk("paced_rcvlowat", self.paced_rcvlowat, 64 << 20)?;
+        if !self.recv_ring_bufs.is_power_of_two() || self.recv_ring_bufs > 32768 {
+            return Err(format!(
+                "recv_ring_bufs = {}: expected a power of two in 1..=32768",
+                self.recv_ring_bufs
+            ));
+        }
+        if !(1 << 10..=1 << 20).contains(&self.recv_ring_buf_size) {
+            return Err(format!(
+                "recv_ring_buf_size = {}: expected 1024..=1048576",
+                self.recv_ring_buf_size
+            ));
+        }
+        Ok(())
     }
 
     /// The options every connected or accepted socket gets.
@@ -229,12 +236,13 @@ impl Params for SocketConfig {
     }
 }
 
-static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
+static SOCKET_PARAMS: [Param<SocketConfig>; 8] = [
     Param {
         name: "backend",
         var: "RINGBTL_BACKEND",
         kind: Kind::Text("auto, uring, epoll"),
         meaning: "backend; auto probes io_uring and falls back to epoll",
+        site: "kernels or containers that forbid io_uring, and backend comparisons",
         access: Access::Text {
             get: |c| c.backend.to_string(),
             parse: |c, v| {
@@ -242,16 +250,6 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
                 Ok(())
             },
             check: |_| Ok(()),
-        },
-    },
-    Param {
-        name: "nodelay",
-        var: "RINGBTL_NODELAY",
-        kind: Kind::Bool,
-        meaning: "`TCP_NODELAY`",
-        access: Access::Num {
-            get: |c| Some(c.nodelay.into()),
-            put: |c, v| c.nodelay = v == Some(1),
         },
     },
     Param {
@@ -264,6 +262,7 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
             off: "kernel autotuning",
         },
         meaning: "`SO_SNDBUF`",
+        site: "long, fast paths where autotuning's ceiling is too low (as `btl_tcp_sndbuf`)",
         access: Access::Num {
             get: |c| usize_opt(c.sndbuf),
             put: |c, v| c.sndbuf = v.map(|n| n as usize),
@@ -279,6 +278,7 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
             off: "kernel autotuning",
         },
         meaning: "`SO_RCVBUF`",
+        site: "long, fast paths where autotuning's ceiling is too low (as `btl_tcp_rcvbuf`)",
         access: Access::Num {
             get: |c| usize_opt(c.rcvbuf),
             put: |c, v| c.rcvbuf = v.map(|n| n as usize),
@@ -291,6 +291,7 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
         meaning: "TCP congestion control: `auto` (`reno` towards loopback peers, the \
                   system's algorithm elsewhere), `system`, or an algorithm of \
                   `net.ipv4.tcp_available_congestion_control` for every connection",
+        site: "fabrics whose congestion control is chosen for them",
         access: Access::Text {
             get: |c| c.tcp_congestion.to_string(),
             parse: |c, v| {
@@ -298,89 +299,6 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
                 Ok(())
             },
             check: |c| c.tcp_congestion.check(),
-        },
-    },
-    Param {
-        name: "send_chunk",
-        var: "RINGBTL_SEND_CHUNK",
-        kind: Kind::IntOrOff {
-            lo: 4096,
-            hi: GIB,
-            unit: Unit::Bytes,
-            off: "no limit",
-        },
-        meaning: "most bytes one send call hands to the kernel (whole segments); a larger \
-                  message leaves in consecutive calls (same bytes on the wire)",
-        access: Access::Num {
-            get: |c| usize_opt(c.send_chunk),
-            put: |c, v| c.send_chunk = v.map(|n| n as usize),
-        },
-    },
-    Param {
-        name: "paced_send_chunk",
-        var: "RINGBTL_PACED_SEND_CHUNK",
-        kind: Kind::IntOrOff {
-            lo: 4096,
-            hi: GIB,
-            unit: Unit::Bytes,
-            off: "no limit",
-        },
-        meaning: "most bytes of lent pages one send call hands to the kernel (whole \
-                  segments) on connections to other hosts whose congestion control paces \
-                  (bbr), copied bytes too when RINGBTL_PACED_COPY_CHUNK is 0, unless \
-                  RINGBTL_SEND_CHUNK is set",
-        access: Access::Num {
-            get: |c| usize_opt(c.paced_send_chunk),
-            put: |c, v| c.paced_send_chunk = v.map(|n| n as usize),
-        },
-    },
-    Param {
-        name: "paced_copy_chunk",
-        var: "RINGBTL_PACED_COPY_CHUNK",
-        kind: Kind::IntOrOff {
-            lo: 4096,
-            hi: GIB,
-            unit: Unit::Bytes,
-            off: "as lent bytes, lent streams",
-        },
-        meaning: "on connections whose congestion control paces (bbr): a stream's \
-                  payloads are copied, not lent (towards loopback peers also an idle one \
-                  above RINGBTL_SPLICE_MAX), and copied bytes go in send calls of at \
-                  most this many bytes (whole segments; RINGBTL_SEND_CHUNK instead when \
-                  set)",
-        access: Access::Num {
-            get: |c| usize_opt(c.paced_copy_chunk),
-            put: |c, v| c.paced_copy_chunk = v.map(|n| n as usize),
-        },
-    },
-    Param {
-        name: "paced_quick_ack",
-        var: "RINGBTL_PACED_QUICK_ACK",
-        kind: Kind::Bool,
-        meaning: "on connections whose congestion control paces (bbr): a large message \
-                  that finds its peer idle is copied up to RINGBTL_SPLICE_IDLE, and the \
-                  socket then acknowledges the answer at once (`TCP_QUICKACK`)",
-        access: Access::Num {
-            get: |c| Some(c.paced_quick_ack.into()),
-            put: |c, v| c.paced_quick_ack = v == Some(1),
-        },
-    },
-    Param {
-        name: "paced_rcvlowat",
-        var: "RINGBTL_PACED_RCVLOWAT",
-        kind: Kind::IntOrOff {
-            lo: 4096,
-            hi: 64 << 20,
-            unit: Unit::Bytes,
-            off: "the kernel's default",
-        },
-        meaning: "on connections to other hosts whose congestion control paces (bbr): \
-                  the socket's receive low-water mark (`SO_RCVLOWAT`) while more bytes of \
-                  a large record than this are still to come, so that the kernel \
-                  acknowledges them as they arrive",
-        access: Access::Num {
-            get: |c| usize_opt(c.paced_rcvlowat),
-            put: |c, v| c.paced_rcvlowat = v.map(|n| n as usize),
         },
     },
     Param {
@@ -394,6 +312,7 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
         },
         meaning: "`TCP_USER_TIMEOUT`: unacknowledged data older than this aborts the \
                   connection (`ETIMEDOUT`), failing its endpoint and pending sends",
+        site: "how soon a dead peer fails the job, against long computations",
         access: Access::Num {
             get: |c| c.tcp_user_timeout.map(millis),
             put: |c, v| c.tcp_user_timeout = v.map(Duration::from_millis),
@@ -404,6 +323,7 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
         var: "RINGBTL_KEEPALIVE",
         kind: Kind::Text("idle_s,intvl_s,cnt; 0 = off"),
         meaning: "TCP keepalive (finds a dead peer on an idle connection)",
+        site: "how soon an idle dead peer is found; firewalls that drop idle connections",
         access: Access::Text {
             get: |c| match &c.keepalive {
                 Some(k) => k.to_string(),
@@ -427,19 +347,10 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
         },
         meaning: "io_uring only: `SENDMSG_ZC` for gathered sends of at least this many \
                   bytes; never to loopback peers",
+        site: "real NICs where pinning pays; the break-even depends on the NIC",
         access: Access::Num {
             get: |c| usize_opt(c.zerocopy_min),
             put: |c, v| c.zerocopy_min = v.map(|n| n as usize),
-        },
-    },
-    Param {
-        name: "zerocopy_loopback",
-        var: "RINGBTL_ZEROCOPY_LOOPBACK",
-        kind: Kind::Bool,
-        meaning: "use zero-copy to loopback peers too (testing: the kernel copies anyway)",
-        access: Access::Num {
-            get: |c| Some(c.zerocopy_loopback.into()),
-            put: |c, v| c.zerocopy_loopback = v == Some(1),
         },
     },
     Param {
@@ -447,33 +358,10 @@ static SOCKET_PARAMS: [Param<SocketConfig>; 17] = [
         var: "RINGBTL_RECV_MULTISHOT",
         kind: Kind::Bool,
         meaning: "io_uring only: multishot receive on a shared ring of provided buffers",
+        site: "processes with hundreds of peers, trading latency against memory",
         access: Access::Num {
             get: |c| Some(c.recv_multishot.into()),
             put: |c, v| c.recv_multishot = v == Some(1),
-        },
-    },
-    Param {
-        name: "recv_ring_bufs",
-        var: "RINGBTL_RECV_RING_BUFS",
-        kind: Kind::Pow2 { lo: 1, hi: 32768 },
-        meaning: "provided buffers in that ring",
-        access: Access::Num {
-            get: |c| Some(c.recv_ring_bufs.into()),
-            put: |c, v| c.recv_ring_bufs = v.unwrap_or(0) as u32,
-        },
-    },
-    Param {
-        name: "recv_ring_buf_size",
-        var: "RINGBTL_RECV_RING_BUF_SIZE",
-        kind: Kind::Int {
-            lo: 1 << 10,
-            hi: 1 << 20,
-            unit: Unit::Bytes,
-        },
-        meaning: "bytes per provided buffer",
-        access: Access::Num {
-            get: |c| Some(c.recv_ring_buf_size as u64),
-            put: |c, v| c.recv_ring_buf_size = v.unwrap_or(0) as usize,
         },
     },
 ];
@@ -727,53 +615,13 @@ impl SockOpts {
         // Towards other hosts a short message's remainder goes first (see `next_call`),
         // for messages whose rest the receive low-water mark does not cover (with the
         // mark off, for messages of one call and a remainder); towards loopback peers it
-        // does not (a 64 KiB ping-pong there under BBR took 1.10x as long).
+        // does not, where it gained nothing (docs/design/pacing.md).
         let lead = if peer.ip().is_loopback() || copy == usize::MAX {
             0
         } else {
             self.paced_rcvlowat.map_or(copy, |m| m.max(copy))
         };
         Chunks { copy, splice, lead }
-    }
-
-    /// Which large payloads a connection to `peer` lends: on a paced connection while
-    /// `paced_copy_chunk` is set only those that find their peer idle (towards loopback
-    /// peers only those within one trip through the lending pipe, `splice_max`), else
-    /// streams too.
-    pub(crate) fn lending_for(&self, peer: &SocketAddr) -> Lending {
-        if self.paced_copy_chunk.is_none() || !self.paced_for(peer) {
-            Lending::Streams
-        } else if peer.ip().is_loopback() {
-            Lending::IdleWithinMax
-        } else {
-            Lending::Idle
-        }
-    }
-
-    /// Which large payloads that find their peer idle a connection to `peer` copies
-    /// rather than lends: with [`SocketConfig::paced_quick_ack`] on a paced connection
-    /// every one in the range of `splice_idle`; on other paced connections towards other
-    /// hosts every lent one up to 512 KiB (lent, a 512 KiB ping-pong between namespace
-    /// hosts under BBR took 4.7x as long, a 128 KiB one 1.9-3.1x); none elsewhere (lent,
-    /// the 512 KiB and 1 MiB ping-pongs took 0.84-0.92x as long as copied on loopback and
-    /// between hosts under reno, 0.93-0.94x at 256 and 512 KiB on loopback under BBR; see
-    /// "Large messages" in the README).
-    pub(crate) fn idle_copy_for(&self, peer: &SocketAddr) -> IdleCopy {
-        if !self.paced_for(peer) {
-            IdleCopy::Off
-        } else if self.paced_quick_ack {
-            IdleCopy::Full
-        } else if peer.ip().is_loopback() {
-            IdleCopy::Off
-        } else {
-            IdleCopy::Paced
-        }
-    }
-
-    /// Whether a connection to `peer` copies the large messages that find their peer idle
-    /// and acknowledges the answers at once ([`SocketConfig::paced_quick_ack`]).
-    pub(crate) fn quick_ack_for(&self, peer: &SocketAddr) -> bool {
-        self.paced_quick_ack && self.paced_for(peer)
     }
 
     /// The receive low-water mark of large records on a connection to `peer`
@@ -844,20 +692,14 @@ mod tests {
         assert_eq!(o.send_chunks_for(&remote), paced_remote);
         assert_eq!(o.send_chunks_for(&lo), paced_local);
         assert_eq!(o.send_chunks_for(&lo6), paced_local);
-        assert_eq!(o.lending_for(&remote), Lending::Idle);
-        assert_eq!(o.lending_for(&lo), Lending::IdleWithinMax);
-        assert_eq!(o.lending_for(&lo6), Lending::IdleWithinMax);
         let o = opts(reno, true, None);
         for peer in [&remote, &lo] {
             assert_eq!(o.send_chunks_for(peer), Chunks::WHOLE, "{peer}");
-            assert_eq!(o.lending_for(peer), Lending::Streams, "{peer}");
         }
         // Auto: reno towards loopback, the system's algorithm towards other hosts.
         let o = opts(Congestion::Auto, true, None);
         assert_eq!(o.send_chunks_for(&lo), Chunks::WHOLE);
-        assert_eq!(o.lending_for(&lo), Lending::Streams);
         assert_eq!(o.send_chunks_for(&remote), paced_remote);
-        assert_eq!(o.lending_for(&remote), Lending::Idle);
         let o = opts(Congestion::Auto, false, None);
         assert_eq!(o.send_chunks_for(&remote), Chunks::WHOLE);
         let o = opts(Congestion::System, true, None);
@@ -875,8 +717,6 @@ mod tests {
             chunks(256 << 10, 256 << 10, 256 << 10)
         );
         assert_eq!(o.send_chunks_for(&lo), Chunks::WHOLE);
-        assert_eq!(o.lending_for(&lo), Lending::Streams);
-        assert_eq!(o.lending_for(&remote), Lending::Streams);
         // The paced chunk off: lent pages whole towards other hosts too.
         let mut o = opts(bbr.clone(), false, None);
         o.paced_send_chunk = None;
@@ -917,46 +757,6 @@ mod tests {
         };
         assert_eq!(config.sock_opts().send_chunks_for(&remote), Chunks::WHOLE);
         assert!(paces("bbr") && paces("bbr2") && !paces("cubic") && !paces("reno"));
-    }
-
-    /// Idle payloads are copied on paced connections towards other hosts (all of the
-    /// range with quick ACKs, on any paced connection), lent everywhere else.
-    #[test]
-    fn idle_copies_follow_the_congestion_control_and_the_peer() {
-        let lo: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let lo6: SocketAddr = "[::1]:1".parse().unwrap();
-        let remote: SocketAddr = "192.0.2.1:1".parse().unwrap();
-        let opts = |congestion: &str, system_paces: bool, quick: bool| SockOpts {
-            congestion: match congestion {
-                "auto" => Congestion::Auto,
-                name => Congestion::Use(name.into()),
-            },
-            system_paces,
-            paced_quick_ack: quick,
-            ..SocketConfig::default().sock_opts()
-        };
-        let o = opts("bbr", false, false);
-        assert_eq!(o.idle_copy_for(&remote), IdleCopy::Paced);
-        assert_eq!(o.idle_copy_for(&lo), IdleCopy::Off);
-        assert_eq!(o.idle_copy_for(&lo6), IdleCopy::Off);
-        let o = opts("bbr", false, true);
-        for peer in [&remote, &lo] {
-            assert_eq!(o.idle_copy_for(peer), IdleCopy::Full, "{peer}");
-        }
-        for quick in [false, true] {
-            let o = opts("reno", true, quick);
-            for peer in [&remote, &lo] {
-                assert_eq!(o.idle_copy_for(peer), IdleCopy::Off, "{peer} {quick}");
-            }
-        }
-        // Auto: reno towards loopback, the system's (here pacing) algorithm elsewhere.
-        let o = opts("auto", true, false);
-        assert_eq!(o.idle_copy_for(&lo), IdleCopy::Off);
-        assert_eq!(o.idle_copy_for(&remote), IdleCopy::Paced);
-        assert_eq!(
-            opts("auto", false, false).idle_copy_for(&remote),
-            IdleCopy::Off
-        );
     }
 
     /// The receive low-water mark of large records: by default 256 KiB towards other

@@ -38,7 +38,7 @@ pub struct WireupConfig {
     /// The PMIx client library to open, a file name or a path (`RINGBTL_PMIX_LIB`);
     /// `None`: `libpmix.so.2`, else `libpmix.so` (see [`pmix`](super::pmix)).
     pub pmix_lib: Option<String>,
-    /// Time limit of the address exchange (`RINGBTL_WIREUP_TIMEOUT`, ms, 10..=3600000).
+    /// Time limit of the address exchange (`RINGBTL_WIREUP_TIMEOUT_MS`, ms, 10..=3600000).
     pub timeout: Duration,
 }
 
@@ -63,7 +63,7 @@ pub(crate) const EXCHANGE_VARS: [&str; 4] = [
     "RINGBTL_WIREUP",
     "RINGBTL_ROOT",
     "RINGBTL_PMIX_LIB",
-    "RINGBTL_WIREUP_TIMEOUT",
+    "RINGBTL_WIREUP_TIMEOUT_MS",
 ];
 
 impl WireupConfig {
@@ -92,7 +92,12 @@ impl WireupConfig {
         mut self,
         get: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, Error> {
-        let only = |k: &str| EXCHANGE_VARS.contains(&k).then(|| get(k)).flatten();
+        let only = |k: &str| {
+            EXCHANGE_VARS
+                .contains(&crate::param::current_name(k))
+                .then(|| get(k))
+                .flatten()
+        };
         self.apply_vars(&only, &mut |_| {}).map_err(Error::Config)?;
         Ok(self)
     }
@@ -149,6 +154,7 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
         kind: Kind::Text("ip:port, or auto"),
         meaning: "listen address; `auto`: the selected interfaces, wildcard listen, \
                   addresses published by `Transport::uris`",
+        site: "nodes that must listen on one given address",
         access: Access::Text {
             get: |c| match c.listen {
                 Some(a) => a.to_string(),
@@ -172,6 +178,7 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
         kind: Kind::Text("interface names or subnets, comma-separated"),
         meaning: "interfaces to use with `RINGBTL_LISTEN=auto` (`eth1,10.1.0.0/16`); \
                   unset: physical interfaces, else loopback; not with `RINGBTL_IF_EXCLUDE`",
+        site: "nodes with several networks: which ones carry the job",
         access: Access::Text {
             get: |c| list(&c.if_include),
             parse: |c, v| {
@@ -186,6 +193,7 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
         var: "RINGBTL_IF_EXCLUDE",
         kind: Kind::Text("interface names or subnets, comma-separated"),
         meaning: "interfaces not to use; the default rule applies to the rest",
+        site: "nodes with several networks: which ones must not carry the job",
         access: Access::Text {
             get: |c| list(&c.if_exclude),
             parse: |c, v| {
@@ -200,6 +208,7 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
         var: "RINGBTL_PORT",
         kind: Kind::Text("port or range lo-hi, in 1..=65535"),
         meaning: "listen port or range with `RINGBTL_LISTEN=auto`; unset: ephemeral",
+        site: "firewalled clusters with an open port range",
         access: Access::Text {
             get: |c| match c.ports {
                 None => String::new(),
@@ -223,6 +232,7 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
         var: "RINGBTL_WIREUP",
         kind: Kind::Text("pmix, pmi, env, local"),
         meaning: "address exchange; unset: from the launcher's environment",
+        site: "launches whose environment suggests the wrong exchange",
         access: Access::Text {
             get: |c| c.exchange.map(|k| k.as_str()).unwrap_or("").into(),
             parse: |c, v| {
@@ -240,6 +250,7 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
         var: "RINGBTL_ROOT",
         kind: Kind::Text("host:port"),
         meaning: "address of the env + root rendezvous (rank 0 listens there)",
+        site: "env + root launches: where rank 0 listens",
         access: Access::Text {
             get: |c| c.root.clone().unwrap_or_default(),
             parse: |c, v| {
@@ -265,6 +276,7 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
         kind: Kind::Text("file name or path"),
         meaning: "PMIx client library opened when PMIx is the exchange; unset: \
                   `libpmix.so.2`, else `libpmix.so`",
+        site: "sites whose PMIx library is not where the loader finds it",
         access: Access::Text {
             get: |c| c.pmix_lib.clone().unwrap_or_default(),
             parse: |c, v| {
@@ -277,13 +289,14 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
     },
     Param {
         name: "timeout",
-        var: "RINGBTL_WIREUP_TIMEOUT",
+        var: "RINGBTL_WIREUP_TIMEOUT_MS",
         kind: Kind::Int {
             lo: 10,
             hi: 3_600_000,
             unit: Unit::Millis,
         },
         meaning: "address exchange time limit",
+        site: "large jobs or slow launchers",
         access: Access::Num {
             get: |c| Some(u64::try_from(c.timeout.as_millis()).unwrap_or(u64::MAX)),
             put: |c, v| c.timeout = Duration::from_millis(v.unwrap_or(0)),
@@ -322,7 +335,7 @@ mod tests {
             ..cfg
         };
         let e = Wireup::from_config(&bad, |_| None).unwrap_err().to_string();
-        assert!(e.contains("timeout = 5 (RINGBTL_WIREUP_TIMEOUT)"), "{e}");
+        assert!(e.contains("timeout = 5 (RINGBTL_WIREUP_TIMEOUT_MS)"), "{e}");
     }
 
     #[test]

@@ -237,20 +237,6 @@ pub enum IfSelection {
 }
 
 impl IfSelection {
-    /// Reads `RINGBTL_IF_INCLUDE` / `RINGBTL_IF_EXCLUDE` (comma-separated names or subnets)
-    /// through `get`; setting both is an error.
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
-        let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        match (var("RINGBTL_IF_INCLUDE"), var("RINGBTL_IF_EXCLUDE")) {
-            (Some(_), Some(_)) => Err(Error::Config(
-                "RINGBTL_IF_INCLUDE and RINGBTL_IF_EXCLUDE are both set; give only one".into(),
-            )),
-            (Some(v), None) => Ok(Self::Include(parse_list("RINGBTL_IF_INCLUDE", &v)?)),
-            (None, Some(v)) => Ok(Self::Exclude(parse_list("RINGBTL_IF_EXCLUDE", &v)?)),
-            (None, None) => Ok(Self::Default),
-        }
-    }
-
     /// Builds a selection from optional include and exclude lists (for example from
     /// configuration fields); giving both is an error.
     pub fn from_lists(include: &[IfMatch], exclude: &[IfMatch]) -> Result<Self, Error> {
@@ -410,17 +396,6 @@ pub fn select_local(selection: &IfSelection) -> Result<Vec<Interface>, Error> {
     selection.select(&discover()?)
 }
 
-fn parse_list(var: &str, v: &str) -> Result<Vec<IfMatch>, Error> {
-    v.split(',')
-        .map(|item| {
-            IfMatch::from_str(item).map_err(|e| match e {
-                Error::Config(m) => Error::Config(format!("{var}={v:?}: {m}")),
-                other => other,
-            })
-        })
-        .collect()
-}
-
 fn join(list: &[IfMatch]) -> String {
     list.iter()
         .map(ToString::to_string)
@@ -570,11 +545,20 @@ pub(crate) mod tests {
         assert_eq!(names(&sel), ["eth1=10.2.0.5", "eth1=fd00::5"]);
     }
 
+    /// The selection the settings table makes of `get`'s variables (the one parser of
+    /// `RINGBTL_IF_INCLUDE` / `RINGBTL_IF_EXCLUDE`).
+    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<IfSelection, Error> {
+        use crate::param::Params;
+        let mut c = crate::wireup::config::WireupConfig::default();
+        c.apply_vars(&get, &mut |_| {}).map_err(Error::Config)?;
+        c.validate().map_err(Error::Config)?;
+        c.if_selection()
+    }
+
     #[test]
     fn include_by_name_glob_and_subnet() {
-        let inc = |s: &str| {
-            IfSelection::from_vars(|k| (k == "RINGBTL_IF_INCLUDE").then(|| s.to_owned())).unwrap()
-        };
+        let inc =
+            |s: &str| from_vars(|k| (k == "RINGBTL_IF_INCLUDE").then(|| s.to_owned())).unwrap();
         assert_eq!(
             names(&inc("eth0").select(&host()).unwrap()),
             ["eth0=10.1.0.5"]
@@ -631,7 +615,7 @@ pub(crate) mod tests {
 
     #[test]
     fn both_lists_is_an_error() {
-        let e = IfSelection::from_vars(|k| match k {
+        let e = from_vars(|k| match k {
             "RINGBTL_IF_INCLUDE" => Some("eth0".into()),
             "RINGBTL_IF_EXCLUDE" => Some("eth1".into()),
             _ => None,
@@ -651,7 +635,7 @@ pub(crate) mod tests {
     #[test]
     fn bad_list_items_name_the_variable() {
         for v in ["eth0,,eth1", "10.0.0.0/40", "eth 0", "*"] {
-            let e = IfSelection::from_vars(|k| (k == "RINGBTL_IF_EXCLUDE").then(|| v.to_owned()))
+            let e = from_vars(|k| (k == "RINGBTL_IF_EXCLUDE").then(|| v.to_owned()))
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("RINGBTL_IF_EXCLUDE"), "{e}");

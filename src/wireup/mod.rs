@@ -23,7 +23,7 @@
 //! local process. No build option is involved: PMIx's client library is opened when PMIx
 //! is chosen, and a launcher that offers PMIx on a machine without the library gets an
 //! error that says so (and how to choose another exchange). Every exchange gives up after
-//! `RINGBTL_WIREUP_TIMEOUT` milliseconds (default 60 000).
+//! `RINGBTL_WIREUP_TIMEOUT_MS` milliseconds (default 60 000).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -33,7 +33,7 @@ use std::time::Duration;
 use crate::auth::JobKey;
 use crate::error::Error;
 use crate::param::Params;
-use crate::wire::DEFAULT_TOKEN;
+use crate::proto::config::CoreConfig;
 
 pub mod config;
 pub mod env;
@@ -54,7 +54,7 @@ pub use rendezvous::Rendezvous;
 pub use route::{order_peer_addrs, Route};
 pub use uri::{format_uri, format_uri_list, parse_uri, parse_uri_list};
 
-/// Time allowed for the address exchange unless `RINGBTL_WIREUP_TIMEOUT` says otherwise.
+/// Time allowed for the address exchange unless `RINGBTL_WIREUP_TIMEOUT_MS` says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// An address exchange ("modex", as MPI runtimes call it): every rank contributes its URI
@@ -349,10 +349,7 @@ impl Wireup {
                 })?;
                 match &cfg.root {
                     Some(root) => {
-                        let token = match var("RINGBTL_JOB_TOKEN") {
-                            Some(v) => parse_u64("RINGBTL_JOB_TOKEN", &v, 0, u64::MAX)?,
-                            None => DEFAULT_TOKEN,
-                        };
+                        let (token, key) = env_job_identity(&var)?;
                         let mut r = Rendezvous::from_root(
                             root.trim(),
                             info.rank,
@@ -360,7 +357,7 @@ impl Wireup {
                             token,
                             timeout,
                         )?;
-                        if let Some(key) = env_job_key(var)? {
+                        if let Some(key) = key {
                             r = r.with_key(key);
                         }
                         (info, Inner::Env(r))
@@ -455,18 +452,34 @@ impl Modex for Wireup {
     }
 }
 
+/// The variables of the job's identity, read through the core's table.
+const JOB_VARS: [&str; 3] = [
+    "RINGBTL_JOB_TOKEN",
+    "RINGBTL_JOB_KEY",
+    "RINGBTL_JOB_KEY_FILE",
+];
+
+/// The job token and key of the env + root form, read through the core's table (the
+/// parsing and checks of [`Config::from_env`](crate::Config::from_env)):
+/// `RINGBTL_JOB_TOKEN`, and `RINGBTL_JOB_KEY` (64 hex digits), else the file named by
+/// `RINGBTL_JOB_KEY_FILE` (mode 0600), else no key.
+fn env_job_identity(get: &dyn Fn(&str) -> Option<String>) -> Result<(u64, Option<JobKey>), Error> {
+    let mut core = CoreConfig::default();
+    let only = |k: &str| JOB_VARS.contains(&k).then(|| get(k)).flatten();
+    core.apply_vars(&only, &mut |_| {}).map_err(Error::Config)?;
+    let key = match (core.job_key, &core.job_key_file) {
+        (Some(key), _) => Some(key),
+        (None, Some(path)) => Some(JobKey::from_file(path)?),
+        (None, None) => None,
+    };
+    Ok((core.token, key))
+}
+
 /// The job key of the env + root form: `RINGBTL_JOB_KEY` (64 hex digits), else the file
-/// named by `RINGBTL_JOB_KEY_FILE` (mode 0600), else none.
+/// named by `RINGBTL_JOB_KEY_FILE` (mode 0600), else none; read as
+/// [`Config::from_env`](crate::Config::from_env) reads them.
 pub fn env_job_key(var: impl Fn(&str) -> Option<String>) -> Result<Option<JobKey>, Error> {
-    if let Some(hex) = var("RINGBTL_JOB_KEY") {
-        return JobKey::from_hex(&hex)
-            .map(Some)
-            .map_err(|e| Error::Config(format!("RINGBTL_JOB_KEY=<secret>: {e}")));
-    }
-    match var("RINGBTL_JOB_KEY_FILE") {
-        Some(path) => JobKey::from_file(std::path::Path::new(path.trim())).map(Some),
-        None => Ok(None),
-    }
+    env_job_identity(&var).map(|(_, key)| key)
 }
 
 /// Parses the integer variable `name` in `lo..=hi` (see [`crate::param::parse_u64`]).
@@ -474,10 +487,14 @@ pub(crate) fn parse_u64(name: &str, v: &str, lo: u64, hi: u64) -> Result<u64, Er
     crate::param::parse_u64(name, v, lo, hi).map_err(Error::Config)
 }
 
-/// Reads `RINGBTL_WIREUP_TIMEOUT` (milliseconds, 10..=3 600 000) through `get`.
+/// Reads `RINGBTL_WIREUP_TIMEOUT_MS` (milliseconds, 10..=3 600 000) through `get`.
 pub fn timeout_from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Duration, Error> {
     let mut cfg = WireupConfig::default();
-    let only = |k: &str| (k == "RINGBTL_WIREUP_TIMEOUT").then(|| get(k)).flatten();
+    let only = |k: &str| {
+        (crate::param::current_name(k) == "RINGBTL_WIREUP_TIMEOUT_MS")
+            .then(|| get(k))
+            .flatten()
+    };
     cfg.apply_vars(&only, &mut |_| {}).map_err(Error::Config)?;
     Ok(cfg.timeout)
 }
@@ -544,12 +561,12 @@ mod tests {
         for (pairs, needle) in [
             (&[("RINGBTL_WIREUP", "mpi")][..], "RINGBTL_WIREUP=\"mpi\""),
             (
-                &[("RINGBTL_WIREUP_TIMEOUT", "5")][..],
-                "RINGBTL_WIREUP_TIMEOUT",
+                &[("RINGBTL_WIREUP_TIMEOUT_MS", "5")][..],
+                "RINGBTL_WIREUP_TIMEOUT_MS",
             ),
             (
-                &[("RINGBTL_WIREUP_TIMEOUT", "soon")][..],
-                "RINGBTL_WIREUP_TIMEOUT",
+                &[("RINGBTL_WIREUP_TIMEOUT_MS", "soon")][..],
+                "RINGBTL_WIREUP_TIMEOUT_MS",
             ),
             (&[("RINGBTL_WIREUP", "pmi")][..], "PMI_FD"),
             (
@@ -618,7 +635,7 @@ mod tests {
             ("RINGBTL_ROOT", "127.0.0.1:0"),
             ("RINGBTL_RANK", "0"),
             ("RINGBTL_SIZE", "1"),
-            ("RINGBTL_WIREUP_TIMEOUT", "2000"),
+            ("RINGBTL_WIREUP_TIMEOUT_MS", "2000"),
         ])
         .unwrap();
         assert_eq!(w.kind(), WireupKind::Env);

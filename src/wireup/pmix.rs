@@ -8,9 +8,9 @@
 //! value of every rank, answered from the local copy the fence brought. Those are asked
 //! all at once (`PMIx_Get_nb`, one answer callback each) and awaited together: the client
 //! library answers each request on its own progress thread, so one blocking `PMIx_Get`
-//! per rank costs two thread switches per rank, which on an oversubscribed node (64
-//! processes on 2 CPUs) took up to 90 ms per rank and left ranks that many milliseconds
-//! behind the others when the connections start.
+//! per rank costs two thread switches per rank, which on an oversubscribed node adds up
+//! to tens of milliseconds per rank and leaves ranks that far behind the others when the
+//! connections start.
 //!
 //! **Finding the library.** Nothing is linked at build time: a plain build runs under
 //! every launcher. The first exchange opens `libpmix.so.2` (the runtime library, Debian:

@@ -330,7 +330,7 @@ static ringbtl_t *make(uint32_t id) {
     /* RINGBTL_BACKEND from the environment picks the backend under test */
     CHECK(ringbtl_config_from_env(cfg) == RINGBTL_OK, "config_from_env");
     CHECK(ringbtl_config_set(cfg, "RINGBTL_MAX_FRAME", "64k") == RINGBTL_OK, "set max frame");
-    CHECK(ringbtl_config_set(cfg, "RINGBTL_INLINE", "512") == RINGBTL_OK, "set inline");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_RECV_CACHE", "128k") == RINGBTL_OK, "set recv cache");
     ringbtl_t *t = NULL;
     CHECK(ringbtl_create(cfg, &t) == RINGBTL_OK && t != NULL, "create %u", id);
     return t;

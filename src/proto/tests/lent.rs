@@ -634,3 +634,27 @@ fn an_idle_copy_on_a_quick_ack_connection_asks_for_quick_acks() {
         "below the idle copy: lent, no quick ACK"
     );
 }
+
+/// What a connection lends and copies follows what the driver knows of it: paced
+/// connections that copy streams lend only idle payloads (within one trip through the
+/// pipe towards loopback peers), others lend streams; idle payloads are copied on paced
+/// connections towards other hosts (every one in range with quick ACKs, on any paced
+/// connection), lent everywhere else.
+#[test]
+fn lending_and_idle_copies_follow_the_path() {
+    use crate::proto::core::{IdleCopy, Lending};
+    for loopback in [false, true] {
+        for copy in [false, true] {
+            assert_eq!(Lending::for_path(false, loopback, copy), Lending::Streams);
+        }
+        assert_eq!(Lending::for_path(true, loopback, false), Lending::Streams);
+        for quick in [false, true] {
+            assert_eq!(IdleCopy::for_path(false, loopback, quick), IdleCopy::Off);
+        }
+        assert_eq!(IdleCopy::for_path(true, loopback, true), IdleCopy::Full);
+    }
+    assert_eq!(Lending::for_path(true, false, true), Lending::Idle);
+    assert_eq!(Lending::for_path(true, true, true), Lending::IdleWithinMax);
+    assert_eq!(IdleCopy::for_path(true, false, false), IdleCopy::Paced);
+    assert_eq!(IdleCopy::for_path(true, true, false), IdleCopy::Off);
+}
