@@ -1,0 +1,205 @@
+//! Registered regions: memory of the caller's that peers may write into (one-sided
+//! puts), [`Regions`], and the [`Claim`] a receive holds on a part of one. No I/O here.
+
+use std::ptr::NonNull;
+use std::rc::Rc;
+
+/// Memory of the caller's that peers may write into (one-sided puts): each region is
+/// named by a key, an index and a generation, so a key outlives nothing: once its region
+/// is deregistered, the key (and every later user of its slot with an older key) is
+/// refused. Only [`register`](Self::register) is unsafe; every write a peer asks for is
+/// checked against the region here ([`claim`](Self::claim)).
+#[derive(Debug, Default)]
+pub struct Regions {
+    slots: Vec<Region>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+#[derive(Debug, Default)]
+struct Region {
+    base: usize,
+    len: usize,
+    generation: u32,
+    live: bool,
+    /// Cloned into every claim: while a clone lives, a receive may write to the region.
+    /// Kept with the slot, so reusing a slot allocates nothing.
+    lease: Rc<()>,
+}
+
+/// Why a region operation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RegionError {
+    /// The key names no live region (never handed out, or deregistered).
+    #[error("no registered region has key {0:#x}")]
+    UnknownKey(u64),
+    /// The write does not lie inside the region.
+    #[error("{len} bytes at {addr:#x} do not lie inside region {key:#x}")]
+    OutOfBounds {
+        /// The region's key.
+        key: u64,
+        /// First byte asked for.
+        addr: u64,
+        /// Bytes asked for.
+        len: u64,
+    },
+    /// A receive is still writing into the region: it may not be taken back yet.
+    #[error("region {0:#x} is being written by a receive in progress")]
+    InUse(u64),
+}
+
+impl Regions {
+    /// Registers `len` bytes at `base` and returns the key peers name them by.
+    ///
+    /// # Safety
+    ///
+    /// The memory must stay valid for writes, and must not be read or written by anyone
+    /// else while a peer may write it: from this call until [`deregister`](Self::deregister)
+    /// returns `Ok` for the key, or the `Regions` (and every receive buffer placed in it)
+    /// is dropped. Within that time, what arrives for it may change it at any point
+    /// during [`progress`-like](crate::Transport::progress) calls of its owner.
+    #[allow(unsafe_code)]
+    pub unsafe fn register(&mut self, base: NonNull<u8>, len: usize) -> u64 {
+        let i = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push(Region::default());
+                self.slots.len() - 1
+            }
+        };
+        let r = &mut self.slots[i];
+        r.base = base.as_ptr() as usize;
+        r.len = len;
+        r.live = true;
+        self.live += 1;
+        key(i, r.generation)
+    }
+
+    /// Takes a region back. Refused while a receive is still writing into it (the caller
+    /// keeps the memory valid and tries again after a progress call).
+    pub fn deregister(&mut self, key: u64) -> Result<(), RegionError> {
+        let (i, r) = self.find(key)?;
+        if Rc::strong_count(&r.lease) > 1 {
+            return Err(RegionError::InUse(key));
+        }
+        let r = &mut self.slots[i];
+        r.live = false;
+        r.generation = r.generation.wrapping_add(1);
+        self.free.push(i as u32);
+        self.live -= 1;
+        Ok(())
+    }
+
+    /// Number of registered regions.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// True when no region is registered.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Checks that `len` bytes at `addr` lie inside the region of `key` and claims them
+    /// for one receive ([`RxBuf::split_placed`](super::RxBuf::split_placed)).
+    pub fn claim(&self, key: u64, addr: u64, len: usize) -> Result<Claim, RegionError> {
+        let (_, r) = self.find(key)?;
+        let oob = RegionError::OutOfBounds {
+            key,
+            addr,
+            len: len as u64,
+        };
+        let off = addr.checked_sub(r.base as u64).ok_or(oob)?;
+        let end = off.checked_add(len as u64).ok_or(oob)?;
+        if end > r.len as u64 {
+            return Err(oob);
+        }
+        let ptr = NonNull::new((r.base + off as usize) as *mut u8).ok_or(oob)?;
+        Ok(Claim {
+            ptr,
+            len,
+            _lease: r.lease.clone(),
+        })
+    }
+
+    fn find(&self, key: u64) -> Result<(usize, &Region), RegionError> {
+        let (i, generation) = ((key >> 32) as usize, key as u32);
+        match self.slots.get(i) {
+            Some(r) if r.live && r.generation == generation => Ok((i, r)),
+            _ => Err(RegionError::UnknownKey(key)),
+        }
+    }
+}
+
+fn key(index: usize, generation: u32) -> u64 {
+    ((index as u64) << 32) | u64::from(generation)
+}
+
+/// Bytes of a registered region, checked and claimed for one receive
+/// ([`Regions::claim`]); the region is in use while the claim lives.
+#[derive(Debug)]
+pub struct Claim {
+    ptr: NonNull<u8>,
+    pub(super) len: usize,
+    _lease: Rc<()>,
+}
+
+impl Claim {
+    #[allow(unsafe_code)]
+    pub(super) fn mem(&self) -> &[u8] {
+        // SAFETY: `ptr .. ptr + len` lies inside a region registered with
+        // `Regions::register`, whose contract keeps it valid and untouched by others while
+        // a claim on it lives (`deregister` refuses meanwhile).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    #[allow(unsafe_code)]
+    pub(super) fn mem_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `mem`; `&mut self` makes this the only borrow through the claim,
+        // and claims of one region are handed to one receive at a time per connection.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::RxBuf;
+
+    /// A region is in use while a buffer placed in it lives; a key dies with its
+    /// registration, also when the slot is reused.
+    #[test]
+    #[allow(unsafe_code)]
+    fn regions_check_claims_and_keys() {
+        let mut mem = vec![0u8; 64].into_boxed_slice();
+        let base = NonNull::new(mem.as_mut_ptr()).unwrap();
+        let addr = base.as_ptr() as u64;
+        let mut regions = Regions::default();
+        // SAFETY: `mem` outlives `regions` and every buffer placed in it here.
+        let k = unsafe { regions.register(base, 64) };
+        assert_eq!(regions.len(), 1);
+        assert!(regions.claim(k, addr + 60, 5).is_err());
+        let mut cache = RxBuf::cache(16);
+        cache.append_upto(b"abc", 3);
+        let claim = regions.claim(k, addr + 8, 10).unwrap();
+        let mut placed = cache.split_placed(0, claim, RxBuf::empty_large());
+        assert!(placed.is_placed() && placed.wants_all());
+        assert_eq!(placed.missing(), 7);
+        assert_eq!(regions.deregister(k), Err(RegionError::InUse(k)));
+        // Reset, the buffer keeps its box for the next put and ends its claim.
+        placed.reset_whole();
+        assert!(!placed.is_placed() && !placed.wants_all());
+        assert_eq!(&mem[8..11], b"abc");
+        regions.deregister(k).unwrap();
+        assert!(regions.is_empty());
+        assert_eq!(regions.deregister(k), Err(RegionError::UnknownKey(k)));
+        // SAFETY: as above.
+        let k2 = unsafe { regions.register(base, 64) };
+        assert_ne!(k, k2, "a reused slot gets a new key");
+        assert!(matches!(
+            regions.claim(k, addr, 1),
+            Err(RegionError::UnknownKey(_))
+        ));
+        assert!(regions.claim(k2, addr, 64).is_ok());
+    }
+}
