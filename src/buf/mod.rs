@@ -20,4 +20,4 @@ mod tx;
 
 pub use regions::{Claim, RegionError, Regions};
 pub use rx::{RxBuf, LINE, RECORD_ALIGN, WHOLE_FIRST};
-pub use tx::TxBatch;
+pub use tx::{TxBatch, DIRECT_PIECES};

@@ -5,6 +5,13 @@ use std::mem;
 
 use bytes::Bytes;
 
+/// The most slices the head of a batch is written from at once: the `N` that a caller
+/// gives [`TxBatch::unsent_pieces`] for such a write, and the most pieces the reactor's
+/// immediate write takes (it writes no piece beyond them). A frame that the protocol
+/// writes at once (its header, its padding or inline payload and its payload segments)
+/// fits in this many.
+pub const DIRECT_PIECES: usize = 12;
+
 /// One piece of a batch, in wire order.
 #[derive(Debug)]
 enum Part {

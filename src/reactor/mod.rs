@@ -141,7 +141,7 @@ pub(crate) trait Backend {
     /// progress, is still connecting or closing, or the call fails (the batch's send of
     /// the same bytes then meets the error and reports it). `pieces` must be the head of
     /// the connection's next batch, which the caller then advances by the count; at most
-    /// `op::WRITE_NOW_PIECES` of them are written.
+    /// [`DIRECT_PIECES`](crate::buf::DIRECT_PIECES) of them are written.
     fn write_now(&mut self, conn: ConnId, pieces: &[&[u8]]) -> usize;
     /// Starts receiving into `rx.spare_mut()` (all of it when `rx.wants_all()`).
     fn recv(&mut self, conn: ConnId, rx: RxBuf);

@@ -23,6 +23,7 @@ use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
 
 use super::{sys, RxBuf, TxBatch};
+use crate::buf::DIRECT_PIECES;
 
 /// The most bytes one send call of a connection hands to the kernel (`usize::MAX`: no
 /// limit), for copied bytes and for lent pages (`splice`), as the socket options chose
@@ -661,15 +662,11 @@ impl SendOp {
     }
 }
 
-/// At most this many pieces go in one [`write_now`]: a frame that a send writes at once
-/// (see [`DIRECT_PIECES`](crate::proto::core::DIRECT_PIECES)).
-pub(crate) const WRITE_NOW_PIECES: usize = crate::proto::core::DIRECT_PIECES;
-
 /// Non-blocking writes of `pieces`, in order, on `fd` (`send` for one piece, `sendmsg`
 /// for several; `MSG_NOSIGNAL | MSG_DONTWAIT`), counted in `counts`: the bytes the socket
 /// took, 0 when it took none or the call failed (the caller's own send of the same bytes
 /// then meets the error). The backends' `write_now`, for the head of a connection's next
-/// batch (see `Backend::write_now`). Pieces beyond [`WRITE_NOW_PIECES`] are not written.
+/// batch (see `Backend::write_now`). Pieces beyond [`DIRECT_PIECES`] are not written.
 /// One call, except where [`next_call`] puts the remainder of the pieces, for the
 /// connection's `chunks` (cut at whole segments), first: then it goes in a call of its
 /// own, and the rest in a second one.
@@ -684,7 +681,7 @@ pub(crate) fn write_now(
         let total: usize = pieces.iter().map(|p| p.len()).sum();
         let lead = next_call(total, chunks);
         if lead < chunks.copy && lead < total {
-            let mut cut: [&[u8]; WRITE_NOW_PIECES] = [&[]; WRITE_NOW_PIECES];
+            let mut cut: [&[u8]; DIRECT_PIECES] = [&[]; DIRECT_PIECES];
             let n = cut_pieces(pieces, 0, lead, &mut cut);
             let w = write_once(fd, &cut[..n], counts);
             if w < lead {
@@ -710,8 +707,8 @@ fn write_once(fd: RawFd, pieces: &[&[u8]], counts: &mut SendShared) -> usize {
     let mut iov = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
-    }; WRITE_NOW_PIECES];
-    let n = pieces.len().min(WRITE_NOW_PIECES);
+    }; DIRECT_PIECES];
+    let n = pieces.len().min(DIRECT_PIECES);
     for (v, p) in iov.iter_mut().zip(pieces) {
         *v = libc::iovec {
             iov_base: p.as_ptr().cast_mut().cast(),
@@ -730,18 +727,18 @@ fn write_once(fd: RawFd, pieces: &[&[u8]], counts: &mut SendShared) -> usize {
     usize::try_from(res).unwrap_or(0)
 }
 
-/// `len` bytes of `pieces` from byte `skip` on (at most [`WRITE_NOW_PIECES`] slices) as
+/// `len` bytes of `pieces` from byte `skip` on (at most [`DIRECT_PIECES`] slices) as
 /// slices in `out`; returns how many.
 fn cut_pieces<'a>(
     pieces: &[&'a [u8]],
     mut skip: usize,
     len: usize,
-    out: &mut [&'a [u8]; WRITE_NOW_PIECES],
+    out: &mut [&'a [u8]; DIRECT_PIECES],
 ) -> usize {
     let mut left = len;
     let mut n = 0;
     for p in pieces {
-        if left == 0 || n == WRITE_NOW_PIECES {
+        if left == 0 || n == DIRECT_PIECES {
             break;
         }
         if skip >= p.len() {
