@@ -134,12 +134,14 @@ pub use config::{
 };
 pub use error::{Cause, Errno, Error, FailReason, ProbeError, ProtoError, SendError, WireError};
 pub use param::Origin;
+pub use proto::core::MAX_SEGMENTS;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use reactor::testing;
 pub use reactor::BackendKind;
 pub use transport::{Am, Completion, Stats, Transport};
 pub use wire::{PeerId, PutTarget, Tag};
+pub use wireup::parse_uri_list;
 
 #[cfg(not(any(feature = "uring", feature = "epoll")))]
 compile_error!("ringbtl needs a backend: enable the `uring` and/or `epoll` cargo feature");

@@ -23,9 +23,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ringbtl::proto::core::MAX_SEGMENTS;
 use ringbtl::{
-    Completion, Error, FailReason, PeerId, PutTarget, RegionError, SendError, Tag, Transport,
+    parse_uri_list, Completion, Error, FailReason, PeerId, PutTarget, RegionError, SendError, Tag,
+    Transport, MAX_SEGMENTS,
 };
 
 use crate::config::RingbtlConfig;
@@ -410,7 +410,7 @@ pub unsafe extern "C" fn ringbtl_add_peer(
         };
         // A list that does not parse is a bad argument; one that parses but that no
         // selected interface can reach makes the peer unreachable.
-        if let Err(e) = ringbtl::wireup::uri::parse_uri_list(uris) {
+        if let Err(e) = parse_uri_list(uris) {
             return fail(RINGBTL_ERR_INVALID, e);
         }
         match h.transport().add_peer_uris(PeerId(peer), uris) {
