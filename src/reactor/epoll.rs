@@ -490,23 +490,16 @@ impl Backend for Epoll {
     }
 
     fn reset(&mut self, conn: ConnId) {
-        if let Some(s) = self.slots.get(conn.0 as usize) {
-            if let (false, Some(fd)) = (s.closing, s.io.fd.as_ref()) {
-                sys::linger_zero(fd.as_raw_fd());
-            }
+        if let Some(fd) = self.slots.open_io(conn).and_then(|io| io.fd.as_ref()) {
+            sys::linger_zero(fd.as_raw_fd());
         }
         self.close(conn);
     }
 
     fn close(&mut self, conn: ConnId) {
-        let idx = conn.0 as usize;
-        let Some(s) = self.slots.get_mut(idx) else {
+        let Some((idx, s)) = self.slots.start_close(conn) else {
             return;
         };
-        if s.closing {
-            return;
-        }
-        s.closing = true;
         if std::mem::take(&mut s.io.quiet) {
             self.quiet.retain(|&q| q != idx);
         }

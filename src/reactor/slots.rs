@@ -121,6 +121,27 @@ impl<C> Slots<C> {
         self.table.get_mut(idx).filter(|s| s.gen == gen)
     }
 
+    /// The backend's part of `conn`'s slot while the connection is open (not closing):
+    /// where `reset` finds the socket to abort before it closes the connection.
+    #[inline]
+    pub(crate) fn open_io(&self, conn: ConnId) -> Option<&C> {
+        self.table
+            .get(conn.0 as usize)
+            .filter(|s| !s.closing)
+            .map(|s| &s.io)
+    }
+
+    /// The start of every backend's `close`: marks `conn`'s slot closing and returns its
+    /// index and the slot. `None` when there is no such connection or it is closing
+    /// already (`close` is idempotent).
+    #[inline]
+    pub(crate) fn start_close(&mut self, conn: ConnId) -> Option<(usize, &mut Slot<C>)> {
+        let idx = conn.0 as usize;
+        let s = self.table.get_mut(idx).filter(|s| !s.closing)?;
+        s.closing = true;
+        Some((idx, s))
+    }
+
     /// The token of `kind` for the connection in slot `idx` (0 for a free slot).
     #[inline]
     pub(crate) fn token(&self, kind: u8, idx: usize) -> u64 {

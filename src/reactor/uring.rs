@@ -928,23 +928,16 @@ impl Backend for Uring {
     }
 
     fn reset(&mut self, conn: ConnId) {
-        if let Some(s) = self.slots.get(conn.0 as usize) {
-            if !s.closing && s.io.fd >= 0 {
-                sys::linger_zero(s.io.fd);
-            }
+        if let Some(io) = self.slots.open_io(conn).filter(|io| io.fd >= 0) {
+            sys::linger_zero(io.fd);
         }
         self.close(conn);
     }
 
     fn close(&mut self, conn: ConnId) {
-        let idx = conn.0 as usize;
-        let Some(s) = self.slots.get_mut(idx) else {
+        let Some((idx, s)) = self.slots.start_close(conn) else {
             return;
         };
-        if s.closing {
-            return;
-        }
-        s.closing = true;
         // A starved receive is not in flight: nothing to cancel.
         s.io.starved = false;
         if s.recv.direct_at.is_some() {
