@@ -84,11 +84,7 @@ pub(crate) fn plain_send(
     deadline: Instant,
 ) -> Result<PairTiming, String> {
     let n = size.max(1);
-    p.size_buf(n);
-    p.sock
-        .set_nonblocking(false)
-        .map_err(|e| format!("baseline socket: {e}"))?;
-    let PlainStream { sock, buf } = p;
+    let (sock, buf) = p.prepare(n, false)?;
     let whole: Vec<IoSlice<'_>> = (0..window).map(|_| IoSlice::new(&buf[..n])).collect();
     let mut work = whole.clone();
     let mut ack = [0u8; ACK_BYTES];
@@ -108,17 +104,14 @@ pub(crate) fn plain_recv(
     deadline: Instant,
 ) -> Result<(), String> {
     let n = size.max(1);
-    p.size_buf(n);
-    p.sock
-        .set_nonblocking(false)
-        .map_err(|e| format!("baseline socket: {e}"))?;
-    let fd = p.sock.as_raw_fd();
+    let (sock, buf) = p.prepare(n, false)?;
+    let fd = sock.as_raw_fd();
     let ack = [0x41u8; ACK_BYTES];
     for _ in 0..loops {
         for _ in 0..window {
             let mut got = 0;
             while got < n {
-                match sys::recv(fd, &mut p.buf[got..n], libc::MSG_WAITALL) {
+                match sys::recv(fd, &mut buf[got..n], libc::MSG_WAITALL) {
                     Ok(0) => return Err("baseline recv: the peer closed the connection".into()),
                     Ok(k) => got += k,
                     Err(e) => retry(e, "recv", deadline)?,
@@ -126,7 +119,7 @@ pub(crate) fn plain_recv(
             }
         }
         let mut bufs = [IoSlice::new(&ack)];
-        writev_all(&mut p.sock, &mut bufs, deadline)?;
+        writev_all(sock, &mut bufs, deadline)?;
     }
     Ok(())
 }

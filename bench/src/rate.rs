@@ -102,12 +102,6 @@ fn drain(
     Ok(())
 }
 
-fn nonblocking(p: &PlainStream) -> Result<(), String> {
-    p.sock
-        .set_nonblocking(true)
-        .map_err(|e| format!("baseline socket: {e}"))
-}
-
 /// Sender: `warmup + loops` windows, one `send` per message; a 0-byte size moves 1 byte.
 pub(crate) fn plain_send(
     p: &mut PlainStream,
@@ -118,9 +112,7 @@ pub(crate) fn plain_send(
     deadline: Instant,
 ) -> Result<PairTiming, String> {
     let n = size.max(1);
-    p.size_buf(n);
-    nonblocking(p)?;
-    let PlainStream { sock, buf } = p;
+    let (sock, buf) = p.prepare(n, true)?;
     let mut ack = [0u8; ACK_BYTES];
     PairTiming::run_windows(window, size, warmup, loops, |_| {
         for _ in 0..window {
@@ -139,9 +131,7 @@ pub(crate) fn plain_recv(
     deadline: Instant,
 ) -> Result<(), String> {
     let want = size.max(1) * window as usize;
-    p.size_buf(DRAIN);
-    nonblocking(p)?;
-    let PlainStream { sock, buf } = p;
+    let (sock, buf) = p.prepare(DRAIN, true)?;
     let ack = [0x41u8; ACK_BYTES];
     for _ in 0..loops {
         drain(sock, buf, want, deadline)?;

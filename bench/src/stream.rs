@@ -630,10 +630,19 @@ impl PlainStream {
         Self::setup(control::connect_baseline(addr, SETUP_TIMEOUT)?)
     }
 
-    /// Makes the payload buffer `n` bytes long.
-    pub(crate) fn size_buf(&mut self, n: usize) {
+    /// The start of either side of a baseline phase: makes the payload buffer `n` bytes
+    /// long (at least [`ACK_BYTES`]) and the socket blocking or not, and hands out both.
+    pub(crate) fn prepare(
+        &mut self,
+        n: usize,
+        nonblocking: bool,
+    ) -> Result<(&mut TcpStream, &mut Vec<u8>), String> {
         self.buf.clear();
         self.buf.resize(n.max(ACK_BYTES), 0x5a);
+        self.sock
+            .set_nonblocking(nonblocking)
+            .map_err(|e| format!("baseline socket: {e}"))?;
+        Ok((&mut self.sock, &mut self.buf))
     }
 }
 
