@@ -95,22 +95,8 @@ impl AlltoallArgs {
 /// Options of `ringbtl-bench latency`.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct LatencyArgs {
-    /// Message sizes: a list (`0,8,64K,1M`) or a doubling range (`1:4M`).
-    /// Suffixes K, M, G are binary (KiB, MiB, GiB). [default: 1:4M]
-    #[arg(long, value_name = "LIST|MIN:MAX", value_parser = parse_sizes)]
-    pub(crate) sizes: Option<SizeList>,
-
-    /// Measured iterations per size [default: 10000 up to 8 KiB, 1000 above (OSU)].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    pub(crate) iters: Option<u64>,
-
-    /// Warm-up iterations per size, not measured [default: 100 up to 8 KiB, 10 above].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
-    pub(crate) warmup: Option<u64>,
-
-    /// Divide the default iteration and warm-up counts by 10 (smoke runs).
-    #[arg(long)]
-    pub(crate) quick: bool,
+    #[command(flatten)]
+    pub(crate) counts: SizeArgs,
 
     #[command(flatten)]
     pub(crate) run: RunArgs,
@@ -149,6 +135,43 @@ pub(crate) struct LatencyArgs {
     /// a peer when none is found. Under a launcher this is automatic.
     #[arg(long, hide = true)]
     pub(crate) mpi: bool,
+}
+
+/// Options every two-rank benchmark (`latency`, `bw`, `rate`) takes: the message sizes
+/// and how many times each is run, measured and not. A count is of round trips for
+/// `latency` and of windows for `bw` and `rate`; each command has its own defaults
+/// ([`counts`](Self::counts)), which its help states.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct SizeArgs {
+    /// Message sizes: a list (`0,8,64K,1M`) or a doubling range (`1:4M`).
+    /// Suffixes K, M, G are binary (KiB, MiB, GiB). [default: 1:4M]
+    #[arg(long, value_name = "LIST|MIN:MAX", value_parser = parse_sizes)]
+    pub(crate) sizes: Option<SizeList>,
+
+    /// Measured iterations per size [default: 10000 up to 8 KiB, 1000 above (OSU)].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub(crate) iters: Option<u64>,
+
+    /// Warm-up iterations per size, not measured [default: 100 up to 8 KiB, 10 above].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    pub(crate) warmup: Option<u64>,
+
+    /// Divide the default iteration and warm-up counts by 10 (smoke runs).
+    #[arg(long)]
+    pub(crate) quick: bool,
+}
+
+impl SizeArgs {
+    /// Sizes to run, in order: `--sizes`, else 1 B .. 4 MiB doubling.
+    pub(crate) fn sizes(&self) -> Vec<usize> {
+        sizes_or_default(self.sizes.as_ref())
+    }
+
+    /// (warm-up, measured) counts for `size`, given the command's defaults up to
+    /// [`LARGE_MESSAGE_SIZE`] and above it (see [`counts`]).
+    pub(crate) fn counts(&self, size: usize, defaults: [(u64, u64); 2]) -> (u64, u64) {
+        counts(size, defaults, self.quick, self.warmup, self.iters)
+    }
 }
 
 /// Options every two-rank benchmark (`latency`, `bw`, `rate`) takes: how to progress,
@@ -379,18 +402,12 @@ impl LatencyArgs {
 
     /// Sizes to run, in order.
     pub(crate) fn sizes(&self) -> Vec<usize> {
-        sizes_or_default(self.sizes.as_ref())
+        self.counts.sizes()
     }
 
     /// (warm-up, measured iterations) for `size`.
     pub(crate) fn counts(&self, size: usize) -> (u64, u64) {
-        counts(
-            size,
-            [(100, 10_000), (10, 1_000)],
-            self.quick,
-            self.warmup,
-            self.iters,
-        )
+        self.counts.counts(size, [(100, 10_000), (10, 1_000)])
     }
 }
 

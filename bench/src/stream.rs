@@ -29,9 +29,7 @@ use bytes::Bytes;
 use clap::Args;
 use ringbtl::{BackendKind, PeerId, ProgressMode, Tag, Transport};
 
-use crate::cli::{
-    counts, describe_counts, parse_size, parse_sizes, sizes_or_default, RunArgs, SizeList,
-};
+use crate::cli::{describe_counts, parse_size, RunArgs, SizeArgs};
 use crate::control::{self, PeerProc};
 use crate::flow::{self, Deferred};
 use crate::report::{json_lines, json_num, ratio, Field, JsonRun, JsonSeries, Row};
@@ -66,28 +64,19 @@ impl Bench {
 
 /// Options of `ringbtl-bench bw` and `ringbtl-bench rate`.
 #[derive(Args, Debug, Clone)]
+#[command(
+    mut_arg("iters", |a| a.help("Measured windows per size [default: 100 up to 8 KiB, 20 above (OSU)]")),
+    mut_arg("warmup", |a| a.help("Warm-up windows per size, not measured [default: 10 up to 8 KiB, 2 above]")),
+    mut_arg("quick", |a| a.help("Divide the default loop and warm-up counts by 10 (at least one measured window)")),
+)]
 pub(crate) struct StreamArgs {
-    /// Message sizes: a list (`8,64K,1M`) or a doubling range (`1:4M`).
-    /// Suffixes K, M, G are binary. [default: 1:4M]
-    #[arg(long, value_name = "LIST|MIN:MAX", value_parser = parse_sizes)]
-    pub(crate) sizes: Option<SizeList>,
-
-    /// Measured windows per size [default: 100 up to 8 KiB, 20 above (OSU)].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    pub(crate) iters: Option<u64>,
-
-    /// Warm-up windows per size, not measured [default: 10 up to 8 KiB, 2 above].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
-    pub(crate) warmup: Option<u64>,
+    #[command(flatten)]
+    pub(crate) counts: SizeArgs,
 
     /// Messages per window (each window is acknowledged once).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_WINDOW,
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub(crate) window: u64,
-
-    /// Divide the default loop and warm-up counts by 10 (at least one measured window).
-    #[arg(long)]
-    pub(crate) quick: bool,
 
     /// Before the first size, stream about this many bytes of the largest size on each
     /// series (ringbtl backends, baseline), unmeasured; 0 = off. A fresh process and
@@ -110,25 +99,21 @@ pub(crate) struct StreamArgs {
 impl StreamArgs {
     /// Sizes to run, in order (1 B .. 4 MiB by default; OSU's bandwidth tests start at 1).
     pub(crate) fn sizes(&self) -> Vec<usize> {
-        sizes_or_default(self.sizes.as_ref())
+        self.counts.sizes()
     }
 
     /// (warm-up, measured) windows for `size`: osu_bw's 10/100 up to 8 KiB, 2/20 above.
     pub(crate) fn counts(&self, size: usize) -> (u64, u64) {
-        counts(
-            size,
-            [(10, 100), (2, 20)],
-            self.quick,
-            self.warmup,
-            self.iters,
-        )
+        self.counts.counts(size, [(10, 100), (2, 20)])
     }
 
     /// Untimed windows of `size` bytes per series before the first size (`--prewarm`).
     fn prewarm_windows(&self, size: usize) -> u64 {
-        let bytes = self
-            .prewarm
-            .unwrap_or(if self.quick { 200 << 20 } else { 2 << 30 });
+        let bytes = self.prewarm.unwrap_or(if self.counts.quick {
+            200 << 20
+        } else {
+            2 << 30
+        });
         if bytes == 0 {
             return 0;
         }
