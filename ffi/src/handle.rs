@@ -604,24 +604,12 @@ pub unsafe extern "C" fn ringbtl_send(
     iovcnt: usize,
     cookie: u64,
 ) -> c_int {
-    guard(RINGBTL_ERR_INTERNAL, || {
-        // SAFETY: the caller's contract.
-        let Some(h) = (unsafe { handle(t) }) else {
-            return null_handle("ringbtl_send");
-        };
-        let mut segs: [Bytes; MAX_SEGMENTS] = Default::default();
-        // SAFETY: the caller's contract is `segments`'.
-        if let Err(code) = unsafe { segments("ringbtl_send", iov, iovcnt, &mut segs) } {
-            return code;
-        }
-        match h
-            .transport()
-            .send(PeerId(peer), Tag(tag), &segs[..iovcnt], cookie)
-        {
-            Ok(()) => RINGBTL_OK,
-            Err(e) => fail(send_code(&e), e),
-        }
-    })
+    // SAFETY: the caller's contract is `queue`'s.
+    unsafe {
+        queue("ringbtl_send", t, iov, iovcnt, |tr, segs| {
+            tr.send(PeerId(peer), Tag(tag), segs, cookie)
+        })
+    }
 }
 
 /// Queues a put of the concatenation of `iov[0..iovcnt]` to `addr` in the region `key`
@@ -640,21 +628,38 @@ pub unsafe extern "C" fn ringbtl_put(
     iovcnt: usize,
     cookie: u64,
 ) -> c_int {
+    let target = PutTarget { key, addr };
+    // SAFETY: the caller's contract is `queue`'s.
+    unsafe {
+        queue("ringbtl_put", t, iov, iovcnt, |tr, segs| {
+            tr.put(PeerId(peer), target, segs, cookie)
+        })
+    }
+}
+
+/// The body of [`ringbtl_send`] and [`ringbtl_put`] (`what`): checks the handle and the
+/// gather list, hands the segments to `op` and turns its answer into a status code.
+///
+/// # Safety
+/// As [`ringbtl_send`].
+unsafe fn queue(
+    what: &str,
+    t: *mut Ringbtl,
+    iov: *const RingbtlIov,
+    iovcnt: usize,
+    op: impl FnOnce(&mut Transport, &[Bytes]) -> Result<(), SendError>,
+) -> c_int {
     guard(RINGBTL_ERR_INTERNAL, || {
         // SAFETY: the caller's contract.
         let Some(h) = (unsafe { handle(t) }) else {
-            return null_handle("ringbtl_put");
+            return null_handle(what);
         };
         let mut segs: [Bytes; MAX_SEGMENTS] = Default::default();
         // SAFETY: the caller's contract is `segments`'.
-        if let Err(code) = unsafe { segments("ringbtl_put", iov, iovcnt, &mut segs) } {
+        if let Err(code) = unsafe { segments(what, iov, iovcnt, &mut segs) } {
             return code;
         }
-        let target = PutTarget { key, addr };
-        match h
-            .transport()
-            .put(PeerId(peer), target, &segs[..iovcnt], cookie)
-        {
+        match op(h.transport(), &segs[..iovcnt]) {
             Ok(()) => RINGBTL_OK,
             Err(e) => fail(send_code(&e), e),
         }
