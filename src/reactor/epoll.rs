@@ -16,9 +16,8 @@
 //!
 //! One exception, while a receive is spun (below): a socket registered with epoll costs
 //! its *sender* an epoll wake-up callback for every segment that arrives (the callback
-//! runs in the sending thread's softirq on loopback). Measured with two spun plain sockets
-//! on the two cores here, 8 B one-way latency p50 3.04-3.10 us unregistered, 3.17-3.23 us
-//! with the receiving socket in an epoll set (4 alternating pairs of 20,000 round trips).
+//! runs in the sending thread's softirq on loopback), which adds to every message's
+//! latency (see docs/design/receive.md).
 //!
 //! Peer hang-up (`EPOLLRDHUP`), `EPOLLHUP` and `EPOLLERR` are sticky: no further edge comes
 //! after them, so the socket stays "readable" until a `recv` returns 0 or the error.
@@ -52,20 +51,9 @@
 //! waits for an edge. With more receives armed, one `epoll_wait(0)` per pass is cheaper
 //! than a `recv` per connection.
 //!
-//! Measured with the `pingpong_latency` test (64-byte frames, loopback, the two sides
-//! pinned to the two cores of a 2-vCPU VM, median of 5 runs of 20 000 round trips each),
-//! as one-way latency relative to a spun non-blocking `recv` on plain sockets (3.3-3.4 us):
-//!
-//! | receives armed | direct `recv` | `epoll_wait(0)` every pass |
-//! |---|---|---|
-//! | 1  | 1.11-1.12x | 1.21-1.23x |
-//! | 4  | 1.12x      | 1.22x      |
-//! | 9  | 1.10-1.12x | 1.20-1.22x |
-//! | 17 | 1.41x      | 1.21x      |
-//! | 33 | 2.0-3.4x   | 1.20-1.22x |
-//!
-//! The direct path saves about 0.35 us per message (one `epoll_wait` per pass) while the
-//! receives it tries cost less than that; the threshold sits below the measured crossover.
+//! The direct path saves one `epoll_wait` per pass, which pays while the receives it
+//! tries cost less than that call; their cost grows with their number, so the threshold
+//! sits below the number where the two cross (see docs/design/receive.md).
 //!
 //! # Quiet sockets
 //!

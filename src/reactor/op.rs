@@ -54,9 +54,9 @@ impl Chunks {
 ///
 /// A call that ends inside a segment leaves that segment short, and the kernel sends it
 /// short: the ACKs that arrive meanwhile push it out (`MSG_MORE` only holds it at the end
-/// of the call itself). Under BBR on loopback, calls of 128 KiB (two 65,483-byte segments
-/// and one of 106 bytes) streamed 1 MiB messages at 3.0-3.5 GB/s, calls of 130,966 bytes
-/// (two whole segments) at 7.5-8.0 (README, "Large messages").
+/// of the call itself). Calls of whole segments keep such short segments out of the
+/// stream, and stream large messages markedly faster under BBR (see
+/// docs/design/large-messages.md).
 fn whole_segments(mss: usize, chunk: usize) -> usize {
     if chunk == usize::MAX {
         return chunk;
@@ -72,14 +72,12 @@ fn whole_segments(mss: usize, chunk: usize) -> usize {
 ///
 /// Where the congestion control paces (BBR), each buffer the kernel sends delays the next
 /// one by its pacing time, so the bytes after a full call wait for it: a 64 KiB message
-/// written as 65,160 + 384 bytes (45 segments of 1,448, then a short one) kept its last
-/// 384 bytes back for the pacing time of the 65,160 before them, where 384 + 65,160 left
-/// at once, the pacing time then falling after the message. Measured with plain sockets
-/// between namespace hosts under BBR after 8 B traffic (`tools/floor.c`'s ping-pong, the
-/// message in those two writes): 64 KiB p50 31.4 against 14.6 us, mean 80 against 14.7.
-/// Longer runs keep their remainder last (with it first, 384 KiB to 512 KiB ping-pongs
-/// took 1.2x as long in whole calls after it, 2.4-2.7x in one call after it);
-/// `SockOpts::send_chunks_for` says where, and how far, the remainder goes first.
+/// written as 65,160 + 384 bytes (45 segments of 1,448, then a short one) keeps its last
+/// 384 bytes back for the pacing time of the 65,160 before them, where 384 + 65,160 leave
+/// at once, the pacing time then falling after the message. Longer runs keep their
+/// remainder last (with it first they took longer);
+/// `SockOpts::send_chunks_for` says where, and how far, the remainder goes first (see
+/// docs/design/pacing.md).
 #[inline]
 fn next_call(run: usize, chunks: Chunks) -> usize {
     let chunk = chunks.copy;
@@ -782,8 +780,8 @@ pub(crate) struct RecvOp {
 /// room in the window, while fewer than the mark of unread bytes wait in the socket
 /// (`__tcp_ack_snd_check`). A paced congestion control (BBR) measures the bandwidth from
 /// how fast its data is acknowledged, and a large message that the peer acknowledges
-/// as it arrives rather than as it reads it leaves several times faster between hosts
-/// (README, "Large messages").
+/// as it arrives rather than as it reads it leaves markedly faster between hosts (see
+/// docs/design/large-messages.md).
 ///
 /// Invariant, so that no wait can outlast the record: while the mark is raised, at least
 /// that many of the record's bytes are still to come after every read in progress (a

@@ -20,8 +20,8 @@ use super::{ConnId, Event, RxBuf, TxBatch};
 /// Up to this many receives are tried with a direct non-blocking `recv` while the caller
 /// spins `poll(None)`: a spun `recv` is the latency floor on loopback (one syscall, no
 /// task work, no wake-up), while many idle connections are cheaper to watch through the
-/// kernel (the ring, or one `epoll_wait`) than to poll one syscall each. The measurements
-/// behind the number are in the epoll backend's documentation.
+/// kernel (the ring, or one `epoll_wait`) than to poll one syscall each. The
+/// measurements behind the number are in docs/design/receive.md.
 pub(crate) const DIRECT_RECV_MAX: usize = 8;
 
 /// Generations wrap at 24 bits (the width left for them in a token).

@@ -267,9 +267,8 @@ pub(crate) fn close_fd(fd: RawFd) {
 //
 // The C library's `send` and `recv` are cancellation points: in a process with more than
 // one thread (an MPI process has its runtime's threads), glibc switches the thread's
-// asynchronous cancellation on before the system call and off after it, about 50 user
-// instructions per call (callgrind, glibc 2.36), and a busy-polling rank makes such a call
-// on every pass. The transport never relies on cancellation (a thread cancelled inside a
+// asynchronous cancellation on before the system call and off after it, work added to
+// every call, and a busy-polling rank makes such a call on every pass. The transport never relies on cancellation (a thread cancelled inside a
 // progress call would leave the transport's state half updated), so the data path's
 // `send` and `recv` go through rustix: the `syscall` instruction inline, the error a value
 // (no `errno`), whatever the process's threads. A batch of several pieces still goes out
