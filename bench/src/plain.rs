@@ -6,9 +6,9 @@
 //! - block mode: one blocking `send` (the kernel loops until all is queued) and `recv`
 //!   with `MSG_WAITALL` (one call per message unless a signal interrupts it), with
 //!   `SO_RCVLOWAT` set to the message size so that the reader is woken once per message
-//!   rather than once per arriving segment (measured here: 1 MiB 0.18-0.22 ms instead of
-//!   0.26-0.34 ms, 4 MiB 0.83-0.91 ms instead of 1.0-2.7 ms; the kernel caps the mark at
-//!   half of `tcp_rmem[2]`). `--baseline-no-lowat` turns it off.
+//!   rather than once per arriving segment, which takes time off every large message
+//!   (see docs/design/receive.md; the kernel caps the mark at half of `tcp_rmem[2]`).
+//!   `--baseline-no-lowat` turns it off.
 //!
 //! Large messages go out in one call; each side receives the whole message before replying.
 //! TCP has no empty message, so a 0-byte size moves 1 byte.
