@@ -87,26 +87,8 @@ fn conformance_fallback_modes() {
 #[test]
 fn idle_spin_makes_no_syscall() {
     let Some(mut u) = make() else { return };
-    let addr = u.listen("127.0.0.1:0".parse().unwrap()).unwrap();
-    let client = u.connect(addr, None).unwrap();
+    let (client, server) = pair(&mut u);
     let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut server = None;
-    let mut connected = false;
-    while (server.is_none() || !connected) && Instant::now() < deadline {
-        u.poll(Some(Duration::from_millis(10)), &mut out).unwrap();
-        for ev in out.drain(..) {
-            match ev {
-                Event::Accepted { conn, .. } => server = Some(conn),
-                Event::Connected { result, .. } => {
-                    result.unwrap();
-                    connected = true;
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-    }
-    let server = server.expect("accepted");
     // A receive armed on each side, nothing will arrive.
     u.recv(client, RxBuf::cache(4096));
     u.recv(server, RxBuf::cache(4096));
