@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 
+use ringbtl::BackendKind;
+
 use crate::{sys, SETUP_TIMEOUT};
 
 /// Rank 0's handle on rank 1: killed and reaped on drop unless it exited cleanly.
@@ -346,5 +348,82 @@ impl Child {
         writeln!(out, "{line}")
             .and_then(|()| out.flush())
             .map_err(|e| format!("writing to rank 0: {e}"))
+    }
+}
+
+/// What the transports of the two-rank benchmarks (latency's `Ring`, bw's and rate's
+/// `Streamer`) have in common, as either rank and the control channel use them.
+pub(crate) trait BenchTransport {
+    /// The listening address to give the peer.
+    fn local_addr(&self) -> SocketAddr;
+    /// "uring" or "epoll": the backend the transport runs.
+    fn backend_name(&self) -> &'static str;
+    /// Makes the other rank known at `addr`.
+    fn add_peer(&mut self, addr: SocketAddr) -> Result<(), String>;
+    /// FIN to the peer, drain, close.
+    fn shutdown(&mut self) -> Result<(), String>;
+}
+
+/// Rank 1's transports, and its answers to the commands that every two-rank benchmark
+/// answers alike: `ADDR` and `READY` at the start, `PEER`, `SYNC` and `QUIT`. The
+/// benchmark answers `BASE` and `RUN` itself, as [`next`](Self::next) hands them over.
+pub(crate) struct Rank1<R> {
+    /// One transport per backend, in the order announced.
+    pub(crate) rings: Vec<R>,
+}
+
+impl<R: BenchTransport> Rank1<R> {
+    /// Makes one transport per backend of `kinds` with `make`, announces each to rank 0
+    /// (`ADDR <i> <ip:port> <name>`), then says `READY`.
+    pub(crate) fn start(
+        ctl: &mut Child,
+        kinds: &[BackendKind],
+        mut make: impl FnMut(BackendKind) -> Result<R, String>,
+    ) -> Result<Self, String> {
+        let mut rings = Vec::new();
+        for &k in kinds {
+            rings.push(make(k)?);
+        }
+        for (i, r) in rings.iter().enumerate() {
+            ctl.send(&format!("ADDR {i} {} {}", r.local_addr(), r.backend_name()))?;
+        }
+        ctl.send("READY")?;
+        Ok(Self { rings })
+    }
+
+    /// The next command that the benchmark answers itself, after answering `PEER` and
+    /// `SYNC` on the way. `None` once `QUIT` is answered: every transport shut down, then
+    /// `BYE` (a failed shutdown is the error, after `BYE`).
+    pub(crate) fn next(&mut self, ctl: &mut Child) -> Result<Option<String>, String> {
+        loop {
+            let line = ctl.recv()?;
+            let w: Vec<&str> = line.split_whitespace().collect();
+            match w.as_slice() {
+                ["PEER", i, addr] => {
+                    let i: usize = crate::parse(i, &line)?;
+                    let addr: SocketAddr = crate::parse(addr, &line)?;
+                    self.ring(i)?.add_peer(addr)?;
+                }
+                ["SYNC"] => ctl.send("SYNCED")?,
+                ["QUIT"] => {
+                    let mut res = Ok(None);
+                    for r in &mut self.rings {
+                        if let Err(e) = r.shutdown() {
+                            res = Err(e);
+                        }
+                    }
+                    ctl.send("BYE")?;
+                    return res;
+                }
+                _ => return Ok(Some(line)),
+            }
+        }
+    }
+
+    /// Transport `i`, as a command names it.
+    pub(crate) fn ring(&mut self, i: usize) -> Result<&mut R, String> {
+        self.rings
+            .get_mut(i)
+            .ok_or_else(|| format!("no transport {i}"))
     }
 }

@@ -36,7 +36,7 @@ use clap::Parser;
 use ringbtl::ProgressMode;
 
 use cli::{Cli, Cmd, LatencyArgs};
-use control::PeerProc;
+use control::{BenchTransport, PeerProc, Rank1};
 use plain::Plain;
 use report::{Recorder, Row, RunInfo, Table};
 use ring::Ring;
@@ -273,7 +273,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     }
     result?;
 
-    peer.end_run(&mut rings, |r| r.shutdown(SHUTDOWN_TIMEOUT))
+    peer.end_run(&mut rings, |r| r.shutdown())
 }
 
 /// Runs one phase (one round of one size of one series; `(size, warmup, iters)`) on rank
@@ -318,27 +318,11 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
     if args.run.pin {
         pin(1)?;
     }
-    let mut rings = Vec::new();
-    for &k in &kinds {
-        rings.push(Ring::new(1, k, mode, args.exchange)?);
-    }
-    for (i, r) in rings.iter().enumerate() {
-        ctl.send(&format!("ADDR {i} {} {}", r.local_addr(), r.backend_name()))?;
-    }
-    ctl.send("READY")?;
+    let mut r1 = Rank1::start(ctl, &kinds, |k| Ring::new(1, k, mode, args.exchange))?;
     let mut plain: Option<Plain> = None;
-    loop {
-        let line = ctl.recv()?;
+    while let Some(line) = r1.next(ctl)? {
         let w: Vec<&str> = line.split_whitespace().collect();
         match w.as_slice() {
-            ["PEER", i, addr] => {
-                let i: usize = parse(i, &line)?;
-                let addr: SocketAddr = parse(addr, &line)?;
-                rings
-                    .get_mut(i)
-                    .ok_or_else(|| format!("no transport {i}"))?
-                    .add_peer(addr)?;
-            }
             ["BASE", addr] => {
                 plain = Some(Plain::connect(
                     parse(addr, &line)?,
@@ -346,7 +330,6 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
                     !args.baseline_no_lowat,
                 )?);
             }
-            ["SYNC"] => ctl.send("SYNCED")?,
             ["RUN", kind, rest @ ..] => {
                 let (which, size, count) = match (*kind, rest) {
                     ("ring", [i, size, count]) => (Some(parse::<usize>(i, &line)?), size, count),
@@ -358,10 +341,7 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
                 ctl.send("OK")?;
                 let deadline = Instant::now() + phase_timeout;
                 match which {
-                    Some(i) => rings
-                        .get_mut(i)
-                        .ok_or_else(|| format!("no transport {i}"))?
-                        .pong(size, count, deadline)?,
+                    Some(i) => r1.ring(i)?.pong(size, count, deadline)?,
                     None => plain
                         .as_mut()
                         .ok_or("no baseline socket")?
@@ -369,19 +349,10 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
                 }
                 ctl.send("DONE")?;
             }
-            ["QUIT"] => {
-                let mut res = Ok(());
-                for r in &mut rings {
-                    if let Err(e) = r.shutdown(SHUTDOWN_TIMEOUT) {
-                        res = Err(e);
-                    }
-                }
-                ctl.send("BYE")?;
-                return res;
-            }
             _ => return Err(format!("bad command {line:?}")),
         }
     }
+    Ok(())
 }
 
 fn parse<T: std::str::FromStr>(v: &str, line: &str) -> Result<T, String>

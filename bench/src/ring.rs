@@ -6,13 +6,15 @@
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use ringbtl::{BackendKind, PeerId, ProgressMode, Tag, Transport};
 
+use crate::control::BenchTransport;
 use crate::flow::{self, Deferred};
 use crate::report::Recorder;
+use crate::SHUTDOWN_TIMEOUT;
 
 /// The active-message tag of the ping-pong (both directions).
 pub(crate) const TAG: Tag = Tag(42);
@@ -112,24 +114,6 @@ impl Ring {
         })
     }
 
-    /// The listening address to give the peer.
-    pub(crate) fn local_addr(&self) -> SocketAddr {
-        self.tr.local_addr()
-    }
-
-    /// "uring" or "epoll": the backend the transport runs.
-    pub(crate) fn backend_name(&self) -> &'static str {
-        self.tr.backend_name()
-    }
-
-    /// Makes the other rank known.
-    pub(crate) fn add_peer(&mut self, addr: SocketAddr) -> Result<(), String> {
-        let peer = PeerId(1 - self.rank);
-        self.tr
-            .add_peer(peer, vec![addr])
-            .map_err(|e| format!("adding {peer} at {addr}: {e}"))
-    }
-
     /// Builds the payload of `size` bytes once; every iteration reuses it.
     fn set_size(&mut self, size: usize) {
         let seg = if size == 0 {
@@ -218,11 +202,27 @@ impl Ring {
         }
         self.wait_for(rx0 + count, done0 + count, deadline)
     }
+}
 
-    /// FIN to the peer, drain, close.
-    pub(crate) fn shutdown(&mut self, timeout: Duration) -> Result<(), String> {
+impl BenchTransport for Ring {
+    fn local_addr(&self) -> SocketAddr {
+        self.tr.local_addr()
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.tr.backend_name()
+    }
+
+    fn add_peer(&mut self, addr: SocketAddr) -> Result<(), String> {
+        let peer = PeerId(1 - self.rank);
         self.tr
-            .shutdown(timeout)
+            .add_peer(peer, vec![addr])
+            .map_err(|e| format!("adding {peer} at {addr}: {e}"))
+    }
+
+    fn shutdown(&mut self) -> Result<(), String> {
+        self.tr
+            .shutdown(SHUTDOWN_TIMEOUT)
             .map_err(|e| format!("shutdown: {e}"))
     }
 }

@@ -30,7 +30,7 @@ use clap::Args;
 use ringbtl::{BackendKind, PeerId, ProgressMode, Tag, Transport};
 
 use crate::cli::{describe_counts, parse_size, RunArgs, SizeArgs};
-use crate::control::{self, PeerProc};
+use crate::control::{self, BenchTransport, PeerProc, Rank1};
 use crate::flow::{self, Deferred};
 use crate::report::{json_lines, json_num, ratio, Field, JsonRun, JsonSeries, Row};
 use crate::{bw, rate, Series, SETUP_TIMEOUT, SHUTDOWN_TIMEOUT};
@@ -486,20 +486,6 @@ impl Streamer {
         })
     }
 
-    pub(crate) fn local_addr(&self) -> SocketAddr {
-        self.tr.local_addr()
-    }
-
-    pub(crate) fn backend_name(&self) -> &'static str {
-        self.tr.backend_name()
-    }
-
-    pub(crate) fn add_peer(&mut self, addr: SocketAddr) -> Result<(), String> {
-        self.tr
-            .add_peer(self.peer, vec![addr])
-            .map_err(|e| format!("adding {} at {addr}: {e}", self.peer))
-    }
-
     /// Progress (in the transport's mode) until `acks`, `received` and `completed` reach
     /// the targets; a callback's failure or the deadline ends it with an error.
     fn wait_for(
@@ -574,8 +560,24 @@ impl Streamer {
     ) -> Result<(), String> {
         self.wait_for(0, rx0 + window * loops, done0 + loops, deadline)
     }
+}
 
-    pub(crate) fn shutdown(&mut self) -> Result<(), String> {
+impl BenchTransport for Streamer {
+    fn local_addr(&self) -> SocketAddr {
+        self.tr.local_addr()
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.tr.backend_name()
+    }
+
+    fn add_peer(&mut self, addr: SocketAddr) -> Result<(), String> {
+        self.tr
+            .add_peer(self.peer, vec![addr])
+            .map_err(|e| format!("adding {} at {addr}: {e}", self.peer))
+    }
+
+    fn shutdown(&mut self) -> Result<(), String> {
         self.tr
             .shutdown(SHUTDOWN_TIMEOUT)
             .map_err(|e| format!("shutdown: {e}"))
@@ -818,28 +820,12 @@ fn run_receiver(bench: Bench, args: &StreamArgs, ctl: &mut control::Child) -> Re
     if args.run.pin {
         crate::pin(1)?;
     }
-    let mut rings = Vec::new();
-    for &k in &kinds {
-        rings.push(Streamer::new(1, 0, k, mode)?);
-    }
-    for (i, r) in rings.iter().enumerate() {
-        ctl.send(&format!("ADDR {i} {} {}", r.local_addr(), r.backend_name()))?;
-    }
-    ctl.send("READY")?;
+    let mut r1 = Rank1::start(ctl, &kinds, |k| Streamer::new(1, 0, k, mode))?;
     let mut plain: Option<PlainStream> = None;
-    loop {
-        let line = ctl.recv()?;
+    while let Some(line) = r1.next(ctl)? {
         let w: Vec<&str> = line.split_whitespace().collect();
         match w.as_slice() {
-            ["PEER", i, addr] => {
-                let i: usize = crate::parse(i, &line)?;
-                rings
-                    .get_mut(i)
-                    .ok_or_else(|| format!("no transport {i}"))?
-                    .add_peer(crate::parse(addr, &line)?)?;
-            }
             ["BASE", addr] => plain = Some(PlainStream::connect(crate::parse(addr, &line)?)?),
-            ["SYNC"] => ctl.send("SYNCED")?,
             ["RUN", kind, rest @ ..] => {
                 let (which, nums) = match (*kind, rest) {
                     ("ring", [i, nums @ ..]) => (Some(crate::parse::<usize>(i, &line)?), nums),
@@ -854,9 +840,7 @@ fn run_receiver(bench: Bench, args: &StreamArgs, ctl: &mut control::Child) -> Re
                 let loops: u64 = crate::parse(loops, &line)?;
                 match which {
                     Some(i) => {
-                        let r = rings
-                            .get_mut(i)
-                            .ok_or_else(|| format!("no transport {i}"))?;
+                        let r = r1.ring(i)?;
                         r.arm(size, window);
                         let (rx0, done0) = (r.sh.received.get(), r.sh.completed.get());
                         ctl.send("OK")?;
@@ -875,19 +859,10 @@ fn run_receiver(bench: Bench, args: &StreamArgs, ctl: &mut control::Child) -> Re
                 }
                 ctl.send("DONE")?;
             }
-            ["QUIT"] => {
-                let mut res = Ok(());
-                for r in &mut rings {
-                    if let Err(e) = r.shutdown() {
-                        res = Err(e);
-                    }
-                }
-                ctl.send("BYE")?;
-                return res;
-            }
             _ => return Err(format!("bad command {line:?}")),
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
