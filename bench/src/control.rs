@@ -121,14 +121,16 @@ impl PeerProc {
     }
 
     /// The start-up exchange with a freshly spawned rank 1: learns its transports'
-    /// addresses (`ADDR <index> <ip:port> <backend>` lines until `READY`), tells it ours
-    /// (`PEER <index> <ip:port>`) and the baseline listener's (`BASE <ip:port>`), then
-    /// synchronises (`SYNC` / `SYNCED`). Returns rank 1's addresses, one per transport.
-    pub(crate) fn exchange(
+    /// addresses (`ADDR <index> <ip:port> <backend>` lines until `READY`), tells it those
+    /// of `rings` (`PEER <index> <ip:port>`) and the baseline listener's
+    /// (`BASE <ip:port>`), then synchronises (`SYNC` / `SYNCED`). Each of `rings` then
+    /// has rank 1's transport of the same index as its peer.
+    pub(crate) fn exchange<R: BenchTransport>(
         &mut self,
-        ours: &[SocketAddr],
+        rings: &mut [R],
         base: Option<&TcpListener>,
-    ) -> Result<Vec<SocketAddr>, String> {
+    ) -> Result<(), String> {
+        let ours: Vec<SocketAddr> = rings.iter().map(|r| r.local_addr()).collect();
         let base = match base {
             Some(l) => Some(
                 l.local_addr()
@@ -164,7 +166,10 @@ impl PeerProc {
         }
         self.send("SYNC")?;
         self.expect_exact("SYNCED", SETUP_TIMEOUT)?;
-        Ok(theirs)
+        for (r, a) in rings.iter_mut().zip(theirs) {
+            r.add_peer(a)?;
+        }
+        Ok(())
     }
 
     /// Re-executes this binary with the same arguments plus `--internal-peer <our pid>`,

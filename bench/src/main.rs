@@ -28,7 +28,6 @@ mod stream;
 mod sys;
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -151,11 +150,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
 
     let mut peer = PeerProc::spawn(args.run.peer_cmd.as_deref())?;
     // Rank 1 announces its transports: `ADDR <index> <ip:port> <backend>`, then `READY`.
-    let ours: Vec<SocketAddr> = rings.iter().map(|r| r.local_addr()).collect();
-    let peer_addrs = peer.exchange(&ours, listener.as_ref())?;
-    for (r, a) in rings.iter_mut().zip(peer_addrs) {
-        r.add_peer(a)?;
-    }
+    peer.exchange(&mut rings, listener.as_ref())?;
     let mut plain = match &listener {
         Some(l) => Some(Plain::accept(
             l,

@@ -665,11 +665,7 @@ fn run_sender(bench: Bench, args: &StreamArgs) -> Result<(), String> {
     let first = rings.first().map(Streamer::local_addr);
     let listener = control::baseline_listener(args.baseline, first)?;
     let mut peer = PeerProc::spawn(args.run.peer_cmd.as_deref())?;
-    let ours: Vec<SocketAddr> = rings.iter().map(|r| r.local_addr()).collect();
-    let peer_addrs = peer.exchange(&ours, listener.as_ref())?;
-    for (r, a) in rings.iter_mut().zip(peer_addrs) {
-        r.add_peer(a)?;
-    }
+    peer.exchange(&mut rings, listener.as_ref())?;
     let mut plain = match &listener {
         Some(l) => Some(PlainStream::accept(l)?),
         None => None,
