@@ -89,9 +89,9 @@ use crate::wire::{PeerId, Tag};
 /// Most payload segments (iovecs) one message may have.
 pub const MAX_SEGMENTS: usize = 8;
 
-/// Slots a driver offers [`Core::direct_pieces`]: a frame written at once is its header,
-/// its padding or inline payload, and up to [`MAX_SEGMENTS`] segments (with room to spare).
-pub const DIRECT_PIECES: usize = 12;
+/// Slots a driver offers [`Core::direct_pieces`] (defined beside the batches the reactor
+/// moves, which it sizes).
+pub use crate::buf::DIRECT_PIECES;
 
 /// Largest process id accepted (endpoints are indexed by id).
 pub const MAX_PEERS: u32 = 1 << 22;

@@ -1361,11 +1361,26 @@ mod tests {
         assert_eq!(rejected, 1);
     }
 
+    /// Raises the soft descriptor limit to the hard one: the flood below needs more than
+    /// a common soft limit of 1,024.
+    #[allow(unsafe_code)]
+    fn raise_nofile_limit() {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `lim` is a valid, writable rlimit for the duration of the call.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: `lim` is a valid rlimit, read during the call only.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    }
+
     /// 1,100 idle connections to the root: they expire or make room, and every member
     /// still joins. (The root refused members once 1,024 idle connections held it.)
     #[test]
     fn a_flood_of_idle_connections_does_not_stop_the_wireup() {
-        crate::reactor::sys::raise_nofile_limit();
+        raise_nofile_limit();
         let n = 4;
         let (mut r0, a) = root(n, 30_000);
         let srv = thread::spawn(move || (r0.exchange(&uri(0)), r0.rejected()));
