@@ -26,6 +26,11 @@ if grep -nE 'libc::|std::net::TcpStream|io_uring|Instant::now|RawFd' src/proto/*
   exit 1
 fi
 
+# Imports point down (wire <- proto <- transport -> reactor, the buffers neutral) and no
+# file under src/ is longer than 1,500 lines.
+step "layers and file sizes (tools/check-layers.sh)"
+tools/check-layers.sh
+
 for fs in "${feature_sets[@]}"; do
   step "clippy ${fs:-(default features)}"
   # shellcheck disable=SC2086
