@@ -1,7 +1,7 @@
 /*
  * osu_mini: the three OSU point-to-point measurements ringbtl-bench makes, written
- * against plain MPI so that any MPI library (Open MPI's TCP BTL in tools/compare.sh) is
- * measured the same way, between ranks 0 and 1.
+ * against plain MPI so that any MPI library (Open MPI's TCP BTL in
+ * tools/perf-compare.sh) is measured the same way, between ranks 0 and 1.
  *
  *   latency  ping-pong, one-way latency = round trip / 2 (osu_latency), the average
  *            and (JSON) the median round trip / 2;
