@@ -1,10 +1,10 @@
 /*
- * spin.h: the plain-socket loops of tools/floor.c, tools/rate-floor.c, tools/stripe-floor.c,
- * tools/ack-floor.c and tools/copy-floor.c, the floors that ringbtl is measured against: a
- * TCP_NODELAY socket whose non-blocking send and recv are spun until the whole message has
- * moved (no poll, no wait in the kernel); the loopback listener and socket options they
- * share; their clock and the order of their samples; and, for a program that defines
- * _GNU_SOURCE, pinning to a CPU.
+ * spin.h: the plain-socket loops of tools/floor.c, tools/rate-floor.c, tools/stripe-floor.c
+ * and tools/copy-floor.c, the floors that ringbtl is measured against: a TCP_NODELAY
+ * socket whose non-blocking send and recv are spun until the whole message has moved (no
+ * poll, no wait in the kernel); the loopback listener and socket options they share; their
+ * clock and the order of their samples; and, for a program that defines _GNU_SOURCE,
+ * pinning to a CPU.
  */
 #ifndef RINGBTL_TOOLS_SPIN_H
 #define RINGBTL_TOOLS_SPIN_H

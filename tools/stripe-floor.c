@@ -7,6 +7,8 @@
  * machine (which changes every few seconds here), so their ratio holds from run to run.
  * Loopback, the two processes pinned to CPU 0 and CPU 1, TCP_NODELAY, every connection
  * under the congestion control CC (TCP_CONGESTION: reno, bbr, ...).
+ * It is the plain-socket floor of one peer over several links (an endpoint striping a
+ * message over N connections): what striping can gain, or cost, before any transport work.
  *
  * Usage: stripe-floor [N [CC [SIZE [ROUNDS [PER_ROUND]]]]]   (defaults 2 bbr 1048576 20 50)
  * Prints: {"bench":"stripe-floor","cc":CC,"size":SIZE,"conns":N,"p50_us_1":..,"p50_us_n":..,
