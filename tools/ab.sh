@@ -13,15 +13,15 @@
 # (each list may be changed; an empty one, "", skips that benchmark), in windows of
 # --rate-window messages (default 64, osu_mbw_mr's), --rate-iters of them (default the
 # benchmark's: 100, OSU's; 3,000 or more for a window of 256, whose 100 take milliseconds).
-# --hosts: between two network namespaces made here (rbtlab-h0, rbtlab-h1, removed on exit;
-# needs root and iproute2) joined by a veth pair, one rank in each (rank 0 on CPU 0 in h0,
-# rank 1 on CPU 1 in h1, wired up by RINGBTL_WIREUP=env), both namespaces' congestion
-# control --cc (default: the system's); the latency is the launcher table's p50.
+# --hosts: between two namespace hosts of a network made here by tools/netns.sh (prefix
+# rbtlab<pid>, removed on exit; needs root and iproute2), one rank in each (rank 0 on CPU 0
+# in h0, rank 1 on CPU 1 in h1, over subnet a, wired up by RINGBTL_WIREUP=env), the hosts'
+# congestion control --cc (default: the system's); the latency is the launcher table's p50.
 set -euo pipefail
 
 runs=5
 backend=uring
-lat=8,64K,1M bw=1M rate=8 rate_window=64 rate_iters= hosts= cc=
+lat=8,64K,1M bw=1M rate=8 rate_window=64 rate_iters='' hosts='' cc=''
 while [ $# -gt 2 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -47,22 +47,27 @@ for x in "$a" "$b"; do [ -x "$x" ] || { echo "not an executable: $x" >&2; exit 2
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# Two namespace hosts: H0 (rank 0) and H1 (rank 1).
-NS0=rbtlab-h0 NS1=rbtlab-h1 H0=10.211.0.1 H1=10.211.0.2 port=47000
+# Two namespace hosts: h0 (rank 0) and h1 (rank 1), on subnet a (interface ra).
+netns="$(dirname "$0")/netns.sh"
+NET=rbtlab$$ NS0=rbtlab$$-h0 NS1=rbtlab$$-h1 port=47000
+H0=$("$netns" addr 0)
 if [ -n "$hosts" ]; then
   [ "$(id -u)" = 0 ] || { echo "--hosts needs root (network namespaces)" >&2; exit 2; }
-  trap 'ip netns del $NS0 2>/dev/null; ip netns del $NS1 2>/dev/null; rm -rf "$out"' EXIT
-  # shellcheck source=tools/hostpair.sh
-  . "$(dirname "$0")/hostpair.sh"
-  hostpair_up $NS0 $NS1 rbab $H0 $H1 "$cc"
+  trap '"$netns" down $NET >/dev/null; rm -rf "$out"' EXIT
+  cc_opt=()
+  [ -z "$cc" ] || cc_opt=(--cc "$cc")
+  "$netns" up $NET "${cc_opt[@]}" >/dev/null
 fi
+# launcher_p50 FILE: "SIZE P50" per line of ringbtl-bench latency's table under a launcher
+# (size avg min max p50).
+launcher_p50() { awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $1, $5 }' "$1"; }
 # One benchmark between the hosts (wire-up port, binary, subcommand, its arguments): rank
 # 0's JSON lines on stdout (the latency table's p50 turned into one). Runs in a pipeline's
 # subshell: the caller counts the ports.
 pair() {
   local port=$1 bin=$2 sub=$3; shift 3
   local env=(env RINGBTL_SIZE=2 "RINGBTL_ROOT=$H0:$port" RINGBTL_WIREUP=env
-    RINGBTL_IF_INCLUDE=rbab RINGBTL_BACKEND="$backend")
+    RINGBTL_IF_INCLUDE=ra RINGBTL_BACKEND="$backend")
   local json=(--json)
   [ "$sub" != latency ] || json=()
   timeout 300 ip netns exec $NS1 taskset -c 1 "${env[@]}" RINGBTL_RANK=1 "$bin" "$sub" \

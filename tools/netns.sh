@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Test hosts in network namespaces, for runs across "hosts" on one machine.
+# Hosts in network namespaces, for runs across "hosts" on one machine: the one network
+# every test and measurement script uses (bench/tests/netns.rs, tools/ompi-netns.sh,
+# tools/ab.sh --hosts, tools/ompi-compare.sh --hosts, tools/perf-compare.sh).
 #
-# Usage: tools/netns.sh up|down|status [PREFIX]      (root; iproute2 only)
+# Usage: tools/netns.sh up|down|status [PREFIX] [--subnets N] [--cc ALGO]   (root; iproute2)
+#        tools/netns.sh addr HOST [SUBNET]     prints an address (no root needed)
 #
 # PREFIX (default: $RINGBTL_NETNS_PREFIX, else rbtl) names everything, so that several
 # test networks can exist side by side:
 #
-#   PREFIX-h0 .. PREFIX-h3   four hosts, each with lo and two interfaces:
-#                              ra  10.231.1.1N/24   (subnet A)
-#                              rb  10.231.2.1N/24   (subnet B)
-#   PREFIX-sw                the switch: bridges bra (subnet A) and brb (subnet B), with
-#                            the far end of every host's veth pair (hNa, hNb) as a port
+#   PREFIX-h0 .. PREFIX-h3   four hosts, each with lo and one interface per subnet:
+#                              ra  10.231.1.1N/24   (subnet a)
+#                              rb  10.231.2.1N/24   (subnet b)
+#                              rc  10.231.3.1N/24   (subnet c, with --subnets 3)
+#   PREFIX-sw                the switch: one bridge per subnet (bra, brb, ...), with the
+#                            far end of every host's veth pair (hNa, hNb, ...) as a port
+#
+# Two hosts measure over subnet a: PREFIX-h0 (10.231.1.10) and PREFIX-h1 (10.231.1.11),
+# through the switch, as two nodes of a cluster through theirs.
 #
 # Every link is created inside these namespaces (`ip -n PREFIX-sw link add ... peer ...
 # netns PREFIX-hN`), so the root namespace's interfaces, addresses and routes are never
@@ -18,29 +25,67 @@
 # bridges' multicast snooping are off, so the interface counters see only the traffic
 # the tests send.
 #
-# up      creates the network; when it is already complete, does nothing; when only part
-#         of it exists (an interrupted run), removes that part first.
+# up      creates the network (--subnets N: 1 to 4 subnets, default 2); when it is already
+#         complete, does nothing; when only part of it exists (an interrupted run), removes
+#         that part first. --cc ALGO: the hosts' congestion control
+#         (net.ipv4.tcp_congestion_control of each namespace; default: the system's). A
+#         namespace may only choose an algorithm the kernel allows
+#         (net.ipv4.tcp_allowed_congestion_control); one it does not (cubic, where the
+#         kernel's default is bbr) is added to that list first, the one setting outside
+#         the namespaces this script changes (it lets any socket choose ALGO).
 # down    removes whatever exists of it (idempotent).
 # status  prints the hosts' links and addresses; exits 0 when the network is complete,
 #         1 otherwise.
+# addr    the address of host HOST (0..3) on SUBNET (a..d, default a).
 set -euo pipefail
 
 HOSTS=4
-SUBNETS=(a b)
-declare -A NET=([a]=10.231.1 [b]=10.231.2)
+LETTERS=(a b c d)
 
 usage() {
-  echo "usage: $0 up|down|status [PREFIX]" >&2
+  sed -n '6,7p' "$0" | sed 's/^# *//' >&2
   exit 2
 }
 
-[ $# -ge 1 ] && [ $# -le 2 ] || usage
+# addr HOST [SUBNET]: 10.231.S.1H, S the subnet's number (a = 1).
+addr() {
+  local h=$1 s=${2:-a} i
+  for i in "${!LETTERS[@]}"; do
+    if [ "${LETTERS[$i]}" = "$s" ] && [[ $h =~ ^[0-9]$ ]] && [ "$h" -lt $HOSTS ]; then
+      echo "10.231.$((i + 1)).1$h"
+      return
+    fi
+  done
+  usage
+}
+
+[ $# -ge 1 ] || usage
 cmd=$1
-prefix=${2:-${RINGBTL_NETNS_PREFIX:-rbtl}}
+shift
+if [ "$cmd" = addr ]; then
+  if [ $# -lt 1 ] || [ $# -gt 2 ]; then usage; fi
+  addr "$@"
+  exit 0
+fi
+prefix=${RINGBTL_NETNS_PREFIX:-rbtl}
+if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then
+  prefix=$1
+  shift
+fi
+nsub=2 cc=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --subnets) nsub=${2:-}; shift 2 || usage ;;
+    --cc) cc=${2:-}; shift 2 || usage ;;
+    *) usage ;;
+  esac
+done
 if ! [[ $prefix =~ ^[A-Za-z0-9_.-]{1,40}$ ]]; then
   echo "$0: bad prefix '$prefix' (letters, digits, '_', '.', '-'; at most 40)" >&2
   exit 2
 fi
+[[ $nsub =~ ^[1-4]$ ]] || { echo "$0: --subnets wants 1 to 4" >&2; exit 2; }
+SUBNETS=("${LETTERS[@]:0:nsub}")
 sw="$prefix-sw"
 
 need_root() {
@@ -59,7 +104,7 @@ all_namespaces() {
 
 # True when every namespace, link and address of the network is in place.
 complete() {
-  local ns
+  local ns s
   for ns in $(all_namespaces); do ns_exists "$ns" || return 1; done
   for s in "${SUBNETS[@]}"; do
     ip -n "$sw" link show "br$s" up 2>/dev/null | grep -q . || return 1
@@ -67,7 +112,7 @@ complete() {
   for ((i = 0; i < HOSTS; i++)); do
     for s in "${SUBNETS[@]}"; do
       ip -n "$(host "$i")" -4 addr show dev "r$s" up 2>/dev/null \
-        | grep -q "inet ${NET[$s]}.1$i/24" || return 1
+        | grep -q "inet $(addr "$i" "$s")/24" || return 1
     done
   done
 }
@@ -82,14 +127,31 @@ down() {
   done
 }
 
+set_cc() {
+  local i allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control
+  [ -n "$cc" ] || return 0
+  if ! grep -qw -- "$cc" $allowed; then
+    grep -qw -- "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control \
+      || modprobe "tcp_$cc" 2>/dev/null \
+      || { echo "$0: congestion control $cc is not available" >&2; exit 1; }
+    echo "$0: allowing congestion control $cc ($allowed: $(cat $allowed) $cc)" >&2
+    sysctl -qw "net.ipv4.tcp_allowed_congestion_control=$(cat $allowed) $cc"
+  fi
+  for ((i = 0; i < HOSTS; i++)); do
+    ip netns exec "$(host "$i")" sysctl -qw "net.ipv4.tcp_congestion_control=$cc"
+  done
+}
+
 up() {
   if complete; then
+    set_cc
     echo "$prefix: already up"
     return
   fi
   down
   ip netns add "$sw"
   ip -n "$sw" link set lo up
+  local s h
   for s in "${SUBNETS[@]}"; do
     # No address and no multicast snooping (whose group reports would show in the
     # hosts' counters): the switch forwards and sends nothing of its own.
@@ -98,7 +160,6 @@ up() {
     ip -n "$sw" link set "br$s" up
   done
   for ((i = 0; i < HOSTS; i++)); do
-    local h
     h=$(host "$i")
     ip netns add "$h"
     ip -n "$h" link set lo up
@@ -107,11 +168,12 @@ up() {
       ip -n "$sw" link set "h$i$s" addrgenmode none
       ip -n "$sw" link set "h$i$s" master "br$s" up
       ip -n "$h" link set "r$s" addrgenmode none
-      ip -n "$h" addr add "${NET[$s]}.1$i/24" dev "r$s"
+      ip -n "$h" addr add "$(addr "$i" "$s")/24" dev "r$s"
       ip -n "$h" link set "r$s" up
     done
   done
   complete || { echo "$0: $prefix: set-up did not complete" >&2; exit 1; }
+  set_cc
   echo "$prefix: up (hosts $(host 0)..$(host $((HOSTS - 1))), switch $sw)"
 }
 

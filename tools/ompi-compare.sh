@@ -11,13 +11,17 @@
 #          [--ringbtl-env "VAR=VALUE ..."]    environment of the ringbtl runs' ranks
 #                                             (`mpirun -x`: RINGBTL_* settings)
 #          [--only ringbtl|tcp] [--name NAME]   (output files NAME.*, default compare)
-#          [--hosts [--cc ALGO]]   between two network namespaces made here (rbtlmc-h0,
-#                                  rbtlmc-h1, removed on exit; root and iproute2) joined by
-#                                  a veth pair: one rank in each, on CPU 0 and CPU 1, both
-#                                  BTLs and Open MPI's own traffic on the veth, both
-#                                  namespaces' congestion control ALGO (default: the
-#                                  system's); mpirun starts the far rank through an rsh
-#                                  agent that enters its namespace
+#          [--hosts]   between two namespace hosts of a network made here by tools/netns.sh
+#                      (prefix rbtlmc<pid>, removed on exit; root and iproute2): one rank
+#                      in h0 and one in h1, on CPU 0 and CPU 1, both BTLs and Open MPI's
+#                      own traffic on subnet a (ra); mpirun starts the far rank through an
+#                      rsh agent that enters its namespace
+#          [--cc ALGO]  the congestion control of the namespaces the ranks run in (cubic,
+#                      reno, bbr, ...). Without --hosts the loopback runs then happen
+#                      inside a namespace host of their own (h0 of the same network) whose
+#                      congestion control is ALGO; without --cc, loopback runs in this
+#                      namespace under the system's congestion control, and --hosts under
+#                      the system's too
 # Output: target/ompi-results/NAME.jsonl, NAME.md (the table), NAME.png (--plot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,20 +48,26 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ -z "$cc" ] || [ "$hosts" = 1 ] || { echo "--cc needs --hosts" >&2; exit 2; }
 # Always through make: a component left from an older tree would be measured otherwise.
 tools/build-ompi.sh >/dev/null
 
-# Where the ranks run: bound to cores on this host, or one per namespace host.
+# Where the ranks run: bound to cores on this host (in a namespace host of its own with
+# --cc), or one per namespace host.
 place=(--bind-to core)
-if [ "$hosts" = 1 ]; then
-  [ "$(id -u)" = 0 ] || { echo "--hosts needs root (network namespaces)" >&2; exit 2; }
-  NS0=rbtlmc-h0 NS1=rbtlmc-h1 H0=10.214.0.1 H1=10.214.0.2 IF=rbmc
+NET=rbtlmc$$ NS0=rbtlmc$$-h0 NS1=rbtlmc$$-h1 IF=ra
+if [ "$hosts" = 1 ] || [ -n "$cc" ]; then
+  [ "$(id -u)" = 0 ] || { echo "--hosts and --cc need root (network namespaces)" >&2; exit 2; }
   work=$(mktemp -d)
-  trap 'ip netns del $NS0 2>/dev/null; ip netns del $NS1 2>/dev/null; rm -rf "$work"' EXIT
-  # shellcheck source=tools/hostpair.sh
-  . tools/hostpair.sh
-  hostpair_up $NS0 $NS1 $IF $H0 $H1 "$cc"
+  trap 'tools/netns.sh down $NET >/dev/null; rm -rf "$work"' EXIT
+  cc_opt=()
+  [ -z "$cc" ] || cc_opt=(--cc "$cc")
+  tools/netns.sh up $NET "${cc_opt[@]}" >/dev/null
+fi
+if [ "$hosts" = 0 ] && [ -n "$cc" ]; then
+  where="loopback, congestion control $cc"
+  MPIRUN=(ip netns exec "$NS0" "${MPIRUN[@]}")
+elif [ "$hosts" = 1 ]; then
+  H0=$(tools/netns.sh addr 0) H1=$(tools/netns.sh addr 1)
   where="two namespace hosts (veth), congestion control ${cc:-system}"; link=veth
   # mpirun's rsh agent: HOST COMMAND... runs the command in that host's namespace, on that
   # host's CPU (each namespace is a node of its own to Open MPI, whose binding would put

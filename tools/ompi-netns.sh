@@ -15,10 +15,10 @@
 # Prefix: $RINGBTL_OMPI_NETNS_PREFIX, else rbtlompi (not tools/netns.sh's default, which
 # another run may be using).
 #
-# Network: the hosts' ra (10.231.1.1N) and rb (10.231.2.1N) carry MPI traffic only; this
-# script adds a third subnet, rc (10.231.3.1N, bridge brc in the switch), for Open MPI's
-# launch and out-of-band traffic (oob_tcp_if_include rc), so that the counters of ra and rb
-# see nothing but the BTL.
+# Network: the hosts' ra (10.231.1.1N) and rb (10.231.2.1N) carry MPI traffic only; the
+# third subnet (tools/netns.sh --subnets 3), rc (10.231.3.1N), carries Open MPI's launch
+# and out-of-band traffic (oob_tcp_if_include rc), so that the counters of ra and rb see
+# nothing but the BTL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,20 +51,7 @@ teardown() {
   rm -rf "/tmp/$prefix-h1" "/tmp/$prefix-h2" "/tmp/$prefix-h3"
 }
 trap teardown EXIT
-tools/netns.sh up "$prefix" || cannot "tools/netns.sh up $prefix failed"
-sw="$prefix-sw"
-ip -n "$sw" link add brc type bridge mcast_snooping 0
-ip -n "$sw" link set brc addrgenmode none
-ip -n "$sw" link set brc up
-for i in 0 1 2 3; do
-  h="$prefix-h$i"
-  ip -n "$sw" link add "h${i}c" type veth peer name rc netns "$h"
-  ip -n "$sw" link set "h${i}c" addrgenmode none
-  ip -n "$sw" link set "h${i}c" master brc up
-  ip -n "$h" link set rc addrgenmode none
-  ip -n "$h" addr add "10.231.3.1$i/24" dev rc
-  ip -n "$h" link set rc up
-done
+tools/netns.sh up "$prefix" --subnets 3 || cannot "tools/netns.sh up $prefix --subnets 3 failed"
 
 # The rsh agent: `agent HOST COMMAND...`, HOST one of the hostfile's addresses. Its stderr
 # goes to a file: `orted --daemonize` would otherwise keep mpirun's pipe open (a hang).

@@ -5,8 +5,8 @@
 #   - under reno and under bbr (the congestion control of the whole network namespace:
 #     net.ipv4.tcp_congestion_control, which the references use; ringbtl runs with
 #     RINGBTL_TCP_CONGESTION=system so that it gets the same),
-#   - on loopback (inside a namespace of its own) and between two namespace hosts joined
-#     by a veth pair,
+#   - on loopback (inside a namespace host of its own) and between two namespace hosts
+#     (tools/netns.sh: veth pairs to a switch),
 #   - alternating runs (every system once per run, the order rotated run by run), medians
 #     over the runs, ratios ringbtl / reference.
 # Rank 0 (client) on CPU 0, rank 1 (server) on CPU 1.
@@ -43,7 +43,9 @@
 # each system's run retransmitted (RetransSegs of the namespaces it ran in: loss, or
 # reordering taken for loss).
 #
-# Needs root (network namespaces: created here only, named rbtlp-*, removed on exit),
+# Needs root (network namespaces: the hosts of tools/netns.sh under the prefix rbtlp<pid>,
+# made here and removed on exit; loopback runs in host h2, the hosts' runs between h0 and
+# h1 on subnet a),
 # iproute2, cc, python3; Open MPI (mpicc, mpirun) and ucx_perftest are skipped, and named,
 # when missing (apt-get install openmpi-bin libopenmpi-dev ucx-utils).
 set -euo pipefail
@@ -194,31 +196,25 @@ mkdir -p "$OUT"
 RESULTS="$OUT/results.jsonl"
 : >"$RESULTS"
 TMP="$(mktemp -d /tmp/rbtlp-tmp.XXXXXX)"
-NS_LO=rbtlp-lo NS_H0=rbtlp-h0 NS_H1=rbtlp-h1
-H0=10.233.7.1 H1=10.233.7.2
+NET=rbtlp$$
+NS_LO=$NET-h2 NS_H0=$NET-h0 NS_H1=$NET-h1 IF=ra
+H0=$("$HERE/netns.sh" addr 0) H1=$("$HERE/netns.sh" addr 1)
 cleanup() {
     local p
     for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
-    for ns in "$NS_LO" "$NS_H0" "$NS_H1"; do
-        [ -e "/run/netns/$ns" ] && ip netns delete "$ns"
-    done
+    "$HERE/netns.sh" down "$NET" >/dev/null
     rm -rf "$TMP"
 }
 trap cleanup EXIT
 
-# ----- network: rbtlp-lo (loopback only), rbtlp-h0 <-veth rbp-> rbtlp-h1 ---------------
-# shellcheck source=tools/hostpair.sh
-. "$HERE/hostpair.sh"
-[ ! -e "/run/netns/$NS_LO" ] || ip netns delete "$NS_LO"
-ip netns add "$NS_LO"
-ip -n "$NS_LO" link set lo up
-hostpair_up "$NS_H0" "$NS_H1" rbp "$H0" "$H1"
-set_cc() { # cc: every namespace's default congestion control
-    local ns
-    for ns in "$NS_LO" "$NS_H0" "$NS_H1"; do
-        ip netns exec "$ns" sysctl -qw "net.ipv4.tcp_congestion_control=$1"
-    done
+# ----- network: tools/netns.sh's hosts; h2 on its loopback, h0 <-ra, switch, ra-> h1 ----
+"$HERE/netns.sh" up "$NET" >/dev/null
+set_cc() { # cc: every host's default congestion control
+    "$HERE/netns.sh" up "$NET" --cc "$1" >/dev/null
 }
+# launcher_p50 FILE: "SIZE P50" per line of ringbtl-bench latency's table under a launcher
+# (size avg min max p50).
+launcher_p50() { awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $1, $5 }' "$1"; }
 
 # ----- programs -------------------------------------------------------------------------
 (cd "$ROOT" && cargo build --release --quiet -p ringbtl-bench --bin ringbtl-bench)
@@ -244,7 +240,7 @@ if [[ ",$SKIP," != *,ucx,* ]]; then
     if command -v ucx_perftest >/dev/null; then SYSTEMS+=(ucx); else
         MISSING+=("UCX (ucx_perftest missing: package ucx-utils)"); fi
 fi
-# The rsh agent Open MPI starts its second rank with: it enters rbtlp-h1 on CPU 1.
+# The rsh agent Open MPI starts its second rank with: it enters host h1 on CPU 1.
 AGENT="$TMP/agent.sh"
 cat >"$AGENT" <<EOF
 #!/bin/sh
@@ -315,7 +311,7 @@ wait_listen() {
 place() {
     case "$1" in
         lo) CNS=$NS_LO SNS=$NS_LO SADDR=127.0.0.1 IFACE=lo ;;
-        hosts) CNS=$NS_H0 SNS=$NS_H1 SADDR=$H1 IFACE=rbp ;;
+        hosts) CNS=$NS_H0 SNS=$NS_H1 SADDR=$H1 IFACE=$IF ;;
     esac
 }
 
@@ -376,7 +372,7 @@ run_ringbtl() { # backend cc where run
         for sub in latency bw rate; do
             next_port
             local env=(env RINGBTL_SIZE=2 RINGBTL_ROOT="$H0:$PORT" RINGBTL_WIREUP=env
-                RINGBTL_IF_INCLUDE=rbp)
+                RINGBTL_IF_INCLUDE=$IF)
             local args=("$sub" $Q)
             case $sub in
                 latency) args+=(--sizes "$LAT_SIZES") ;;
@@ -429,7 +425,7 @@ run_ompi() { # cc where run
         else
             TMPDIR="$TMP/h0" timeout "$STEP" ip netns exec "$NS_H0" taskset -c 0 mpirun -np 2 \
                 --host "$H0,$H1" --mca plm_rsh_agent "$AGENT" "${mca[@]}" \
-                --mca btl_tcp_if_include rbp --mca oob_tcp_if_include rbp --bind-to none \
+                --mca btl_tcp_if_include "$IF" --mca oob_tcp_if_include "$IF" --bind-to none \
                 "$OSU" "$sub" -s "$sizes" -j $OSUQ 2>"$TMP/mpirun.err" >"$TMP/ompi.out" || true
         fi
         jsonpick "$key" "$sub" <"$TMP/ompi.out" | record ompi "$cc" "$where" "$metric" "$run"

@@ -1,9 +1,10 @@
 //! Names of the network namespaces tests make, and the clean-up of those that dead test
 //! processes left behind.
 //!
-//! Every namespace a test makes is named `rbtlf<pid>t<tag>`: apart from those of
-//! `tools/ompi-netns.sh` (`rbtlompi`) and of a manual `tools/netns.sh up` (`rbtl`), so that
-//! [`remove_stale`] never touches them.
+//! Every namespace a test makes is named `rbtlf<pid>t<tag>`: apart from those the tools
+//! make with `tools/netns.sh` (`rbtlompi` for `tools/ompi-netns.sh`, `rbtl` for a manual
+//! `tools/netns.sh up`, `rbtlab<pid>`, `rbtlmc<pid>` and `rbtlp<pid>` for the comparison
+//! scripts), so that [`remove_stale`] never touches them.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
