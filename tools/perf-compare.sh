@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# The whole performance comparison in one go (issue 12), for the README: ringbtl against
-# the busy-poll floor (a plain non-blocking socket spun on send/recv, tools/floor.c), Open
-# MPI (pml ob1 + btl tcp, through tools/osu_mini.c) and UCX (ucx_perftest, UCX_TLS=tcp),
-#   - under reno and under bbr (the congestion control of the whole network namespace:
-#     net.ipv4.tcp_congestion_control, which the references use; ringbtl runs with
-#     RINGBTL_TCP_CONGESTION=system so that it gets the same),
+# The whole performance comparison in one go (issue 12), for docs/performance.md
+# (tools/perf-doc.sh runs it): ringbtl against the busy-poll floor (a plain non-blocking
+# socket spun on send/recv, tools/floor.c), Open MPI (pml ob1 + btl tcp, through
+# tools/osu_mini.c) and UCX (ucx_perftest, UCX_TLS=tcp),
+#   - under each congestion control of --cc (default reno and bbr; cubic, Linux's default,
+#     too in tools/perf-doc.sh's runs), the congestion control of the whole network
+#     namespace: net.ipv4.tcp_congestion_control, which the references use; ringbtl runs
+#     with RINGBTL_TCP_CONGESTION=system so that it gets the same,
 #   - on loopback (inside a namespace host of its own) and between two namespace hosts
 #     (tools/netns.sh: veth pairs to a switch),
 #   - alternating runs (every system once per run, the order rotated run by run), medians
 #     over the runs, ratios ringbtl / reference.
 # Rank 0 (client) on CPU 0, rank 1 (server) on CPU 1.
 #
-# Usage: tools/perf-compare.sh [--quick] [--runs N] [--out DIR] [--cc reno,bbr]
+# Usage: tools/perf-compare.sh [--quick] [--runs N] [--out DIR] [--cc cubic,reno,bbr]
 #                              [--where lo,hosts] [--backends uring,epoll]
 #                              [--skip ompi,ucx]
 #        tools/perf-compare.sh --summarize RESULTS.jsonl [--backends uring,epoll]
 #   --quick   iteration counts / 10 and 1 run by default: shows the script works; the
-#             numbers are noisy. The README's numbers come from a run without it
+#             numbers are noisy. docs/performance.md's numbers come from a run without it
 #             (default 5 runs) on a quiet machine.
 #   --out     directory for results.jsonl (one record per system, setting, run, metric,
 #             size) and summary.md (the markdown tables); default a new /tmp directory.
@@ -93,7 +95,7 @@ rows = [("lat", 8, "floor"), ("lat", 65536, "floor"), ("lat", 8, "ompi"),
         ("bw", 1048576, "lendfloor"), ("bw", 4194304, "lendfloor"),
         ("bw", 1048576, "copyfloor"), ("bw", 4194304, "copyfloor"),
         ("rate64", 8, "ratefloor"), ("rate256", 8, "ratefloor")]
-ccs = sorted({k[1] for k in med}, key=lambda c: (c != "reno", c))
+ccs = list(dict.fromkeys(k[1] for k in vals))  # in the order of --cc
 wheres = [w for w in ("lo", "hosts") if any(k[2] == w for k in med)]
 cols = [(cc, b) for cc in ccs for b in backends]
 def name_of(metric, size, ref):
