@@ -120,6 +120,11 @@ grep -qE '^\| bandwidth 4 MiB / lendfloor \| [0-9]' "$out/summary.md" \
 for f in floor rate-floor stripe-floor copy-floor; do
   cc -O2 -Wall -Wextra -Werror -o "$out/$f" "tools/$f.c"
 done
+# The MPI programs of the comparisons (osu_mini.c: perf-compare.sh's Open MPI reference,
+# skipped above; fullmesh.c: wireup-compare.sh's) build without a warning too.
+for f in osu_mini fullmesh; do
+  mpicc -O2 -Wall -Wextra -Werror -o "$out/$f" "tools/$f.c"
+done
 "$out/stripe-floor" 2 reno 65536 2 5 | grep -qE '"conns":2,.*"ratio_p50":[0-9]' \
   || { echo "tools/stripe-floor.c printed no ratio"; exit 1; }
 # The copy floor streams every way and reports what the kernel mapped: the pipe's own pages
