@@ -84,7 +84,8 @@ step "MPI comparison across namespace hosts (tools/ompi-compare.sh --hosts, smok
 out=$(tools/ompi-compare.sh --hosts --cc reno --runs 1 --sizes "8 1048576" --name ci-hosts 2>&1) \
   || { echo "$out"; exit 1; }
 for row in "latency (us) | 8 B" "latency (us) | 1 MiB" "bandwidth (MB/s) | 1 MiB"; do
-  grep -qF "| $row | " <<<"$out" && grep -F "| $row | " <<<"$out" | grep -qE "\| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|" \
+  { grep -qF "| $row | " <<<"$out" \
+    && grep -F "| $row | " <<<"$out" | grep -qE "\| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|"; } \
     || { echo "no '$row' ratio in:"; echo "$out"; exit 1; }
 done
 grep -q "two namespace hosts (veth)" <<<"$out" || { echo "$out"; exit 1; }
@@ -129,9 +130,9 @@ done
   || { echo "tools/stripe-floor.c printed no ratio"; exit 1; }
 # The copy floor streams every way and reports what the kernel mapped: the pipe's own pages
 # are mappable, the sender's lent pages never are.
-timeout 60 "$out/copy-floor" reno 65536 2 20 >"$out/copy-floor.json" \
+{ timeout 60 "$out/copy-floor" reno 65536 2 20 >"$out/copy-floor.json" \
   && grep -qE '"mapped_map":0\.[1-9][0-9]*,"mapped_lendmap":0\.000,.*"ratio_lendmap":[0-9]' \
-    "$out/copy-floor.json" \
+    "$out/copy-floor.json"; } \
   || { echo "tools/copy-floor.c: unexpected output:"; cat "$out/copy-floor.json"; exit 1; }
 # The A/B script, on loopback and between two namespace hosts: one run of each benchmark,
 # a ratio for every metric.

@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034,SC2054 # the sourcing scripts use these; commas are MCA lists
 # Shared by the tools/ompi-*.sh scripts (sourced): where the component is, and mpirun's
 # common arguments for runs on this host.
 OMPI_OUT="$PWD/target/ompi"

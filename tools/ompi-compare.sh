@@ -84,13 +84,15 @@ TMPDIR="$work/\$ns"; export TMPDIR; mkdir -p "\$TMPDIR"
 exec ip netns exec "\$ns" taskset -c \$cpu /bin/sh -c "\$*"
 AGENT
   chmod +x "$work/agent"
-  printf '%s slots=1\n' $H0 $H1 >"$work/hosts"
+  printf '%s slots=1\n' "$H0" "$H1" >"$work/hosts"
   place=(--bind-to none --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agent"
-    --mca oob_tcp_if_include $IF)
-  BTL_ringbtl=(--mca btl self,ringbtl --mca btl_ringbtl_if_include $IF)
-  BTL_tcp=(--mca btl self,tcp --mca btl_tcp_if_include $IF)
+    --mca oob_tcp_if_include "$IF")
+  # shellcheck disable=SC2054 # commas are MCA lists
+  BTL_ringbtl=(--mca btl self,ringbtl --mca btl_ringbtl_if_include "$IF")
+  # shellcheck disable=SC2054
+  BTL_tcp=(--mca btl self,tcp --mca btl_tcp_if_include "$IF")
   # mpirun itself runs in the first host, so that it reaches both over the veth.
-  MPIRUN=(ip netns exec $NS0 taskset -c 0 "${MPIRUN[@]}")
+  MPIRUN=(ip netns exec "$NS0" taskset -c 0 "${MPIRUN[@]}")
 fi
 res="$PWD/target/ompi-results"
 mkdir -p "$res"
@@ -101,8 +103,11 @@ for r in $(seq 1 "$runs"); do
   order="ringbtl tcp"; [ $((r % 2)) = 0 ] && order="tcp ringbtl"
   for btl in $order; do
     [ -n "$only" ] && [ "$btl" != "$only" ] && continue
-    eval "args=(\"\${BTL_$btl[@]}\")"
-    if [ "$btl" = ringbtl ]; then args+=("${extra[@]}"); else args+=("${tcp_extra[@]}"); fi
+    if [ "$btl" = ringbtl ]; then
+      args=("${BTL_ringbtl[@]}" "${extra[@]}")
+    else
+      args=("${BTL_tcp[@]}" "${tcp_extra[@]}")
+    fi
     # shellcheck disable=SC2086
     "${MPIRUN[@]}" "${args[@]}" -np 2 "${place[@]}" "$OMPI_OUT/ringbtl_perf" $sizes \
       | awk -v sys="$btl" -v run="$r" -v tcpname="btl tcp ($link)" '

@@ -77,7 +77,7 @@ PY
 status=0
 for n in $ranks; do
   for btl in tcp ringbtl; do
-    eval "args=(\"\${BTL_$btl[@]}\")"
+    if [ "$btl" = ringbtl ]; then args=("${BTL_ringbtl[@]}"); else args=("${BTL_tcp[@]}"); fi
     out="$res/$btl-$n"
     rm -rf "$out.d"
     start=$(date +%s)

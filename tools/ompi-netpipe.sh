@@ -31,7 +31,7 @@ mkdir -p "$res"
 jsonl="$res/netpipe.jsonl"
 : >"$jsonl"
 for btl in ringbtl tcp; do
-  eval "args=(\"\${BTL_$btl[@]}\")"
+  if [ "$btl" = ringbtl ]; then args=("${BTL_ringbtl[@]}"); else args=("${BTL_tcp[@]}"); fi
   out="$res/netpipe-$btl.out"
   "${MPIRUN[@]}" "${args[@]}" -np 2 --bind-to core "$np" -p "$perturb" -u "$upper" -o "$out" \
     >"$res/netpipe-$btl.log" 2>&1

@@ -271,7 +271,7 @@ next_port() { PORT=$((PORT + 1)); }
 # record SYSTEM CC WHERE METRIC RUN < lines "size value"
 record() {
     while read -r size value; do
-        [ -n "$size" ] && [ -n "$value" ] || continue
+        if [ -z "$size" ] || [ -z "$value" ]; then continue; fi
         printf '{"system":"%s","cc":"%s","where":"%s","metric":"%s","size":%s,"run":%s,"value":%s}\n' \
             "$1" "$2" "$3" "$4" "$size" "$5" "$value" >>"$RESULTS"
     done
@@ -291,6 +291,7 @@ for line in sys.stdin:
 retrans() {
     local ns total=0 n
     for ns in $([ "$1" = lo ] && echo "$NS_LO" || echo "$NS_H0 $NS_H1"); do
+        # shellcheck disable=SC2016 # an awk program
         n=$(ip netns exec "$ns" awk '$1 == "Tcp:" { if (!h) { for (i = 2; i <= NF; i++)
             if ($i == "RetransSegs") c = i; h = 1 } else print $c }' /proc/net/snmp)
         total=$((total + ${n:-0}))
@@ -301,8 +302,8 @@ retrans() {
 in_ns() { local ns=$1 cpu=$2; shift 2; timeout "$STEP" ip netns exec "$ns" taskset -c "$cpu" "$@"; }
 # Waits (10 s at most) until something listens on PORT in namespace NS.
 wait_listen() {
-    local i
-    for i in $(seq 100); do
+    local _
+    for _ in $(seq 100); do
         [ -n "$(ip netns exec "$1" ss -Hltn "sport = :$PORT" 2>/dev/null)" ] && return 0
         sleep 0.1
     done
@@ -374,8 +375,9 @@ run_ringbtl() { # backend cc where run
         for sub in latency bw rate; do
             next_port
             local env=(env RINGBTL_SIZE=2 RINGBTL_ROOT="$H0:$PORT" RINGBTL_WIREUP=env
-                RINGBTL_IF_INCLUDE=$IF)
-            local args=("$sub" $Q)
+                "RINGBTL_IF_INCLUDE=$IF")
+            local args=("$sub")
+            [ -z "$Q" ] || args+=("$Q")
             case $sub in
                 latency) args+=(--sizes "$LAT_SIZES") ;;
                 bw) args+=(--json --sizes "$BW_SIZES") ;;
@@ -412,6 +414,7 @@ run_ringbtl() { # backend cc where run
 
 run_ompi() { # cc where run
     local cc=$1 where=$2 run=$3 sub key metric
+    # shellcheck disable=SC2054 # commas are MCA lists
     local mca=(--mca pml ob1 --mca btl self,tcp --allow-run-as-root)
     for sub in latency bw rate; do
         case $sub in
@@ -487,9 +490,11 @@ for cc in ${CCS//,/ }; do
                     ucx) run_ucx "$cc" "$where" "$run" ;;
                 esac
                 # Every segment the system's run sent twice, all its measures together.
-                { [ "$sys" = ratefloor ] || [ "$sys" = copyfloor ]; } && [ "$where" != lo ] \
-                    || echo "0 $(($(retrans "$where") - before))" \
-                    | record "$sys" "$cc" "$where" retrans "$run"
+                if ! { { [ "$sys" = ratefloor ] || [ "$sys" = copyfloor ]; } \
+                    && [ "$where" != lo ]; }; then
+                    echo "0 $(($(retrans "$where") - before))" \
+                        | record "$sys" "$cc" "$where" retrans "$run"
+                fi
             done
         done
     done

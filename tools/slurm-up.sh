@@ -22,7 +22,7 @@ die() { echo "slurm-up: $*" >&2; exit 1; }
 
 # Runs "$@" until it succeeds, at most $limit seconds (0.2 s apart).
 wait_for() {
-  local what=$1; shift
+  shift # the first argument names what is waited for, for the reader
   local end=$((SECONDS + limit))
   until "$@" >/dev/null 2>&1; do
     [ "$SECONDS" -lt "$end" ] || return 1
