@@ -20,7 +20,7 @@ cargo fmt --check
 # The sans-IO layers (and the neutral buffers they share with the reactor) must not
 # touch sockets, fds or clocks.
 step "sans-IO boundary"
-if grep -nE 'libc::|std::net::TcpStream|io_uring|Instant::now|RawFd' src/proto/*.rs src/wire.rs src/buf.rs \
+if grep -nE 'libc::|std::net::TcpStream|io_uring|Instant::now|RawFd' src/proto/*.rs src/wire.rs src/buf/*.rs \
     | grep -v '^\s*//' | grep -v 'tests.rs' | grep -v '#\[cfg(test)\]' ; then
   echo "the protocol core must not name fds, syscalls or clocks" >&2
   exit 1
