@@ -28,6 +28,7 @@ use crate::proto::core::{
     self, Action, ConnKey, Core, CoreEvent, EndpointState, IdleCopy, InputStep, Lending, Sink,
     Source, DIRECT_PIECES,
 };
+use crate::reactor::listen::AcceptBackoff;
 use crate::reactor::{
     sys, AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry, SockOpts,
 };
@@ -315,6 +316,21 @@ impl Transport {
                 (published[0], published, Some(ifs))
             }
         };
+        // Strangers may hold at most half of the descriptors the process may open, so
+        // that a flood of idle connections meets the admission limits before the
+        // descriptor limit: newcomers then evict the oldest strangers and accepting goes
+        // on, instead of pausing while a legitimate peer waits behind the flood.
+        if let Some(cap) = sys::nofile_limit().map(half_open_cap) {
+            if cap < cfg.core.max_half_open {
+                tracing::debug!(
+                    "max_half_open {} lowered to {cap}: half of the descriptor limit",
+                    cfg.core.max_half_open
+                );
+                cfg.core.max_half_open = cap;
+                cfg.core.max_half_open_per_source =
+                    cfg.core.max_half_open_per_source.min((cap / 4).max(1));
+            }
+        }
         let core = Core::new(CoreConfig {
             multishot,
             ..cfg.core.clone()
@@ -874,7 +890,13 @@ impl Transport {
             }
             Event::AcceptError(e) => {
                 self.accept_errors += 1;
-                tracing::warn!("accept failed: {e}");
+                // Out of descriptors: the oldest stranger makes room, so that the backend's
+                // pause ends as its descriptor closes.
+                if AcceptBackoff::is_exhaustion(&e) && self.core.handle_accept_exhausted() {
+                    tracing::debug!("accept failed ({e}): closed the oldest stranger");
+                } else {
+                    tracing::warn!("accept failed: {e}");
+                }
             }
             Event::Connected { conn, result } => {
                 let result = result.map_err(|e| Errno::of(&e));
@@ -1186,6 +1208,12 @@ fn listen_error(e: io::Error, ports: Option<(u16, u16)>) -> Error {
     Error::Wireup(format!("listen: {what} ({e})"))
 }
 
+/// The most strangers a process whose descriptor limit is `limit` admits at once: half of
+/// its descriptors (at least 8), the rest left to its peers and listeners.
+fn half_open_cap(limit: u64) -> usize {
+    usize::try_from(limit / 2).unwrap_or(usize::MAX).max(8)
+}
+
 /// The connection an event belongs to (none for a failed accept).
 fn event_conn(ev: &Event) -> Option<ConnId> {
     match *ev {
@@ -1206,4 +1234,18 @@ fn key(c: ConnId) -> ConnKey {
 
 fn conn_id(k: ConnKey) -> ConnId {
     ConnId(k.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::half_open_cap;
+
+    /// Strangers get half of the descriptors, never fewer than 8.
+    #[test]
+    fn strangers_hold_at_most_half_the_descriptors() {
+        assert_eq!(half_open_cap(1024), 512);
+        assert_eq!(half_open_cap(20_000), 10_000);
+        assert_eq!(half_open_cap(10), 8);
+        assert_eq!(half_open_cap(0), 8);
+    }
 }

@@ -8,7 +8,9 @@
 //! - a peer that stops reading: `send` returns would-block past the queue cap, and once
 //!   the peer reads again nothing is lost.
 //!
-//! This binary counts the largest allocation of a thread (its own global allocator).
+//! This binary counts the largest allocation of a thread (its own global allocator). The
+//! same half-open flood against a process held to 1,024 descriptors, which needs a job
+//! process of its own, is `descriptors.rs`.
 
 mod common;
 

@@ -60,12 +60,14 @@ pub struct CoreConfig {
     /// Most incoming connections still in their handshake ("strangers") at once; a
     /// newcomer beyond it is admitted and the oldest stranger is closed instead, so a
     /// flood of idle connections cannot lock a legitimate peer out
-    /// (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000).
+    /// (`RINGBTL_MAX_HALF_OPEN`, 1..=1,000,000). The transport lowers it to half of the
+    /// process's descriptor limit (`RLIMIT_NOFILE`) where that is smaller.
     pub max_half_open: usize,
     /// Most strangers from one source address at once; a newcomer beyond it closes the
     /// oldest stranger of the same source, so one source cannot evict the others'.
-    /// Not a setting: the built-in choice (a quarter of [`max_half_open`](Self::max_half_open), at least 1), with no variable; public so that the
-    /// crate's tests and measurements can vary it.
+    /// Not a setting: the built-in choice (a quarter of
+    /// [`max_half_open`](Self::max_half_open), at least 1), with no variable; public so
+    /// that the crate's tests and measurements can vary it.
     #[doc(hidden)]
     pub max_half_open_per_source: usize,
     /// Time an accepted connection has to send its first bytes; after that, the rest of
@@ -385,8 +387,8 @@ static CORE_PARAMS: [Param<CoreConfig>; 13] = [
             hi: 1_000_000,
             unit: Unit::Count,
         },
-        meaning: "incoming connections still in their handshake at once; a newcomer \
-                  beyond it closes the oldest of them",
+        meaning: "incoming connections still in their handshake at once (at most half \
+                  the descriptor limit); a newcomer beyond it closes the oldest of them",
         site: "nodes shared with untrusted users, sized to the job's peers",
         access: Access::Num {
             get: |c| Some(c.max_half_open as u64),

@@ -20,6 +20,11 @@
 //!   [`max_half_open`](crate::proto::config::CoreConfig::max_half_open) strangers exist,
 //!   the oldest of all is closed (counted in [`Counters::accept_overload`]).
 //!
+//! - when the process has no descriptor left for the next connection, the oldest stranger
+//!   is closed ([`Core::handle_accept_exhausted`]) rather than accepting stopping while
+//!   the listen backlog fills with more of a flood; and the driver bounds `max_half_open`
+//!   by the descriptors the process may open.
+//!
 //! A flood of idle connections therefore only ever closes flooding connections older
 //! than the newest legitimate one, and a legitimate dialer whose connection was closed
 //! all the same retries within its connect deadline (`endpoint.rs`).
@@ -35,6 +40,15 @@ use crate::proto::core::{slot, ConnKey, Cookies, Core, CoreEvent, IdleCopy, Lend
 use crate::proto::deframe::{self, Deframer};
 use crate::proto::handshake::Handshake;
 use crate::wire::{HelloKind, PeerId, RejectReason, HELLO_LEN};
+
+/// What [`Core::strangers`] counts.
+#[derive(Default)]
+struct Strangers {
+    all: usize,
+    same: usize,
+    oldest: Option<(u64, u32)>,
+    oldest_same: Option<(u64, u32)>,
+}
 
 /// The sends of a batch rented to the driver when their endpoint failed: the peer, the
 /// reason, and their cookies.
@@ -187,37 +201,58 @@ impl Core {
         self.admit(now, conn, Some(src));
     }
 
-    fn admit(&mut self, now: Instant, conn: ConnKey, src: Option<IpAddr>) {
-        // One pass over the table: strangers in all and from this source, and the oldest
-        // of each.
-        let (mut all, mut same) = (0usize, 0usize);
-        // (rank among accepts, slot) of the oldest stranger of all and of this source.
-        let (mut oldest, mut oldest_same) = (None::<(u64, u32)>, None::<(u64, u32)>);
+    /// The process has no descriptor left for the listener's next connection (the driver
+    /// saw `EMFILE` or the like): the oldest stranger is closed to make room, counted in
+    /// [`Counters::accept_overload`](crate::proto::core::Counters::accept_overload), so
+    /// that accepting goes on rather than leaving a legitimate peer queued behind a flood
+    /// in the listen backlog. Returns whether there was a stranger to close.
+    pub fn handle_accept_exhausted(&mut self) -> bool {
+        let Strangers { oldest, .. } = self.strangers(None);
+        if let Some((_, i)) = oldest {
+            self.evict(ConnKey(i));
+        }
+        oldest.is_some()
+    }
+
+    /// The strangers of the table: how many in all and from `src`, and the oldest of each
+    /// as (rank among accepts, slot). One pass.
+    fn strangers(&self, src: Option<IpAddr>) -> Strangers {
+        let mut s = Strangers::default();
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c.as_ref().filter(|c| c.is_stranger()) else {
                 continue;
             };
             let at = (c.accepted_at.expect("a stranger was accepted").1, i as u32);
-            all += 1;
-            oldest = Some(oldest.map_or(at, |o| o.min(at)));
+            s.all += 1;
+            s.oldest = Some(s.oldest.map_or(at, |o| o.min(at)));
             if src.is_some() && c.src == src {
-                same += 1;
-                oldest_same = Some(oldest_same.map_or(at, |o| o.min(at)));
+                s.same += 1;
+                s.oldest_same = Some(s.oldest_same.map_or(at, |o| o.min(at)));
             }
         }
-        let victim = if same >= self.cfg.max_half_open_per_source {
-            oldest_same
-        } else if all >= self.cfg.max_half_open {
-            oldest
+        s
+    }
+
+    /// Closes the stranger `conn` to make room for others.
+    fn evict(&mut self, conn: ConnKey) {
+        self.counters.accept_overload += 1;
+        self.kill_conn(conn);
+        self.events.push_back(CoreEvent::Refused {
+            why: ProtoError::Evicted,
+        });
+    }
+
+    fn admit(&mut self, now: Instant, conn: ConnKey, src: Option<IpAddr>) {
+        let s = self.strangers(src);
+        let victim = if s.same >= self.cfg.max_half_open_per_source {
+            s.oldest_same
+        } else if s.all >= self.cfg.max_half_open {
+            s.oldest
         } else {
             None
         };
         if let Some((_, i)) = victim {
-            self.counters.accept_overload += 1;
-            self.kill_conn(ConnKey(i));
-            self.events.push_back(CoreEvent::Refused {
-                why: ProtoError::Evicted,
-            });
+            self.evict(ConnKey(i));
         }
         let deadline = now + self.cfg.first_bytes_timeout.min(self.cfg.handshake_timeout);
         // A handshake-sized buffer: the cache grows when the connection is adopted.

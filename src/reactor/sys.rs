@@ -404,6 +404,18 @@ pub(crate) fn raise_nofile_limit() {
     });
 }
 
+/// The process's soft limit on open descriptors (`RLIMIT_NOFILE`), `None` when unknown
+/// or unlimited.
+pub(crate) fn nofile_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit for the duration of the call.
+    syscall!(getrlimit(libc::RLIMIT_NOFILE, &mut lim)).ok()?;
+    (lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

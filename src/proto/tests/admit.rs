@@ -317,3 +317,34 @@ fn a_peer_that_stops_reading_cannot_grow_the_queue() {
         net.assert_all_delivered(0, 1);
     }
 }
+
+/// The process has no descriptor left for the next connection: each time, one stranger
+/// (the oldest, as admission picks it) is closed and counted, whatever its source, and a
+/// connected peer never is; with no stranger left there is nothing to close.
+#[test]
+fn out_of_descriptors_closes_the_oldest_stranger() {
+    let mut net = Net::new(7, vec![small(0, 64, 64), small(1, 64, 64)]);
+    for _ in 0..3 {
+        net.send_random(0, 1).unwrap();
+    }
+    net.drive();
+    net.assert_all_delivered(0, 1);
+    let flood: Vec<usize> = (0..4).map(|i| net.raw_dial_from(1, src(i))).collect();
+    net.run(false);
+    for n in 1..=flood.len() {
+        assert!(net.nodes[1].core.handle_accept_exhausted(), "stranger {n}");
+        net.run(false);
+        let closed = flood.iter().filter(|&&r| net.raw_eof(r)).count();
+        assert_eq!(closed, n, "one stranger closed per call");
+    }
+    assert!(
+        !net.nodes[1].core.handle_accept_exhausted(),
+        "no stranger left"
+    );
+    assert_eq!(net.core(1).counters().accept_overload, 4);
+    // The peer's connection is still up: its messages still flow.
+    net.send_random(0, 1).unwrap();
+    net.drive();
+    net.assert_all_delivered(0, 1);
+    assert!(net.failed_events(0).is_empty());
+}
