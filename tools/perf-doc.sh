@@ -94,13 +94,20 @@ header() {
   echo "ratio compares ringbtl with a reference measured in the same runs."
 } >"$doc"
 
-echo "perf-doc: $(shown tools/perf-compare.sh "${pc_args[@]}")" >&2
-{
-  echo
-  echo "## ringbtl, the plain-socket floors and the references (tools/perf-compare.sh)"
-  echo
-  header tools/perf-compare.sh "${pc_args[@]}"
-} >>"$doc"
+# section TITLE SCRIPT ARGS...: says the run on stderr, and starts its section of the doc.
+section() {
+  local title=$1; shift
+  echo "perf-doc: $(shown "$@")" >&2
+  {
+    echo
+    echo "## $title ($1)"
+    echo
+    header "$@"
+  } >>"$doc"
+}
+
+section "ringbtl, the plain-socket floors and the references" \
+  tools/perf-compare.sh "${pc_args[@]}"
 tools/perf-compare.sh "${pc_args[@]}" --out "$work/perf" >/dev/null
 # The tables as printed, less the path of the records (a directory removed at the end).
 grep -v '^<!-- records: ' "$work/perf/summary.md" >>"$doc"
@@ -114,13 +121,7 @@ for place in lo hosts; do
       args=(--hosts "${args[@]}")
       title="two namespace hosts"
     fi
-    echo "perf-doc: $(shown tools/ompi-compare.sh "${args[@]}")" >&2
-    {
-      echo
-      echo "## MPI over btl ringbtl and btl tcp, $title, $cc (tools/ompi-compare.sh)"
-      echo
-      header tools/ompi-compare.sh "${args[@]}"
-    } >>"$doc"
+    section "MPI over btl ringbtl and btl tcp, $title, $cc" tools/ompi-compare.sh "${args[@]}"
     name="perf-doc-$$-$place-$cc"
     tools/ompi-compare.sh "${args[@]}" --name "$name" >/dev/null
     cat "target/ompi-results/$name.md" >>"$doc"

@@ -124,8 +124,8 @@ fi
 mkdir -p "$(dirname "$out")"
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
-cp "$tmp/rows" "$tmp/../ringbtl-sweep.rows" # kept should the step below fail
-python3 - "$tmp/rows" "$out" "$commit" "$bin_rev" "$runs" "$args" <<'EOF'
+python3 - "$tmp/rows" "$out" "$commit" "$bin_rev" "$runs" "$args" <<'EOF' \
+  || { cp "$tmp/rows" "$out.rows"; echo "$0: the measurements are kept in $out.rows" >&2; exit 1; }
 import datetime, os, platform, sys
 rows_path, out, commit, bin_rev, runs, argv = sys.argv[1:]
 model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
