@@ -39,6 +39,10 @@ static mca_btl_ringbtl_setting_t ringbtl_settings[] = {
      "Comma-separated interfaces (names or CIDR subnets) to listen and connect on", NULL},
     {"if_exclude", "RINGBTL_IF_EXCLUDE",
      "Comma-separated interfaces (names or CIDR subnets) not to use", NULL},
+    {"links", "RINGBTL_LINKS",
+     "Connections to a peer per pair of interfaces on one subnet (1-8, 8 in all; as "
+     "btl_tcp_links)",
+     NULL},
     {"port", "RINGBTL_PORT", "Listen port or range (40000 or 40000-40100); default: any",
      NULL},
     {"max_frame", "RINGBTL_MAX_FRAME",

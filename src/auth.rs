@@ -214,6 +214,8 @@ pub struct Transcript<'a> {
     pub pid_d: PeerId,
     /// The acceptor's process id.
     pub pid_a: PeerId,
+    /// The link the dial is to be ([`Hello::link`](crate::wire::Hello::link)).
+    pub link: u8,
 }
 
 impl Transcript<'_> {
@@ -226,11 +228,12 @@ impl Transcript<'_> {
             self.nonce_a,
             &self.pid_d.0.to_be_bytes(),
             &self.pid_a.0.to_be_bytes(),
+            &[self.link],
         ])
     }
 }
 
-/// `HMAC-SHA-256(key, label(side) | version | token | Nd | Na | pid_d | pid_a)`.
+/// `HMAC-SHA-256(key, label(side) | version | token | Nd | Na | pid_d | pid_a | link)`.
 pub fn handshake_mac(key: &JobKey, side: Side, t: &Transcript<'_>) -> [u8; MAC_LEN] {
     t.with_parts(side, |p| key.mac(p))
 }
@@ -351,6 +354,7 @@ mod tests {
             nonce_a: &na,
             pid_d: PeerId(1),
             pid_a: PeerId(2),
+            link: 0,
         };
         let k = JobKey::from_hex(HEX).unwrap();
         let m = handshake_mac(&k, Side::Acceptor, &t);
@@ -375,6 +379,7 @@ mod tests {
             },
             Transcript {
                 pid_a: PeerId(3),
+                link: 0,
                 ..t
             },
         ] {

@@ -458,8 +458,8 @@ mod tests {
             .unwrap(),
             Duration::from_millis(700)
         );
-        // A user sees at most 30 settings.
-        assert!(d.settings().len() <= 30, "{} settings", d.settings().len());
+        // A user sees at most 31 settings.
+        assert!(d.settings().len() <= 31, "{} settings", d.settings().len());
     }
 
     #[test]

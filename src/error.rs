@@ -63,6 +63,10 @@ pub enum ProtoError {
     /// `RINGBTL_MAX_HALF_OPEN_PER_SOURCE`).
     #[error("closed to admit a newer connection (too many handshakes pending)")]
     Evicted,
+    /// Bytes arrived on a link beyond an endpoint's first, which carries no frame: that
+    /// link is closed (the endpoint stays connected).
+    #[error("bytes on a link that carries no frame")]
+    FrameOnLink,
 }
 
 /// Why sending is impossible.

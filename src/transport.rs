@@ -32,7 +32,7 @@ use crate::reactor::listen::AcceptBackoff;
 use crate::reactor::{
     sys, AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry, SockOpts,
 };
-use crate::wire::{PeerId, PutTarget, Tag};
+use crate::wire::{PeerId, PutTarget, Tag, MAX_LINKS};
 use crate::wireup::ifaces::{self, Interface};
 use crate::wireup::{route, uri};
 
@@ -127,6 +127,12 @@ pub struct Stats {
     /// their batch, nothing queued behind them, none of the peer's lent pages
     /// unacknowledged ([`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)).
     pub idle_copies: u64,
+    /// Links beyond a peer's first connection that completed their handshake (see
+    /// [`WireupConfig::links`](crate::WireupConfig::links)).
+    pub links_joined: u64,
+    /// Open links beyond a peer's first connection that failed or ended while the peer
+    /// stayed connected (each is dialed again).
+    pub links_lost: u64,
     /// Large messages after whose send this side's socket was set to acknowledge at once
     /// (`TCP_QUICKACK`, see
     /// [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)), so that
@@ -436,7 +442,15 @@ impl Transport {
             .unzip();
         self.core
             .add_peer_bound(id, remotes, binds)
-            .map_err(Error::Send)
+            .map_err(Error::Send)?;
+        let plan = route::link_plan(&routes, self.cfg.wireup.links as usize);
+        let links = plan
+            .iter()
+            .skip(1)
+            .map(|r| (r.remote, r.bind.map(|ip| SocketAddr::new(ip, 0))))
+            .collect();
+        self.core.set_link_routes(id, links);
+        Ok(())
     }
 
     /// This process's id.
@@ -469,7 +483,13 @@ impl Transport {
     /// dials first.
     pub fn add_peer(&mut self, id: PeerId, addrs: Vec<SocketAddr>) -> Result<(), Error> {
         self.check_auth()?;
-        self.core.add_peer(id, addrs).map_err(Error::Send)
+        let first = addrs.first().copied();
+        self.core.add_peer(id, addrs).map_err(Error::Send)?;
+        // `links` connections in all, to the first address (no interfaces to pair here).
+        let extra = (self.cfg.wireup.links as usize).clamp(1, MAX_LINKS) - 1;
+        let links = first.map_or(Vec::new(), |a| vec![(a, None); extra]);
+        self.core.set_link_routes(id, links);
+        Ok(())
     }
 
     /// State of the endpoint for `peer` (`None` for an unknown peer).
@@ -826,8 +846,15 @@ impl Transport {
             puts_placed: c.puts_placed,
             written_at_once: c.written_at_once,
             idle_copies: c.idle_copies,
+            links_joined: c.links_joined,
+            links_lost: c.links_lost,
             quick_acks: self.quick_acks,
         }
+    }
+
+    /// Connections open to `peer`: its first and its links (0 when not connected).
+    pub fn links_open(&self, peer: PeerId) -> usize {
+        self.core.links_open(peer)
     }
 
     /// Number of sends to `peer` accepted and not yet completed.
@@ -1025,12 +1052,19 @@ impl Transport {
                 Action::PauseProvided(k) => self.pause_provided(k),
                 Action::Close(k) => self.backend.close(conn_id(k)),
                 Action::Reset(k) => self.backend.reset(conn_id(k)),
-                Action::Dial { peer, addr, bind } => match self.backend.connect(addr, bind) {
+                Action::Dial {
+                    peer,
+                    link,
+                    addr,
+                    bind,
+                } => match self.backend.connect(addr, bind) {
                     Ok(c) => {
-                        self.core.dial_started(peer, key(c));
+                        self.core.dial_started(peer, link, key(c));
                         self.set_socket_traits(key(c), &addr);
                     }
-                    Err(e) => self.core.dial_failed(Instant::now(), peer, Errno::of(&e)),
+                    Err(e) => self
+                        .core
+                        .dial_failed(Instant::now(), peer, link, Errno::of(&e)),
                 },
             }
         }

@@ -8,9 +8,16 @@
 //!  0        8        10    11      12          16          20         52         84
 //!  +--------+--------+-----+-------+-----------+-----------+----------+----------+
 //!  | magic  |version |kind |reason | process id| addressee |  nonce   |   MAC    |
-//!  | 8 B    | u16    | u8  | u8    | u32       | u32       |  32 B    |   32 B   |
+//!  | 8 B    | u16    | u8  | /link | u32       | u32       |  32 B    |   32 B   |
 //!  +--------+--------+-----+-------+-----------+-----------+----------+----------+
 //! ```
+//!
+//! Byte 11 is the reason of a `REJECT`, and the *link* of a `HELLO`, `CHALLENGE` or `AUTH`
+//! (0 in every other record): which of the endpoint's connections the dial is to be. Link
+//! 0 is the endpoint's first connection, opened and raced as the state machine says; a
+//! dial for link 1 or above *joins* an endpoint that already has its first connection
+//! (see [`Hello::link`]). The acceptor's `CHALLENGE` repeats the link it read, and both
+//! MACs cover it.
 //!
 //! Magic and version come first and stay at these offsets in every version (the 24-byte
 //! record of version 1 had them there too), so that two versions tell each other apart
@@ -37,7 +44,7 @@
 //! connection it refuses is closed with them unread (the dialer sends them again on its
 //! next connection).
 //!
-//! `MAC_x = HMAC-SHA-256(K, label_x | version | token | Nd | Na | pid_d | pid_a)` (see
+//! `MAC_x = HMAC-SHA-256(K, label_x | version | token | Nd | Na | pid_d | pid_a | link)` (see
 //! [`auth::handshake_mac`](crate::auth::handshake_mac)), with `K` the job key,
 //! `label_a = "ringbtl acceptor"`, `label_d = "ringbtl dialer\0\0"` and `token` the job
 //! token. The labels differ, so a MAC reflected back to its author proves nothing; both
@@ -159,6 +166,9 @@ pub enum WireError {
     /// Unknown reject reason code.
     #[error("unknown reject reason {0}")]
     BadReason(u8),
+    /// A handshake record names a link beyond [`MAX_LINKS`].
+    #[error("link {0} of a handshake record is beyond the most an endpoint has")]
+    BadLink(u8),
     /// Unknown frame kind.
     #[error("unknown frame kind {0:#04x}")]
     BadFrameKind(u8),
@@ -203,11 +213,12 @@ pub enum WireError {
 
 /// The magic that opens every ringbtl handshake record.
 pub const MAGIC: [u8; 8] = *b"RINGBTL\0";
-/// Protocol version this build speaks (6: padding before copied payloads; 5: the line
+/// Protocol version this build speaks (7: the link byte of the handshake, in the MACs;
+/// 6: padding before copied payloads; 5: the line
 /// offset of lent payloads; 4: the ACK
 /// flag and frame; 3: PUT frames; 2: the authenticated handshake; 1 had a 24-byte record
 /// that carried the job token).
-pub const VERSION: u16 = 0x0006;
+pub const VERSION: u16 = 0x0007;
 /// Length of the handshake record.
 pub const HELLO_LEN: usize = 84;
 /// Bytes of a handshake record that identify its protocol: magic and version.
@@ -279,6 +290,9 @@ pub enum RejectReason {
     Version,
     /// This process declared the dialer failed earlier; it stays unreachable.
     Unreachable,
+    /// A dial to join the endpoint (link 1 or above) found it without a first connection:
+    /// the dialer tries again later, or dials link 0.
+    NoLink,
 }
 
 impl RejectReason {
@@ -291,6 +305,7 @@ impl RejectReason {
             Self::ShuttingDown => 5,
             Self::Version => 6,
             Self::Unreachable => 7,
+            Self::NoLink => 8,
         }
     }
 
@@ -303,6 +318,7 @@ impl RejectReason {
             5 => Self::ShuttingDown,
             6 => Self::Version,
             7 => Self::Unreachable,
+            8 => Self::NoLink,
             _ => return Err(WireError::BadReason(c)),
         })
     }
@@ -323,7 +339,14 @@ pub struct Hello {
     pub nonce: [u8; NONCE_LEN],
     /// The sender's proof of the key (CHALLENGE, AUTH), else zero.
     pub mac: [u8; MAC_LEN],
+    /// HELLO, CHALLENGE, AUTH: the link of the endpoint this connection is to be (0: its
+    /// first; from 1 on, a connection that joins an endpoint already connected, up to
+    /// [`MAX_LINKS`]` - 1`); 0 in every other record.
+    pub link: u8,
 }
+
+/// Most connections (links) one endpoint has at once: its first, and those that join it.
+pub const MAX_LINKS: usize = 8;
 
 impl Hello {
     /// A record of `kind` from `pid` of our version, addressed to nobody in particular,
@@ -336,6 +359,7 @@ impl Hello {
             to: PeerId::ANY,
             nonce: [0; NONCE_LEN],
             mac: [0; MAC_LEN],
+            link: 0,
         }
     }
 
@@ -377,6 +401,13 @@ impl Hello {
             7 => HelloKind::Auth,
             k => return Err(WireError::BadHelloKind(k)),
         };
+        let link = match kind {
+            HelloKind::Hello | HelloKind::Challenge | HelloKind::Auth => b[11],
+            _ => 0,
+        };
+        if usize::from(link) >= MAX_LINKS {
+            return Err(WireError::BadLink(link));
+        }
         let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         Ok(Self {
             kind,
@@ -385,6 +416,7 @@ impl Hello {
             to: PeerId(word(16)),
             nonce: b[20..52].try_into().expect("32-byte slice"),
             mac: b[52..84].try_into().expect("32-byte slice"),
+            link,
         })
     }
 
@@ -393,13 +425,13 @@ impl Hello {
         out[0..8].copy_from_slice(&MAGIC);
         out[8..10].copy_from_slice(&self.version.to_be_bytes());
         let (k, r) = match self.kind {
-            HelloKind::Hello => (1, 0),
+            HelloKind::Hello => (1, self.link),
             HelloKind::Accept => (2, 0),
             HelloKind::Reject(r) => (3, r.code()),
             HelloKind::Probe => (4, 0),
             HelloKind::ProbeAck => (5, 0),
-            HelloKind::Challenge => (6, 0),
-            HelloKind::Auth => (7, 0),
+            HelloKind::Challenge => (6, self.link),
+            HelloKind::Auth => (7, self.link),
         };
         out[10] = k;
         out[11] = r;
@@ -655,10 +687,15 @@ mod tests {
             HelloKind::Reject(RejectReason::ShuttingDown),
             HelloKind::Reject(RejectReason::Version),
             HelloKind::Reject(RejectReason::Unreachable),
+            HelloKind::Reject(RejectReason::NoLink),
             HelloKind::Probe,
             HelloKind::ProbeAck,
         ];
         for kind in kinds {
+            let linked = matches!(
+                kind,
+                HelloKind::Hello | HelloKind::Challenge | HelloKind::Auth
+            );
             let h = Hello {
                 kind,
                 version: VERSION,
@@ -666,9 +703,24 @@ mod tests {
                 to: PeerId(7),
                 nonce: [0x5a; NONCE_LEN],
                 mac: [0xa5; MAC_LEN],
+                link: if linked { 3 } else { 0 },
             };
             assert_eq!(Hello::parse(&h.to_bytes()), Ok(h));
         }
+    }
+
+    #[test]
+    fn a_link_beyond_the_most_is_refused() {
+        let mut h = Hello::new(HelloKind::Hello, PeerId(1));
+        h.link = (MAX_LINKS - 1) as u8;
+        assert_eq!(Hello::parse(&h.to_bytes()).map(|h| h.link), Ok(h.link));
+        let mut b = h.to_bytes();
+        b[11] = MAX_LINKS as u8;
+        assert_eq!(Hello::parse(&b), Err(WireError::BadLink(MAX_LINKS as u8)));
+        // In an ACCEPT the byte means nothing and is not read.
+        let mut a = Hello::new(HelloKind::Accept, PeerId(1)).to_bytes();
+        a[11] = 0xff;
+        assert_eq!(Hello::parse(&a).map(|h| h.link), Ok(0));
     }
 
     #[test]

@@ -269,6 +269,7 @@ fn peer_bytes(input: &Input) -> Vec<u8> {
                 nonce_a: &NONCE_A,
                 pid_d: h.pid,
                 pid_a: me,
+                link: 0,
             };
             let mut a = Hello::new(HelloKind::Auth, h.pid);
             a.to = me;
@@ -451,7 +452,7 @@ impl Driver {
     fn action(&mut self, a: Action) {
         let now = self.now();
         match a {
-            Action::Dial { peer, .. } => {
+            Action::Dial { peer, link, .. } => {
                 if self.dials_start {
                     let key = self.next_key;
                     self.next_key += 1;
@@ -462,9 +463,9 @@ impl Driver {
                             ..Sock::default()
                         },
                     );
-                    self.core.dial_started(peer, ConnKey(key));
+                    self.core.dial_started(peer, link, ConnKey(key));
                 } else {
-                    self.core.dial_failed(now, peer, Errno::ECONNREFUSED);
+                    self.core.dial_failed(now, peer, link, Errno::ECONNREFUSED);
                 }
             }
             Action::Transmit { conn: k, batch } => {

@@ -110,6 +110,7 @@ fn mac(key: &JobKey, side: Side, dialer: bool, pid_d: PeerId, pid_a: PeerId) -> 
             nonce_a: &na,
             pid_d,
             pid_a,
+            link: 0,
         },
     )
 }
@@ -290,6 +291,7 @@ fn check(d: &Driver, dialer: bool, stream: &[u8]) {
                         nonce_a: &c.nonce,
                         pid_d: ME,
                         pid_a: PEER,
+                        link: 0,
                     },
                     &c.mac,
                 )
@@ -314,6 +316,7 @@ fn check(d: &Driver, dialer: bool, stream: &[u8]) {
                 nonce_a: &ch.nonce,
                 pid_d: h.pid,
                 pid_a: ME,
+                link: 0,
             };
             assert_eq!((ch.pid, ch.to), (ME, h.pid));
             assert!(
@@ -336,6 +339,7 @@ fn check(d: &Driver, dialer: bool, stream: &[u8]) {
                                 nonce_a: &NONCE_E,
                                 pid_d: PEER,
                                 pid_a: ME,
+                                link: 0,
                             },
                             &a.mac,
                         )
@@ -404,7 +408,7 @@ impl Driver {
                 assert_eq!(peer, PEER);
                 assert!(!self.dialed, "one dial");
                 self.dialed = true;
-                self.core.dial_started(peer, CONN);
+                self.core.dial_started(peer, 0, CONN);
             }
             Action::Transmit { conn, batch } => {
                 assert_eq!(conn, CONN);

@@ -139,6 +139,8 @@ pub(super) struct Conn {
     /// The batch (with the driver, or being filled) carries such a message: when it
     /// comes back, the socket is set to acknowledge at once ([`Core::handle_sent`]).
     pub(super) answer_quick: bool,
+    /// Which link of its endpoint this connection is (0: the first; see `links.rs`).
+    pub(super) link: u8,
 }
 
 impl Conn {
@@ -171,6 +173,7 @@ impl Conn {
             lending: Lending::Streams,
             quick_ack: false,
             answer_quick: false,
+            link: 0,
         }
     }
 

@@ -83,6 +83,7 @@ use crate::proto::conn::{Conn, Stage};
 pub use crate::proto::deframe::Source;
 use crate::proto::endpoint::{Endpoint, EpState, Frag, FRAG_INLINE};
 pub use crate::proto::handshake::NonceSource;
+pub use crate::proto::links::LinkRoute;
 use crate::proto::tx::SentRuns;
 use crate::wire::{PeerId, Tag};
 
@@ -198,6 +199,9 @@ pub enum Action {
     Dial {
         /// Who.
         peer: PeerId,
+        /// Which link of the endpoint (0: its first connection; see
+        /// [`Core::set_link_routes`]).
+        link: u8,
         /// Where.
         addr: SocketAddr,
         /// Local address to bind the socket to before connecting (`None`: the kernel
@@ -310,6 +314,11 @@ pub struct Counters {
     /// Payloads long enough to lend that were copied because they found their peer idle
     /// ([`CoreConfig::splice_idle`](crate::CoreConfig::splice_idle)).
     pub idle_copies: u64,
+    /// Links beyond an endpoint's first that completed their handshake, on either side.
+    pub links_joined: u64,
+    /// Open links beyond an endpoint's first that failed or ended while their endpoint
+    /// stayed connected.
+    pub links_lost: u64,
 }
 
 /// What [`Core::recv_step`] found.
@@ -460,6 +469,7 @@ pub enum InputStep {
 pub(super) enum Todo {
     Dial {
         peer: PeerId,
+        link: u8,
         addr: SocketAddr,
         bind: Option<SocketAddr>,
     },
@@ -663,7 +673,17 @@ impl Core {
     fn next_action(&mut self) -> Option<Action> {
         while let Some(t) = self.todo.pop_front() {
             let a = match t {
-                Todo::Dial { peer, addr, bind } => Action::Dial { peer, addr, bind },
+                Todo::Dial {
+                    peer,
+                    link,
+                    addr,
+                    bind,
+                } => Action::Dial {
+                    peer,
+                    link,
+                    addr,
+                    bind,
+                },
                 Todo::Close(k) => Action::Close(k),
                 Todo::Reset(k) => Action::Reset(k),
                 Todo::PauseProvided(k) => Action::PauseProvided(k),
@@ -759,9 +779,15 @@ impl Core {
                 c.awaiting_first_bytes && self.cfg.first_bytes_timeout < self.cfg.handshake_timeout;
             let stranger = c.is_stranger();
             let unconfirmed = c.unconfirmed;
+            let is_link = c.link > 0;
             let conn = ConnKey(i as u32);
             if let (Stage::Open, Some(p), true) = (stage, peer, unconfirmed) {
                 self.confirm(p, conn);
+                continue;
+            }
+            if is_link {
+                // A link's handshake deadline, or its frame stall: the link alone ends.
+                self.link_lost(now, conn);
                 continue;
             }
             if let (Stage::Open, Some(p)) = (stage, peer) {
@@ -794,6 +820,12 @@ impl Core {
                 continue;
             };
             let peer = PeerId(i as u32);
+            if !ep.links.is_empty() {
+                self.link_timers(now, peer);
+            }
+            let Some(ep) = self.endpoints[i].as_mut() else {
+                continue;
+            };
             if let (EpState::Connected { .. }, Some(t)) = (&ep.state, ep.ack_deadline) {
                 if t <= now {
                     // The peer keeps lent pages unread (or unanswered) too long.

@@ -15,6 +15,7 @@ use crate::proto::conn::{Conn, Stage};
 use crate::proto::core::{
     slot, ConnKey, Cookies, Core, CoreEvent, IdleCopy, Lending, Todo, MAX_PEERS, MAX_SEGMENTS,
 };
+use crate::proto::links::Link;
 use crate::proto::tx;
 use crate::wire::{
     FrameKind, Header, Hello, HelloKind, PeerId, PutTarget, RejectReason, Tag, HELLO_LEN,
@@ -156,6 +157,8 @@ pub(super) struct Endpoint {
     pub(super) dirty: bool,
     pub(super) fin_sent: bool,
     pub(super) fin_rcvd: bool,
+    /// Its links beyond the first (link `i + 1` at index `i`; see `links.rs`).
+    pub(super) links: Vec<Link>,
 }
 
 impl Endpoint {
@@ -200,6 +203,7 @@ impl Endpoint {
             dirty: false,
             fin_sent: false,
             fin_rcvd: false,
+            links: Vec::new(),
         }
     }
 }
@@ -512,8 +516,11 @@ impl Core {
     }
 
     /// The driver opened the socket for an [`Action::Dial`](super::core::Action::Dial)
-    /// and is connecting.
-    pub fn dial_started(&mut self, peer: PeerId, conn: ConnKey) {
+    /// of `peer`'s `link` and is connecting.
+    pub fn dial_started(&mut self, peer: PeerId, link: u8, conn: ConnKey) {
+        if link > 0 {
+            return self.link_dial_started(peer, link, conn);
+        }
         let own_cache = !self.cfg.multishot;
         self.put_conn(
             conn,
@@ -529,8 +536,11 @@ impl Core {
         self.kill_conn(conn);
     }
 
-    /// The driver could not even create the socket for a dial.
-    pub fn dial_failed(&mut self, now: Instant, peer: PeerId, err: Errno) {
+    /// The driver could not even create the socket for a dial of `peer`'s `link`.
+    pub fn dial_failed(&mut self, now: Instant, peer: PeerId, link: u8, err: Errno) {
+        if link > 0 {
+            return self.link_dial_failed(now, peer, link);
+        }
         self.retry_or_fail(Some(now), peer, Cause::Os(err));
     }
 
@@ -563,6 +573,7 @@ impl Core {
                     }
                 }
             }
+            Err(_) if self.is_link(conn) => self.link_lost(now, conn),
             Err(e) => {
                 self.kill_conn(conn);
                 if self.ep_dialing_on(peer, conn) {
@@ -604,7 +615,12 @@ impl Core {
             conn: None,
             retry_at: None,
         };
-        self.todo.push_back(Todo::Dial { peer, addr, bind });
+        self.todo.push_back(Todo::Dial {
+            peer,
+            link: 0,
+            addr,
+            bind,
+        });
     }
 
     /// A dial failed: schedule the next attempt, or fail the endpoint after the last.
@@ -733,6 +749,10 @@ impl Core {
             core.events.push_back(CoreEvent::Refused { why });
             core.reject(conn, reason);
         };
+        let link = self.conn_mut(conn).map_or(0, |c| c.link);
+        if link > 0 {
+            return self.claim_link(conn, peer, link);
+        }
         let me = self.cfg.pid;
         let ep = self.ep_mut(peer).expect("claim is called for a known peer");
         // Decide whether this incoming connection becomes the endpoint's connection.
@@ -803,6 +823,9 @@ impl Core {
         }
         self.submit_tx(conn);
         self.events.push_back(CoreEvent::Connected(peer));
+        if !self.conn_mut(conn).is_some_and(|c| c.unconfirmed) {
+            self.dial_links(peer);
+        }
     }
 
     /// Acceptor: the connection adopted from the peer's HELLO ended (closed, reset, a
@@ -825,6 +848,8 @@ impl Core {
         if !matches!(ep.state, EpState::Connected { conn: c } if c == conn) {
             return;
         }
+        self.close_links(peer);
+        let Some(ep) = self.ep_mut(peer) else { return };
         if ep.queue.is_empty() {
             ep.state = EpState::Closed;
             return;
@@ -845,11 +870,16 @@ impl Core {
             c.unconfirmed = false;
             c.deadline = None;
             self.mark_dirty(peer);
+            // The dialer took the connection, so it is connected too: links may join.
+            self.dial_links(peer);
         }
     }
 
     /// Dialer side: the acceptor's answer arrived.
     pub(super) fn on_accept_record(&mut self, now: Instant, conn: ConnKey, h: Hello) {
+        if self.is_link(conn) {
+            return self.on_link_answer(now, conn, h);
+        }
         let c = self.conn_mut(conn).expect("conn exists");
         let peer = c.peer.expect("dialer knows its peer");
         let err = match h.kind {
@@ -890,6 +920,7 @@ impl Core {
                 self.early_accepted(peer, conn);
                 self.mark_dirty(peer);
                 self.events.push_back(CoreEvent::Connected(peer));
+                self.dial_links(peer);
             }
             HelloKind::Reject(reason) => {
                 self.kill_conn(conn);
@@ -968,6 +999,7 @@ impl Core {
     /// Both FINs exchanged (or the peer's EOF after its FIN): close without error.
     pub(super) fn close_clean(&mut self, peer: PeerId, conn: ConnKey) {
         self.kill_conn(conn);
+        self.close_links(peer);
         if let Some(ep) = self.ep_mut(peer) {
             if matches!(ep.state, EpState::Connected { conn: c } if c == conn) {
                 ep.state = EpState::Closed;
@@ -1033,6 +1065,7 @@ impl Core {
             }
             self.orphan_inflight(peer, c, &reason);
         }
+        self.close_links(peer);
         self.fail_queued(peer, reason);
         true
     }

@@ -49,6 +49,8 @@ pub(super) struct Handshake {
     pub(super) nonce_d: [u8; NONCE_LEN],
     pub(super) nonce_a: [u8; NONCE_LEN],
     pub(super) claimed: PeerId,
+    /// The link the dial is to be (from the dialer's HELLO).
+    pub(super) link: u8,
 }
 
 impl Core {
@@ -57,14 +59,17 @@ impl Core {
     pub(super) fn hello_for(&mut self, conn: ConnKey, peer: PeerId) -> Option<Hello> {
         let nonce = self.nonces.next()?;
         let c = self.conn_mut(conn)?;
+        let link = c.link;
         c.hs = Some(Box::new(Handshake {
             nonce_d: nonce,
             nonce_a: [0; NONCE_LEN],
             claimed: peer,
+            link,
         }));
         let mut h = self.record(HelloKind::Hello);
         h.to = peer;
         h.nonce = nonce;
+        h.link = link;
         Some(h)
     }
 
@@ -106,10 +111,12 @@ impl Core {
             nonce_a: &nonce_a,
             pid_d: h.pid,
             pid_a: me,
+            link: h.link,
         };
         let mut rec = self.record(HelloKind::Challenge);
         rec.to = h.pid;
         rec.nonce = nonce_a;
+        rec.link = h.link;
         rec.mac = auth::handshake_mac(&self.key, Side::Acceptor, &t);
         let Some(c) = self.conn_mut(conn) else { return };
         c.stage = Stage::ExpectAuth;
@@ -117,6 +124,7 @@ impl Core {
             nonce_d: h.nonce,
             nonce_a,
             claimed: h.pid,
+            link: h.link,
         }));
         c.write_record(&rec);
         self.submit_tx(conn);
@@ -151,10 +159,17 @@ impl Core {
             nonce_a: &hs.nonce_a,
             pid_d: hs.claimed,
             pid_a: self.cfg.pid,
+            link: hs.link,
         };
-        if h.pid != hs.claimed || !auth::verify_handshake(&self.key, Side::Dialer, &t, &h.mac) {
+        if h.pid != hs.claimed
+            || h.link != hs.link
+            || !auth::verify_handshake(&self.key, Side::Dialer, &t, &h.mac)
+        {
             self.counters.auth_failed += 1;
             return self.refuse_incoming(conn, RejectReason::AuthFailed, ProtoError::AuthFailed);
+        }
+        if let Some(c) = self.conn_mut(conn) {
+            c.link = hs.link;
         }
         self.adopt_or_refuse(conn, hs.claimed);
     }
@@ -179,10 +194,14 @@ impl Core {
                     nonce_a: &h.nonce,
                     pid_d: self.cfg.pid,
                     pid_a: peer,
+                    link: hs.link,
                 };
-                if auth::verify_handshake(&self.key, Side::Acceptor, &t, &h.mac) {
+                if h.link == hs.link
+                    && auth::verify_handshake(&self.key, Side::Acceptor, &t, &h.mac)
+                {
                     let mut rec = self.record(HelloKind::Auth);
                     rec.to = peer;
+                    rec.link = hs.link;
                     rec.mac = auth::handshake_mac(&self.key, Side::Dialer, &t);
                     let c = self.conn_mut(conn).expect("conn exists");
                     c.stage = Stage::ExpectAccept;
@@ -198,6 +217,9 @@ impl Core {
                 state: "ExpectChallenge",
             },
         };
+        if self.is_link(conn) {
+            return self.link_lost(now, conn);
+        }
         self.kill_conn(conn);
         if self.ep_dialing_on(peer, conn) {
             self.fail_endpoint(peer, FailReason::Protocol { peer, err });

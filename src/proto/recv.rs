@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::buf::{Regions, RxBuf};
 use crate::error::{Cause, Errno, FailReason, ProtoError, WireError};
 use crate::proto::conn::{Conn, Stage};
-use crate::proto::core::{slot, ConnKey, Core, InputStep, RunHead, Step, Todo};
+use crate::proto::core::{slot, ConnKey, Core, CoreEvent, InputStep, RunHead, Step, Todo};
 use crate::proto::deframe::Source;
 use crate::wire::{FrameKind, Header, Hello, PeerId, HEADER_LEN};
 
@@ -205,6 +205,7 @@ impl Core {
         let (stage, peer) = (c.stage, c.peer);
         match (stage, peer) {
             (Stage::Dead, _) => {}
+            (_, Some(_)) if c.link > 0 => self.link_lost(now, conn),
             (Stage::Open, Some(peer)) if c.unconfirmed => {
                 let cause = err.map_or(Cause::ClosedInHandshake, Cause::Os);
                 self.unconfirmed_lost(now, peer, conn, cause);
@@ -308,6 +309,17 @@ impl Core {
                 }
                 Stage::Open => {
                     let peer = c.peer.expect("open conn knows its peer");
+                    if c.link > 0 {
+                        // A link beyond the first carries no frame: bytes on it end it.
+                        if *at < input.len() || (!rx.wants_all() && rx.pending() > 0) {
+                            self.events.push_back(CoreEvent::Refused {
+                                why: ProtoError::FrameOnLink,
+                            });
+                            self.link_lost(now, conn);
+                            return InputStep::Drop;
+                        }
+                        return InputStep::Done;
+                    }
                     // An adopted connection trades its handshake-sized buffer for the
                     // full cache: at once with provided buffers; reading into its own
                     // cache, once a read fills the small buffer or a frame needs more
@@ -398,6 +410,13 @@ impl Core {
                     _ => self.on_accept_record(now, conn, h),
                 }
                 Some(true)
+            }
+            Err(e) if self.is_link(conn) => {
+                // A link's dial met nonsense: the link alone ends (its next attempt
+                // follows).
+                self.events.push_back(CoreEvent::Refused { why: e.into() });
+                self.link_lost(now, conn);
+                None
             }
             Err(WireError::BadVersion { got, ours }) => {
                 // Another version of ringbtl: a clear error on both sides.

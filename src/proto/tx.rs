@@ -185,6 +185,9 @@ impl Core {
             return;
         }
         if let Err(e) = result {
+            if self.is_link(conn) {
+                return self.link_lost(now, conn);
+            }
             let unconfirmed = self.conn_mut(conn).is_some_and(|c| c.unconfirmed);
             if let Some(peer) = peer.filter(|_| stage == Stage::Open && unconfirmed) {
                 self.unconfirmed_lost(now, peer, conn, Cause::Os(e));

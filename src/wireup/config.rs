@@ -40,6 +40,11 @@ pub struct WireupConfig {
     pub pmix_lib: Option<String>,
     /// Time limit of the address exchange (`RINGBTL_WIREUP_TIMEOUT_MS`, ms, 10..=3600000).
     pub timeout: Duration,
+    /// Connections to a peer per pair of a local and a peer interface that share a subnet
+    /// (`RINGBTL_LINKS`, 1..=8, as Open MPI's `btl_tcp_links`); an endpoint has at most
+    /// [`MAX_LINKS`](crate::wire::MAX_LINKS) in all (see
+    /// [`link_plan`](crate::wireup::link_plan)).
+    pub links: u32,
 }
 
 impl Default for WireupConfig {
@@ -53,6 +58,7 @@ impl Default for WireupConfig {
             root: None,
             pmix_lib: None,
             timeout: DEFAULT_TIMEOUT,
+            links: 1,
         }
     }
 }
@@ -147,7 +153,7 @@ fn parse_ports(v: &str) -> Result<Option<(u16, u16)>, String> {
     }))
 }
 
-static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
+static WIREUP_PARAMS: [Param<WireupConfig>; 9] = [
     Param {
         name: "listen",
         var: "RINGBTL_LISTEN",
@@ -201,6 +207,21 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 8] = [
                 Ok(())
             },
             check: |_| Ok(()),
+        },
+    },
+    Param {
+        name: "links",
+        var: "RINGBTL_LINKS",
+        kind: Kind::Int {
+            lo: 1,
+            hi: 8,
+            unit: Unit::Count,
+        },
+        meaning: "connections to a peer per pair of interfaces on one subnet (8 in all at most)",
+        site: "nodes with several NICs on the job's networks, or NICs one TCP flow cannot fill",
+        access: Access::Num {
+            get: |c| Some(c.links.into()),
+            put: |c, v| c.links = v.unwrap_or(1) as u32,
         },
     },
     Param {

@@ -51,7 +51,7 @@ pub use ifaces::{discover, select_local, Cidr, IfFlags, IfMatch, IfSelection, In
 pub use pmi::{PmiClient, PmiMaxes};
 pub use probe::probe;
 pub use rendezvous::Rendezvous;
-pub use route::{order_peer_addrs, Route};
+pub use route::{link_plan, order_peer_addrs, Route};
 pub use uri::{format_uri, format_uri_list, parse_uri, parse_uri_list};
 
 /// Time allowed for the address exchange unless `RINGBTL_WIREUP_TIMEOUT_MS` says otherwise.

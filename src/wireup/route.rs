@@ -74,6 +74,29 @@ pub fn order_peer_addrs(local: &[Interface], peer: &[SocketAddr]) -> Vec<Route> 
     near
 }
 
+/// The connections an endpoint opens to a peer, from its [`order_peer_addrs`] routes:
+/// `per_pair` connections for each pair of a local and a peer interface on one subnet
+/// (the routes bound to a local address), of the family of the first route; when no
+/// route is on a local subnet, `per_pair` over the first (routed) route. At most
+/// [`MAX_LINKS`](crate::wire::MAX_LINKS) in all. The first is the endpoint's first
+/// connection, the rest its links (see [`Core::set_link_routes`](crate::proto::core::Core::set_link_routes)).
+pub fn link_plan(routes: &[Route], per_pair: usize) -> Vec<Route> {
+    let Some(first) = routes.first() else {
+        return Vec::new();
+    };
+    let v4 = first.remote.is_ipv4();
+    let near: Vec<&Route> = routes
+        .iter()
+        .filter(|r| r.same_subnet && r.remote.is_ipv4() == v4)
+        .collect();
+    let pairs = if near.is_empty() { vec![first] } else { near };
+    pairs
+        .into_iter()
+        .flat_map(|r| std::iter::repeat_n(*r, per_pair.max(1)))
+        .take(crate::wire::MAX_LINKS)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +185,51 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert!(order_peer_addrs(&local, &[]).is_empty());
         assert!(order_peer_addrs(&[], &[sa("10.1.0.9:7")]).is_empty());
+    }
+
+    #[test]
+    fn the_link_plan_pairs_interfaces_on_one_subnet() {
+        let local = [
+            iface("ra", "10.231.1.10", 24),
+            iface("rb", "10.231.2.10", 24),
+        ];
+        let peer = [
+            sa("10.231.1.11:5000"),
+            sa("10.231.2.11:5000"),
+            sa("192.168.9.1:5000"),
+            sa("[fd00::11]:5000"),
+        ];
+        let routes = order_peer_addrs(&local, &peer);
+        let plan = link_plan(&routes, 1);
+        let got: Vec<_> = plan.iter().map(|r| (r.remote, r.bind)).collect();
+        assert_eq!(
+            got,
+            [
+                (sa("10.231.1.11:5000"), ip("10.231.1.10")),
+                (sa("10.231.2.11:5000"), ip("10.231.2.10")),
+            ],
+            "one link per interface pair on a shared subnet; routed and other-family \
+             addresses are no pairs"
+        );
+        // `per_pair` connections each, the first pair first.
+        let plan = link_plan(&routes, 3);
+        assert_eq!(plan.len(), 6);
+        assert!(plan[..3].iter().all(|r| r.remote == sa("10.231.1.11:5000")));
+        assert!(plan[3..].iter().all(|r| r.remote == sa("10.231.2.11:5000")));
+        // Never more than an endpoint holds.
+        assert_eq!(link_plan(&routes, 8).len(), crate::wire::MAX_LINKS);
+    }
+
+    #[test]
+    fn a_routed_peer_gets_its_links_over_the_first_route() {
+        let local = [iface("eth0", "10.1.0.5", 16)];
+        let routes = order_peer_addrs(&local, &[sa("10.9.0.7:4000"), sa("10.8.0.7:4000")]);
+        let plan = link_plan(&routes, 2);
+        let got: Vec<_> = plan.iter().map(|r| (r.remote, r.bind)).collect();
+        assert_eq!(
+            got,
+            [(sa("10.9.0.7:4000"), None), (sa("10.9.0.7:4000"), None)]
+        );
+        assert!(link_plan(&[], 2).is_empty());
     }
 }

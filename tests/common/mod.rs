@@ -372,6 +372,7 @@ pub fn raw_handshake(
         nonce_a: &ch.nonce,
         pid_d: me,
         pid_a: to,
+        link: 0,
     };
     let genuine = verify_handshake(key, Side::Acceptor, &t, &ch.mac);
     let mut auth = Hello::new(HelloKind::Auth, me);

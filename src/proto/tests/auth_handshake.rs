@@ -47,6 +47,7 @@ fn forged_hello_claims_no_rank() {
                 nonce_a: &ch.nonce,
                 pid_d: PeerId(1),
                 pid_a: PeerId(0),
+                link: 0,
             };
             let mut a = Hello::new(HelloKind::Auth, PeerId(1));
             a.mac = auth::handshake_mac(&other_key(), Side::Dialer, &t);
@@ -131,6 +132,7 @@ fn replayed_auth_is_refused() {
         nonce_a: &ch.nonce,
         pid_d: PeerId(1),
         pid_a: PeerId(0),
+        link: 0,
     };
     let mut recorded = Hello::new(HelloKind::Auth, PeerId(1));
     recorded.to = PeerId(0);
@@ -188,6 +190,7 @@ fn reflected_and_misattributed_macs_are_refused() {
         nonce_a: &ch.nonce,
         pid_d: PeerId(1),
         pid_a: PeerId(0),
+        link: 0,
     };
     let mut a = Hello::new(HelloKind::Auth, PeerId(2));
     a.mac = auth::handshake_mac(&key(), Side::Dialer, &t);

@@ -18,6 +18,7 @@ fn raw_challenge(net: &mut Net, r: usize) {
         nonce_a: &nonce_a,
         pid_d: PeerId(0),
         pid_a: PeerId(1),
+        link: 0,
     };
     let mut ch = Hello::new(HelloKind::Challenge, PeerId(1));
     ch.to = PeerId(0);
@@ -141,6 +142,7 @@ fn higher_id_waits_for_the_accept() {
         nonce_a: &nonce_a,
         pid_d: PeerId(1),
         pid_a: PeerId(0),
+        link: 0,
     };
     let mut ch = Hello::new(HelloKind::Challenge, PeerId(0));
     ch.to = PeerId(1);

@@ -47,6 +47,7 @@ fn stream(sizes: &[usize]) -> (Vec<u8>, Vec<Sent>) {
         nonce_a: &NONCE_A,
         pid_d: PeerId(1),
         pid_a: PeerId(0),
+        link: 0,
     };
     auth.mac = handshake_mac(&JobKey::from_bytes(KEY), Side::Dialer, &t);
     let mut s = hello.to_bytes().to_vec();

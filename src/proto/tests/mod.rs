@@ -37,6 +37,7 @@ mod garbage;
 mod input;
 mod lazy;
 mod lent;
+mod links;
 mod pad;
 mod run;
 mod traffic;
@@ -627,35 +628,59 @@ impl Net {
 
     /// Raw HELLO as process `pid` (nonce [`RAW_NONCE`]), addressed to node 0.
     fn raw_hello(&mut self, r: usize, pid: u32) {
+        self.raw_hello_link(r, pid, 0);
+    }
+
+    /// [`raw_hello`](Self::raw_hello) for link `link` of the endpoint.
+    fn raw_hello_link(&mut self, r: usize, pid: u32, link: u8) {
         let mut h = Hello::new(HelloKind::Hello, PeerId(pid));
         h.to = PeerId(0);
         h.nonce = RAW_NONCE;
+        h.link = link;
         self.raw_write(r, &h.to_bytes());
     }
 
     /// After [`raw_hello`](Self::raw_hello) as `pid` to node 0: reads node 0's CHALLENGE,
     /// checks its MAC with `key`, and writes an AUTH made with `key` and `token`.
     fn raw_send_auth(&mut self, r: usize, pid: u32, key: &JobKey, token: u64) {
+        self.raw_send_auth_link(r, pid, key, token, 0, 0);
+    }
+
+    /// [`raw_send_auth`](Self::raw_send_auth) after a HELLO for link `link`: the CHALLENGE
+    /// must name that link and prove the key over it; the AUTH's MAC is made over link
+    /// `mac_link` (the same link, unless a test forges it).
+    fn raw_send_auth_link(
+        &mut self,
+        r: usize,
+        pid: u32,
+        key: &JobKey,
+        token: u64,
+        link: u8,
+        mac_link: u8,
+    ) {
         self.run(false);
         let ch = Hello::parse(&self.raw_read(r)).expect("a CHALLENGE");
         assert_eq!(
-            (ch.kind, ch.pid, ch.to),
-            (HelloKind::Challenge, PeerId(0), PeerId(pid))
+            (ch.kind, ch.pid, ch.to, ch.link),
+            (HelloKind::Challenge, PeerId(0), PeerId(pid), link)
         );
-        let t = Transcript {
+        let mut t = Transcript {
             token,
             nonce_d: &RAW_NONCE,
             nonce_a: &ch.nonce,
             pid_d: PeerId(pid),
             pid_a: PeerId(0),
+            link,
         };
         assert_eq!(
             auth::verify_handshake(key, Side::Acceptor, &t, &ch.mac),
             *key == JobKey::from_bytes(KEY) && token == TOKEN,
             "the CHALLENGE proves node 0's key"
         );
+        t.link = mac_link;
         let mut a = Hello::new(HelloKind::Auth, PeerId(pid));
         a.to = PeerId(0);
+        a.link = link;
         a.mac = auth::handshake_mac(key, Side::Dialer, &t);
         self.raw_write(r, &a.to_bytes());
     }
@@ -664,6 +689,14 @@ impl Net {
     fn raw_join(&mut self, r: usize, pid: u32) {
         self.raw_hello(r, pid);
         self.raw_send_auth(r, pid, &JobKey::from_bytes(KEY), TOKEN);
+    }
+
+    /// A join's AUTH for link `link` as `pid` with the nodes' key, then node 0's answer.
+    fn raw_auth_link(&mut self, r: usize, pid: u32, link: u8) -> Option<Hello> {
+        self.raw_send_auth_link(r, pid, &JobKey::from_bytes(KEY), TOKEN, link, link);
+        self.run(false);
+        let ans = self.raw_read(r);
+        (!ans.is_empty()).then(|| Hello::parse(&ans).expect("an answer record"))
     }
 
     /// [`raw_send_auth`](Self::raw_send_auth), then node 0's answer (`None`: the
@@ -727,7 +760,9 @@ impl Net {
 
     fn apply(&mut self, n: usize, a: Action) {
         match a {
-            Action::Dial { peer, addr, .. } => {
+            Action::Dial {
+                peer, link, addr, ..
+            } => {
                 self.nodes[n].dials.push((peer, addr));
                 let s = self.socks.len();
                 let key = self.alloc_key(n, s);
@@ -750,7 +785,7 @@ impl Net {
                     }
                     _ => {}
                 }
-                self.nodes[n].core.dial_started(peer, key);
+                self.nodes[n].core.dial_started(peer, link, key);
             }
             Action::Transmit { conn: k, batch } => {
                 let s = self.sock_of(n, k);

@@ -1,0 +1,161 @@
+//! Links beyond a peer's first connection (`RINGBTL_LINKS`) through the public API, two
+//! transports in one process over loopback, once per compiled backend.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{completions, drive, failures, pair_with};
+use ringbtl::proto::core::EndpointState;
+use ringbtl::{BackendKind, PeerId, SendError, Tag, Transport};
+
+backend_tests!(
+    links_join_and_messages_keep_their_order,
+    links_close_with_a_clean_shutdown,
+);
+
+const LINKS: u32 = 3;
+const MESSAGES: u64 = 2_000;
+
+/// With `RINGBTL_LINKS=3` both sides end up with three connections to each other (the
+/// lower id dials the two links once the first is adopted), and messages both ways still
+/// arrive in order, each once, whichever side spoke first.
+fn links_join_and_messages_keep_their_order(kind: BackendKind) {
+    for first in [0u32, 1] {
+        let (mut a, mut b) = pair_with(kind, |c| c.wireup.links = LINKS);
+        let got = [checker(&mut a), checker(&mut b)];
+        let done = [completions(&mut a), completions(&mut b)];
+        let (from, to) = if first == 0 { (&mut a, 1) } else { (&mut b, 0) };
+        from.send(PeerId(to), Tag(5), &[payload(0)], 0).unwrap();
+        open_links(&mut a, &mut b);
+        for seq in 1..MESSAGES {
+            send_retrying(&mut a, &mut b, PeerId(1), seq);
+            send_retrying(&mut b, &mut a, PeerId(0), seq);
+            a.progress().unwrap();
+            b.progress().unwrap();
+        }
+        // Side `first` sent one more message (cookie 0) than the other.
+        let want = |side: u32| MESSAGES - 1 + u64::from(side == first);
+        drive(
+            &mut [&mut a, &mut b],
+            Duration::from_secs(30),
+            "messages",
+            || done[0].borrow().len() as u64 == want(0) && done[1].borrow().len() as u64 == want(1),
+        );
+        for (side, t) in [(0usize, &a), (1, &b)] {
+            assert!(
+                done[side].borrow().iter().all(|c| c.result.is_ok()),
+                "side {side}"
+            );
+            let s = t.stats();
+            assert_eq!(s.links_joined, u64::from(LINKS - 1), "side {side}");
+            assert_eq!(s.links_lost, 0, "side {side}");
+        }
+        // Each side saw the other's sequence numbers in order, none twice.
+        for (side, g) in got.iter().enumerate() {
+            let g = g.borrow();
+            let sender = 1 - side as u32;
+            let start = u64::from(sender != first);
+            let expect: Vec<u64> = (start..MESSAGES).collect();
+            assert_eq!(*g, expect, "side {side} (first speaker {first})");
+        }
+    }
+}
+
+/// A clean shutdown closes the links with their endpoint: the peer sees the FIN and
+/// closes, nobody fails, no link is reported lost.
+fn links_close_with_a_clean_shutdown(kind: BackendKind) {
+    use std::sync::mpsc;
+    let (addr_tx, addr_rx) = mpsc::channel();
+    let (a_addr_tx, a_addr_rx) = mpsc::channel();
+    let peer = std::thread::spawn(move || {
+        let mut c = common::cfg(1, kind);
+        c.wireup.links = LINKS;
+        let mut b = Transport::new(c).unwrap();
+        addr_tx.send(b.local_addr()).unwrap();
+        b.add_peer(PeerId(0), vec![a_addr_rx.recv().unwrap()])
+            .unwrap();
+        b.register(Tag(5), |_, _| {}).unwrap();
+        let fb = failures(&mut b);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut most = 0;
+        loop {
+            b.progress().unwrap();
+            most = most.max(b.links_open(PeerId(0)));
+            if most > 0 && b.peer_state(PeerId(0)) == Some(EndpointState::Closed) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no FIN seen");
+        }
+        let failed = fb.borrow().len();
+        (most, failed, b.links_open(PeerId(0)), b.stats().links_lost)
+    });
+    let mut c = common::cfg(0, kind);
+    c.wireup.links = LINKS;
+    let mut a = Transport::new(c).unwrap();
+    a_addr_tx.send(a.local_addr()).unwrap();
+    a.add_peer(PeerId(1), vec![addr_rx.recv().unwrap()])
+        .unwrap();
+    let fa = failures(&mut a);
+    a.send(PeerId(1), Tag(5), &[payload(0)], 0).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while a.links_open(PeerId(1)) < LINKS as usize {
+        a.progress().unwrap();
+        assert!(std::time::Instant::now() < deadline, "links never opened");
+    }
+    a.shutdown(Duration::from_secs(10)).unwrap();
+    let (most, failed, open, lost) = peer.join().unwrap();
+    assert_eq!(most, LINKS as usize, "the peer had every link");
+    assert_eq!(
+        (failed, open, lost),
+        (0, 0, 0),
+        "peer: failures, links open, lost"
+    );
+    assert!(fa.borrow().is_empty());
+    assert_eq!(a.links_open(PeerId(1)), 0);
+    assert_eq!(a.stats().links_lost, 0);
+}
+
+/// Progresses both until each has every link open to the other.
+fn open_links(a: &mut Transport, b: &mut Transport) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let want = LINKS as usize;
+    while a.links_open(PeerId(1)) < want || b.links_open(PeerId(0)) < want {
+        assert!(std::time::Instant::now() < deadline, "links never opened");
+        a.progress().unwrap();
+        b.progress().unwrap();
+    }
+}
+
+/// Eight bytes: the message's sequence number.
+fn payload(seq: u64) -> Bytes {
+    Bytes::copy_from_slice(&seq.to_be_bytes())
+}
+
+/// Records the sequence numbers that arrive on tag 5.
+fn checker(t: &mut Transport) -> std::rc::Rc<std::cell::RefCell<Vec<u64>>> {
+    let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let g = got.clone();
+    t.register(Tag(5), move |_, m| {
+        let b: [u8; 8] = m.payload.try_into().expect("8 bytes");
+        g.borrow_mut().push(u64::from_be_bytes(b));
+    })
+    .unwrap();
+    got
+}
+
+/// Sends message `seq` from `t`, progressing both sides while the peer's queue is full.
+fn send_retrying(t: &mut Transport, other: &mut Transport, peer: PeerId, seq: u64) {
+    for _ in 0..100_000 {
+        match t.send(peer, Tag(5), &[payload(seq)], seq) {
+            Ok(()) => return,
+            Err(SendError::WouldBlock(_)) => {
+                t.progress().unwrap();
+                other.progress().unwrap();
+            }
+            Err(e) => panic!("send {seq}: {e}"),
+        }
+    }
+    panic!("send {seq}: the queue never drained");
+}
