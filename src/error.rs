@@ -67,6 +67,13 @@ pub enum ProtoError {
     /// link is closed (the endpoint stays connected).
     #[error("bytes on a link that carries no frame")]
     FrameOnLink,
+    /// A CONFIRM or RESUME counted more of our frames than were sent.
+    #[error("a count beyond the frames sent")]
+    CountBeyondSent,
+    /// A RESUME arrived where no failover can take it (on the primary, or on another
+    /// link than the one this side resumed on).
+    #[error("RESUME where no failover can take it")]
+    UnexpectedResume,
 }
 
 /// Why sending is impossible.
@@ -205,6 +212,10 @@ pub enum Cause {
     /// The operating system gave no random numbers for a handshake nonce.
     #[error("no random numbers for a handshake nonce")]
     NoNonce,
+    /// The primary connection failed with frames the peer had not consumed that were
+    /// written, and completed, before a standby link opened: they cannot go again.
+    #[error("the connection failed with frames sent before a standby link opened")]
+    LostBeforeLinks,
 }
 
 impl Cause {

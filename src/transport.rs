@@ -133,6 +133,13 @@ pub struct Stats {
     /// Open links beyond a peer's first connection that failed or ended while the peer
     /// stayed connected (each is dialed again).
     pub links_lost: u64,
+    /// Times a peer's stream moved to a standby link because its primary connection
+    /// failed, losing nothing (see [`WireupConfig::links`](crate::WireupConfig::links)).
+    pub failovers: u64,
+    /// Of those, the ones this side started because the primary's retransmission timer
+    /// kept firing with a standby link open: a path gone without an error (an interface
+    /// down), found within about a second rather than at `TCP_USER_TIMEOUT`.
+    pub stalls: u64,
     /// Large messages after whose send this side's socket was set to acknowledge at once
     /// (`TCP_QUICKACK`, see
     /// [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)), so that
@@ -848,6 +855,8 @@ impl Transport {
             idle_copies: c.idle_copies,
             links_joined: c.links_joined,
             links_lost: c.links_lost,
+            failovers: c.failovers,
+            stalls: c.stalls,
             quick_acks: self.quick_acks,
         }
     }
@@ -1052,6 +1061,11 @@ impl Transport {
                 Action::PauseProvided(k) => self.pause_provided(k),
                 Action::Close(k) => self.backend.close(conn_id(k)),
                 Action::Reset(k) => self.backend.reset(conn_id(k)),
+                Action::Probe(k) => {
+                    let fd = self.backend.open_fd(conn_id(k));
+                    let n = fd.and_then(sys::rto_retransmits).unwrap_or(0);
+                    self.core.probed(Instant::now(), k, n);
+                }
                 Action::Dial {
                     peer,
                     link,

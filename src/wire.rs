@@ -125,6 +125,19 @@
 //! start of a line as for any copied payload, and hands out the payload behind the
 //! padding, still 8-byte aligned.
 //!
+//! # Links: CONFIRM and RESUME
+//!
+//! An endpoint with more than one connection keeps one stream of frames per direction,
+//! carried by its *primary* connection, the others standing by (see `Hello::link`).
+//! Every frame but these two counts in its stream's position. While a standby link is
+//! open, the receiver says how many of the peer's frames it has consumed with a CONFIRM
+//! (kind 0x10, tag 0, no flags, length 8, the count as a big-endian u64), and the sender
+//! keeps each frame until it is confirmed. When the primary fails, one side writes a
+//! RESUME (kind 0x20, same shape) with its own count as the first frame on a standby
+//! link; the other side answers on that link with a RESUME of its count, and each sends
+//! again, on that link, its frames from the count it read. Counts start at 0 on the
+//! endpoint's first connection and go on across RESUMEs.
+//!
 //! # Put (one-sided write into registered memory)
 //!
 //! ```text
@@ -200,6 +213,15 @@ pub enum WireError {
         addr: u64,
         /// Data bytes.
         len: u64,
+    },
+    /// A CONFIRM or RESUME frame whose length is not that of its count, or with a tag or
+    /// flags.
+    #[error("count frame (CONFIRM, RESUME) with a {len}-byte payload and tag {tag}")]
+    BadCount {
+        /// Announced length.
+        len: u32,
+        /// Tag byte.
+        tag: u8,
     },
     /// A PUT frame too short for its target, or with a tag.
     #[error("PUT frame with a {len}-byte payload and tag {tag} (a target of 16 bytes and tag 0 expected)")]
@@ -293,6 +315,9 @@ pub enum RejectReason {
     /// A dial to join the endpoint (link 1 or above) found it without a first connection:
     /// the dialer tries again later, or dials link 0.
     NoLink,
+    /// This process takes no links beyond an endpoint's first (its receive mode has no
+    /// room for them): the dialer dials none to it.
+    LinksOff,
 }
 
 impl RejectReason {
@@ -306,6 +331,7 @@ impl RejectReason {
             Self::Version => 6,
             Self::Unreachable => 7,
             Self::NoLink => 8,
+            Self::LinksOff => 9,
         }
     }
 
@@ -319,6 +345,7 @@ impl RejectReason {
             6 => Self::Version,
             7 => Self::Unreachable,
             8 => Self::NoLink,
+            9 => Self::LinksOff,
             _ => return Err(WireError::BadReason(c)),
         })
     }
@@ -460,6 +487,11 @@ pub enum FrameKind {
     Fin,
     /// The receiver read the next frame that carried [`FLAG_ACK`] (see the module docs).
     Ack,
+    /// A count of the peer's frames this side consumed (see "Links" in the module docs).
+    Confirm,
+    /// The stream moves to the connection this arrives on, after this side consumed the
+    /// count it carries of the peer's frames (see "Links" in the module docs).
+    Resume,
 }
 
 impl FrameKind {
@@ -467,7 +499,19 @@ impl FrameKind {
     const PUT: u8 = 0x02;
     const FIN: u8 = 0x04;
     const ACK: u8 = 0x08;
+    const CONFIRM: u8 = 0x10;
+    const RESUME: u8 = 0x20;
+
+    /// Whether frames of this kind are counted in their stream's position (every kind
+    /// but the two that carry positions).
+    #[inline]
+    pub const fn counted(self) -> bool {
+        !matches!(self, Self::Confirm | Self::Resume)
+    }
 }
+
+/// Payload bytes of a CONFIRM or RESUME frame: a count, big-endian.
+pub const COUNT_LEN: usize = 8;
 
 /// Header flag of a SEND or PUT frame: the sender lent the payload's pages to the kernel
 /// and completes the send only once the receiver answers with an ACK frame.
@@ -592,6 +636,8 @@ impl Header {
             FrameKind::PUT => FrameKind::Put,
             FrameKind::FIN => FrameKind::Fin,
             FrameKind::ACK => FrameKind::Ack,
+            FrameKind::CONFIRM => FrameKind::Confirm,
+            FrameKind::RESUME => FrameKind::Resume,
             k => return Err(WireError::BadFrameKind(k)),
         };
         let flags = u16::from_be_bytes([b[2], b[3]]);
@@ -609,6 +655,19 @@ impl Header {
             || (!ack && !padded && flags != 0)
         {
             return Err(WireError::BadFlags(flags));
+        }
+        if !kind.counted() {
+            // A count, whatever the maximum frame size.
+            if len as usize != COUNT_LEN || b[1] != 0 || flags != 0 {
+                return Err(WireError::BadCount { len, tag: b[1] });
+            }
+            return Ok(Self {
+                kind,
+                tag: Tag(0),
+                len,
+                ack: false,
+                line: 0,
+            });
         }
         if len > max_len {
             return Err(WireError::FrameTooLarge { len, max: max_len });
@@ -653,6 +712,8 @@ impl Header {
             FrameKind::Put => FrameKind::PUT,
             FrameKind::Fin => FrameKind::FIN,
             FrameKind::Ack => FrameKind::ACK,
+            FrameKind::Confirm => FrameKind::CONFIRM,
+            FrameKind::Resume => FrameKind::RESUME,
         };
         let line = ((self.line as u16) << 8) & FLAG_LINE_MASK;
         let f = if self.ack {
@@ -688,6 +749,7 @@ mod tests {
             HelloKind::Reject(RejectReason::Version),
             HelloKind::Reject(RejectReason::Unreachable),
             HelloKind::Reject(RejectReason::NoLink),
+            HelloKind::Reject(RejectReason::LinksOff),
             HelloKind::Probe,
             HelloKind::ProbeAck,
         ];

@@ -510,6 +510,10 @@ impl Driver {
                 assert!(!s.closing, "{k:?} closed twice");
                 s.closing = true;
             }
+            Action::Probe(k) => {
+                self.sock(k);
+                self.core.probed(now, k, 0);
+            }
         }
     }
 

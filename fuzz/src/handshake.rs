@@ -432,6 +432,7 @@ impl Driver {
                 assert!(!self.closed, "closed twice");
                 self.closed = true;
             }
+            Action::Probe(_) => panic!("no link to probe here"),
         }
     }
 

@@ -141,6 +141,12 @@ pub(super) struct Conn {
     pub(super) answer_quick: bool,
     /// Which link of its endpoint this connection is (0: the first; see `links.rs`).
     pub(super) link: u8,
+    /// Frames of the peer's stream consumed on this connection (see `failover.rs`).
+    pub(super) rx_frames: u64,
+    /// The endpoint's primary while a standby link is open: reads make a CONFIRM due.
+    pub(super) confirms: bool,
+    /// A failed primary whose batch was with the driver when it failed over.
+    pub(super) failed_over: bool,
 }
 
 impl Conn {
@@ -174,6 +180,9 @@ impl Conn {
             quick_ack: false,
             answer_quick: false,
             link: 0,
+            rx_frames: 0,
+            confirms: false,
+            failed_over: false,
         }
     }
 

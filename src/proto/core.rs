@@ -236,6 +236,12 @@ pub enum Action {
     /// lent to it are given back to their owners, so that none of their bytes leave
     /// after that.
     Reset(ConnKey),
+    /// Read how many times in a row the kernel's retransmission timer of `conn` fired
+    /// without an acknowledgement (`tcpi_retransmits` of `TCP_INFO`), and report it with
+    /// [`Core::probed`]. Asked of the primary connection of a peer with a standby link
+    /// while frames wait for the peer, to find a path that died without an error (an
+    /// interface down) long before `TCP_USER_TIMEOUT` would.
+    Probe(ConnKey),
 }
 
 /// The cookies of sends in the order they were queued (`None` for a control frame, which
@@ -319,6 +325,12 @@ pub struct Counters {
     /// Open links beyond an endpoint's first that failed or ended while their endpoint
     /// stayed connected.
     pub links_lost: u64,
+    /// Times an endpoint's stream moved to a standby link because its primary failed
+    /// (on either side).
+    pub failovers: u64,
+    /// Of those, the ones this side started because the primary's retransmission timer
+    /// fired again and again ([`Action::Probe`]): a path gone without an error.
+    pub stalls: u64,
 }
 
 /// What [`Core::recv_step`] found.
@@ -381,10 +393,12 @@ pub fn walk_read<S: Sink>(sink: &mut S, now: Instant, conn: ConnKey, mut rx: RxB
                 head,
                 bytes: rx.unread(),
                 used: 0,
+                frames: 0,
             };
             sink.deliver_run(&mut run);
-            let used = run.used;
+            let (used, frames) = (run.used, run.frames);
             rx.consume(used);
+            sink.core().consumed(conn, frames);
             if sink.core().run_holds(&head) {
                 end = sink.core().run_end(conn, &rx);
             }
@@ -419,6 +433,8 @@ pub struct Run<'a> {
     bytes: &'a [u8],
     /// How many of `bytes` the messages handed out took.
     used: usize,
+    /// How many messages were handed out.
+    frames: u64,
 }
 
 impl<'a> Run<'a> {
@@ -439,6 +455,7 @@ impl<'a> Run<'a> {
         let bytes = self.bytes.get(self.used..)?;
         let (tag, need) = crate::proto::deframe::plain_at(bytes, self.head.max)?;
         self.used += need;
+        self.frames += 1;
         Some((tag, &bytes[crate::wire::HEADER_LEN..need]))
     }
 }
@@ -478,6 +495,7 @@ pub(super) enum Todo {
     PauseProvided(ConnKey),
     Close(ConnKey),
     Reset(ConnKey),
+    Probe(ConnKey),
 }
 
 /// The protocol engine. See the module documentation for the call contract.
@@ -686,6 +704,7 @@ impl Core {
                 },
                 Todo::Close(k) => Action::Close(k),
                 Todo::Reset(k) => Action::Reset(k),
+                Todo::Probe(k) => Action::Probe(k),
                 Todo::PauseProvided(k) => Action::PauseProvided(k),
                 Todo::Transmit(k) => {
                     let Some(c) = self.conn_mut(k) else { continue };
@@ -791,7 +810,11 @@ impl Core {
                 continue;
             }
             if let (Stage::Open, Some(p)) = (stage, peer) {
-                // The frame in progress saw no byte for `frame_stall`.
+                // The frame in progress saw no byte for `frame_stall`, or a RESUME no
+                // answer within the handshake timeout: the stream moves on if it can.
+                if self.fail_over(now, p, conn) {
+                    continue;
+                }
                 let stalled = self.cfg.frame_stall;
                 let cause = Cause::FrameStalled(stalled);
                 self.fail_endpoint(p, FailReason::ConnectionLost { peer: p, cause });
@@ -822,6 +845,7 @@ impl Core {
             let peer = PeerId(i as u32);
             if !ep.links.is_empty() {
                 self.link_timers(now, peer);
+                self.probe_timer(now, peer);
             }
             let Some(ep) = self.endpoints[i].as_mut() else {
                 continue;

@@ -15,6 +15,7 @@ use crate::proto::conn::{Conn, Stage};
 use crate::proto::core::{
     slot, ConnKey, Cookies, Core, CoreEvent, IdleCopy, Lending, Todo, MAX_PEERS, MAX_SEGMENTS,
 };
+use crate::proto::failover::Failover;
 use crate::proto::links::Link;
 use crate::proto::tx;
 use crate::wire::{
@@ -121,8 +122,8 @@ pub(super) struct Endpoint {
     pub(super) queue: VecDeque<Frag>,
     /// The payload segments of the frames in `queue` that are not inline, in order.
     pub(super) segs: VecDeque<Bytes>,
-    /// Wire bytes of the messages in `queue` (control frames aside), capped by
-    /// `max_queued_bytes`.
+    /// Wire bytes of the messages in `queue` and kept for resending (`fo.kept`; control
+    /// frames aside), capped by `max_queued_bytes`.
     pub(super) queued_bytes: u64,
     /// Cookies of the frames handed to the connection and not yet complete, in order:
     /// the frames of its in-flight batch, behind the frames that were written but whose
@@ -159,6 +160,8 @@ pub(super) struct Endpoint {
     pub(super) fin_rcvd: bool,
     /// Its links beyond the first (link `i + 1` at index `i`; see `links.rs`).
     pub(super) links: Vec<Link>,
+    /// Confirmations, kept frames and RESUME (see `failover.rs`).
+    pub(super) fo: Failover,
 }
 
 impl Endpoint {
@@ -204,6 +207,7 @@ impl Endpoint {
             fin_sent: false,
             fin_rcvd: false,
             links: Vec::new(),
+            fo: Failover::default(),
         }
     }
 }
@@ -444,7 +448,8 @@ impl Core {
             return Err(SendError::Unreachable(peer));
         }
         let wire = (Header::LEN + len) as u64;
-        if ep.queued_bytes + wire > cap && !ep.queue.is_empty() {
+        // Frames kept for resending count as queued (see `failover.rs`).
+        if ep.queued_bytes + wire > cap && !(ep.queue.is_empty() && ep.fo.kept.is_empty()) {
             return Err(SendError::WouldBlock(peer));
         }
         hdr.len = len as u32;
@@ -795,6 +800,7 @@ impl Core {
 
         ep.state = EpState::Connected { conn };
         ep.fin_rcvd = false;
+        self.stream_starts(peer);
         if let Some(old) = old {
             debug_assert!(
                 self.conn_mut(old).is_none_or(|c| c.early == 0),
@@ -916,6 +922,7 @@ impl Core {
                 let ep = self.ep_mut(peer).expect("dialing endpoint");
                 ep.state = EpState::Connected { conn };
                 ep.fin_rcvd = false;
+                self.stream_starts(peer);
                 // The frames that went behind our AUTH were delivered.
                 self.early_accepted(peer, conn);
                 self.mark_dirty(peer);
@@ -1015,23 +1022,25 @@ impl Core {
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
-        for c in ep.take_inflight().into_iter().flatten() {
-            self.events.push_back(CoreEvent::Completed {
-                peer,
-                cookie: c,
-                result: Err(reason.clone()),
-            });
-        }
+        let mut failed: Vec<u64> = ep.take_inflight().into_iter().flatten().collect();
         ep.queued_bytes = 0;
         ep.segs.clear();
-        for f in ep.queue.drain(..) {
-            if let Some(cookie) = f.cookie {
-                self.events.push_back(CoreEvent::Completed {
-                    peer,
-                    cookie,
-                    result: Err(reason.clone()),
-                });
-            }
+        failed.extend(ep.queue.drain(..).filter_map(|f| f.cookie));
+        ep.fo.kept.clear();
+        ep.fo.kept_segs.clear();
+        if ep.fo.dead_batches > 0 {
+            // A failed primary's batch may still read these sends' bytes.
+            ep.fo
+                .held
+                .extend(failed.into_iter().map(|c| (c, reason.clone())));
+            return;
+        }
+        for cookie in failed {
+            self.events.push_back(CoreEvent::Completed {
+                peer,
+                cookie,
+                result: Err(reason.clone()),
+            });
         }
     }
 
@@ -1106,7 +1115,8 @@ fn small_target<'a>(
         return None;
     }
     let ep = slot(endpoints, peer.0)?;
-    if ep.fin_sent {
+    // With a standby link every frame is kept for resending: it goes through the queue.
+    if ep.fin_sent || ep.fo.on {
         return None;
     }
     Some((len, ep))

@@ -9,7 +9,9 @@
 //! and is not closing (else `REJECT(NoLink)`); a join for a link it holds already replaces
 //! that connection (the dialer gave up on it).
 //!
-//! Only the lower id dials links, so two processes never race for one. A link that fails
+//! Only the lower id dials links, so two processes never race for one. A process that
+//! reads with the multishot receive takes no links (`REJECT(LinksOff)`, after which the
+//! dialer dials none to it) and dials none. A link that fails
 //! (refused, reset, closed, its deadline) is closed alone: the endpoint stays connected,
 //! and the dialer tries the link again after the connect retry delay, doubling up to
 //! [`MAX_LINK_RETRY`] and without an end while the endpoint is connected, so that an
@@ -53,6 +55,11 @@ impl Core {
     /// are ignored). They are dialed, by the process with the lower id, once the first
     /// connection is adopted. Replaces the plan of earlier calls; links already open stay.
     pub fn set_link_routes(&mut self, peer: PeerId, routes: Vec<LinkRoute>) {
+        if self.cfg.multishot {
+            // The multishot receive reads every connection at once; a standby link must
+            // not be read until it carries the stream (see `failover.rs`).
+            return;
+        }
         let Some(ep) = self.ep_mut(peer) else { return };
         let n = routes.len().min(MAX_LINKS - 1);
         if ep.links.len() < n {
@@ -122,6 +129,10 @@ impl Core {
 
     /// Acceptor: the dialer of a join proved the key: adopt the link or refuse it.
     pub(super) fn claim_link(&mut self, conn: ConnKey, peer: PeerId, link: u8) {
+        if self.cfg.multishot {
+            self.counters.refused += 1;
+            return self.reject(conn, RejectReason::LinksOff);
+        }
         if !self.links_wanted(peer) {
             self.counters.refused += 1;
             self.events.push_back(CoreEvent::Refused {
@@ -148,6 +159,7 @@ impl Core {
         c.write_record(&accept);
         self.counters.links_joined += 1;
         self.submit_tx(conn);
+        self.links_changed(peer);
     }
 
     /// Dialer: the acceptor answered a join.
@@ -166,6 +178,20 @@ impl Core {
                 l.open = true;
                 l.attempts = 0;
                 self.counters.links_joined += 1;
+                self.links_changed(peer);
+            }
+            HelloKind::Reject(RejectReason::LinksOff) => {
+                // The peer takes no links: dial none to it.
+                self.kill_conn(conn);
+                if let Some(ep) = self.ep_mut(peer) {
+                    for l in &mut ep.links {
+                        l.route = None;
+                        l.retry_at = None;
+                        if l.conn == Some(conn) {
+                            l.conn = None;
+                        }
+                    }
+                }
             }
             _ => self.link_lost(now, conn),
         }
@@ -178,15 +204,25 @@ impl Core {
         let (peer, link, open) = (c.peer, c.link, c.stage == Stage::Open);
         self.kill_conn(conn);
         let Some(peer) = peer else { return };
+        // After a FIN either way the links end with their endpoint: no loss.
+        let lost = open && self.links_wanted(peer);
         let Some(l) = self.link_mut(peer, link).filter(|l| l.conn == Some(conn)) else {
             return;
         };
         l.conn = None;
         l.open = false;
-        if open {
+        if lost {
             self.counters.links_lost += 1;
         }
+        self.links_changed(peer);
         self.schedule_link(now, peer, link);
+    }
+
+    /// Dials `peer`'s `link` again after the retry delay (the dialer side only).
+    pub(super) fn link_dial_later(&mut self, now: Instant, peer: PeerId, link: u8) {
+        if peer > self.cfg.pid {
+            self.schedule_link(now, peer, link);
+        }
     }
 
     /// The next attempt at a link, after the doubling delay (dialer side only).
@@ -255,6 +291,7 @@ impl Core {
         for k in conns {
             self.kill_conn(k);
         }
+        self.links_changed(peer);
     }
 
     /// Whether `conn` is a link beyond its endpoint's first.

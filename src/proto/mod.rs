@@ -10,6 +10,7 @@
 //! | [`core`] | the engine's face: `Core`, its actions and events, polling, timers, shutdown |
 //! | `endpoint` | the endpoint state machine: connect, retries, handshake decisions, FIN, failure |
 //! | `handshake` | the challenge-response: HELLO, CHALLENGE, AUTH, nonces, MAC checks |
+//! | `failover` | confirmations, kept frames, RESUME: a failed primary loses nothing |
 //! | `links` | an endpoint's connections beyond its first: plan, dials, joins, loss |
 //! | `conn` | the connection table: per-socket stage, deadline, buffers, accept and close |
 //! | `recv` | the receive side: one walk for both receive modes, large-payload decisions |
@@ -24,6 +25,7 @@ mod conn;
 pub mod core;
 pub mod deframe;
 mod endpoint;
+mod failover;
 mod handshake;
 mod links;
 mod recv;

@@ -54,6 +54,14 @@ impl Core {
         c.deframer.runs(rx).then_some(RunHead { peer, max, ended })
     }
 
+    /// A run handed out `frames` messages read on `conn` (counted in its stream).
+    #[inline]
+    pub(super) fn consumed(&mut self, conn: ConnKey, frames: u64) {
+        if let Some(c) = slot(&mut self.conns, conn.0) {
+            c.rx_frames += frames;
+        }
+    }
+
     /// Whether `run` still holds after a delivery: no connection ended meanwhile. A
     /// handler changes no connection otherwise (it cannot run a pass), so `conn` is still
     /// open and its peer's FIN still unseen.
@@ -72,7 +80,8 @@ impl Core {
         // `walk`; a frame larger than the buffer is not whole in it, and goes there too).
         let grow = rx.capacity() < cache && (multishot || rx.pending() >= rx.capacity());
         let c = slot(&mut self.conns, conn.0)?;
-        if c.stage != Stage::Open || c.unconfirmed || c.awaiting_first_bytes || grow {
+        if c.stage != Stage::Open || c.unconfirmed || c.awaiting_first_bytes || grow || c.link != 0
+        {
             return None;
         }
         let peer = c.peer?;
@@ -91,6 +100,7 @@ impl Core {
         let max = self.cfg.max_frame;
         let (peer, c) = self.cache_peer(conn, rx)?;
         if let Some((tag, range)) = c.deframer.cached_send(rx, max) {
+            c.rx_frames += 1;
             return Some(Step::Deliver { peer, tag, range });
         }
         rearm_drained(c, rx)
@@ -112,7 +122,14 @@ impl Core {
     /// `recv_done` does, and `None`.
     #[inline]
     pub fn rearm_now(&mut self, conn: ConnKey, rx: RxBuf) -> Option<RxBuf> {
-        let open = slot(&mut self.conns, conn.0).is_some_and(|c| c.stage == Stage::Open);
+        let c = slot(&mut self.conns, conn.0)?;
+        let open = c.stage == Stage::Open;
+        if c.confirms {
+            // What this read consumed is confirmed with the next flush.
+            if let Some(p) = c.peer {
+                self.mark_dirty(p);
+            }
+        }
         if open && !self.cfg.multishot {
             return Some(for_next_read(rx));
         }
@@ -127,7 +144,11 @@ impl Core {
             return;
         }
         c.rx = Some(for_next_read(rx));
+        let confirms = c.confirms.then_some(c.peer).flatten();
         self.todo.push_back(Todo::Receive(conn));
+        if let Some(p) = confirms {
+            self.mark_dirty(p);
+        }
     }
 
     /// Lends the connection's receive buffer for walking a provided buffer with
@@ -215,14 +236,20 @@ impl Core {
                 if ep.fin_rcvd {
                     // EOF after the peer's FIN: the clean end, once our own frames (and
                     // FIN) are written; otherwise the last send's completion closes. A
-                    // peer that leaves without the ACKs it owes us lost the frames.
+                    // peer that leaves without the ACKs it owes us lost the frames. A
+                    // peer closes once it read our FIN: what it did not confirm it read
+                    // (as a frame written without links completes at the write).
+                    if ep.fo.on {
+                        self.all_confirmed(peer);
+                    }
+                    let ep = self.ep(peer).expect("open conn has an endpoint");
                     if ep.drained() {
                         self.close_clean(peer, conn);
                     } else if !ep.lent.is_empty() {
                         let cause = Cause::ClosedWithoutFin;
                         self.fail_endpoint(peer, FailReason::ConnectionLost { peer, cause });
                     }
-                } else {
+                } else if !self.fail_over(now, peer, conn) {
                     let cause = err.map_or(Cause::ClosedWithoutFin, Cause::Os);
                     self.fail_endpoint(peer, FailReason::ConnectionLost { peer, cause });
                 }
@@ -309,8 +336,14 @@ impl Core {
                 }
                 Stage::Open => {
                     let peer = c.peer.expect("open conn knows its peer");
-                    if c.link > 0 {
-                        // A link beyond the first carries no frame: bytes on it end it.
+                    let waiting = if rx.wants_all() { 0 } else { rx.pending() };
+                    let unread_bytes = waiting + input.len().saturating_sub(*at);
+                    if c.link > 0 && unread_bytes < HEADER_LEN {
+                        // A standby link: the header of what comes is not whole yet.
+                        return InputStep::Done;
+                    }
+                    if c.link > 0 && next_kind(rx, &input[*at..]) != Some(FrameKind::Resume) {
+                        // A standby link carries no frame but a RESUME: bytes on it end it.
                         if *at < input.len() || (!rx.wants_all() && rx.pending() > 0) {
                             self.events.push_back(CoreEvent::Refused {
                                 why: ProtoError::FrameOnLink,
@@ -335,10 +368,11 @@ impl Core {
                     if unread && c.unconfirmed {
                         self.confirm(peer, conn);
                     }
-                    // After its FIN a peer sends nothing but ACKs.
+                    // After its FIN a peer sends nothing but ACKs and CONFIRMs.
                     if unread
                         && self.ep(peer).is_some_and(|e| e.fin_rcvd)
-                        && ack_next(rx, &input[*at..]) == Some(false)
+                        && next_kind(rx, &input[*at..])
+                            .is_some_and(|k| !matches!(k, FrameKind::Ack | FrameKind::Confirm))
                         && self.data_after_fin(peer)
                     {
                         return InputStep::Drop;
@@ -346,6 +380,9 @@ impl Core {
                     let c = slot(&mut self.conns, conn.0).expect("conn exists");
                     match c.deframer.frame(rx, input, at, max, &self.regions) {
                         Ok(Some((h, src))) => {
+                            if h.kind.counted() {
+                                c.rx_frames += 1;
+                            }
                             if h.ack {
                                 // Read whole: the peer may have its pages back.
                                 self.owe_ack(peer);
@@ -364,6 +401,25 @@ impl Core {
                                 FrameKind::Fin => self.on_fin(peer, conn),
                                 FrameKind::Ack => {
                                     if !self.on_ack(now, peer, conn) {
+                                        return InputStep::Drop;
+                                    }
+                                }
+                                FrameKind::Confirm => {
+                                    let n = count_at(rx, input, &src);
+                                    if let Err(e) = self.on_confirm(peer, n) {
+                                        self.fail_protocol(peer, e);
+                                        return InputStep::Drop;
+                                    }
+                                    if self
+                                        .ep(peer)
+                                        .is_some_and(|e| e.fin_sent && e.fin_rcvd && e.drained())
+                                    {
+                                        self.close_clean(peer, conn);
+                                    }
+                                }
+                                FrameKind::Resume => {
+                                    let n = count_at(rx, input, &src);
+                                    if !self.on_resume(now, peer, conn, n) {
                                         return InputStep::Drop;
                                     }
                                 }
@@ -458,16 +514,29 @@ impl Core {
     }
 }
 
-/// Whether the next frame of `rx`'s cache and then `input` is an ACK (the one frame a
-/// peer may send after its FIN); `None` while less than a header is there.
-fn ack_next(rx: &RxBuf, input: &[u8]) -> Option<bool> {
+/// The kind of the next frame of `rx`'s cache and then `input`, whatever its length;
+/// `None` while less than a header is there, or for a header the deframer will refuse.
+fn next_kind(rx: &RxBuf, input: &[u8]) -> Option<FrameKind> {
     let mut h = [0u8; HEADER_LEN];
     let cached = if rx.wants_all() { &[][..] } else { rx.unread() };
     let n = cached.len().min(HEADER_LEN);
     h[..n].copy_from_slice(&cached[..n]);
     let m = (HEADER_LEN - n).min(input.len());
     h[n..n + m].copy_from_slice(&input[..m]);
-    (n + m == HEADER_LEN).then(|| Header::parse(&h, 0).is_ok_and(|h| h.kind == FrameKind::Ack))
+    if n + m < HEADER_LEN {
+        return None;
+    }
+    Header::parse(&h, u32::MAX).ok().map(|h| h.kind)
+}
+
+/// The count a CONFIRM or RESUME carries (its payload at `src`; the deframer checked its
+/// length).
+fn count_at(rx: &RxBuf, input: &[u8], src: &Source) -> u64 {
+    let b = match src {
+        Source::Cache(r) => rx.bytes(r.clone()),
+        Source::Input(r) => &input[r.clone()],
+    };
+    b.try_into().map_or(0, u64::from_be_bytes)
 }
 
 /// Whether an adopted connection's handshake-sized buffer is too small for what comes:

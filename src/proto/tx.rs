@@ -17,7 +17,8 @@ use crate::proto::conn::{Conn, Orphans, Stage};
 use crate::proto::core::{
     slot, ConnKey, Cookies, Core, CoreEvent, Counters, IdleCopy, Lending, Todo,
 };
-use crate::proto::endpoint::{Endpoint, EpState, Lent, FRAG_INLINE, FRAG_WIRE};
+use crate::proto::endpoint::{Endpoint, EpState, Frag, Lent, FRAG_INLINE, FRAG_WIRE};
+use crate::proto::failover::count_frame;
 use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK, LINE, PAD_ALIGN};
 
 /// The ACK frame (see [`FrameKind::Ack`]).
@@ -99,7 +100,7 @@ impl Core {
             };
             // Nothing queued (a ping-pong's message went out at once, a stream's small
             // ones straight into the batch): only the batch may have to leave.
-            let queued = !ep.queue.is_empty() || ep.acks_owed > 0;
+            let queued = !ep.queue.is_empty() || ep.acks_owed > 0 || ep.fo.on;
             let Some(c) = slot(&mut self.conns, conn.0) else {
                 continue;
             };
@@ -160,6 +161,12 @@ impl Core {
             self.complete_orphans(o);
         }
         let Some(c) = self.conn_mut(conn) else { return };
+        if mem::take(&mut c.failed_over) {
+            if let Some(peer) = c.peer {
+                self.dead_batch_back(peer);
+            }
+        }
+        let Some(c) = self.conn_mut(conn) else { return };
         let peer = c.peer;
         let close_after = c.close_after_tx;
         let stage = c.stage;
@@ -192,6 +199,9 @@ impl Core {
             if let Some(peer) = peer.filter(|_| stage == Stage::Open && unconfirmed) {
                 self.unconfirmed_lost(now, peer, conn, Cause::Os(e));
             } else if let Some(peer) = peer.filter(|_| stage == Stage::Open) {
+                if self.fail_over(now, peer, conn) {
+                    return;
+                }
                 let cause = Cause::SendFailed(e);
                 self.fail_endpoint(peer, FailReason::ConnectionLost { peer, cause });
             } else {
@@ -207,10 +217,14 @@ impl Core {
         if stage == Stage::Open {
             if let Some(peer) = peer {
                 self.complete_frames(peer, frames);
+                self.start_probing(now, peer);
                 self.await_acks(now, peer, false);
                 let ep = self.ep(peer).expect("open conn has an endpoint");
                 let (more, done) = (
-                    !ep.queue.is_empty() || ep.acks_owed > 0,
+                    !ep.queue.is_empty()
+                        || ep.acks_owed > 0
+                        || ep.fo.resume_out.is_some()
+                        || (ep.fo.on && self.rx_count(peer) > ep.fo.rx_told),
                     ep.fin_sent && ep.fin_rcvd && ep.drained(),
                 );
                 if more {
@@ -277,6 +291,25 @@ impl Core {
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
+        // Failover (see `failover.rs`): a RESUME first; nothing else until the peer's
+        // answers ours; then the count of the peer's frames we consumed, when it grew.
+        if let Some(count) = ep.fo.resume_out.take() {
+            batch.push_copy(&count_frame(FrameKind::Resume, count));
+            ep.fo.rx_told = count;
+        }
+        if ep.fo.awaiting.is_some() {
+            if submit {
+                submit_batch(c, conn, &mut self.counters, &mut self.todo);
+            }
+            return;
+        }
+        if ep.fo.on {
+            let count = ep.fo.rx_base + c.rx_frames;
+            if count > ep.fo.rx_told {
+                batch.push_copy(&count_frame(FrameKind::Confirm, count));
+                ep.fo.rx_told = count;
+            }
+        }
         // ACKs first: the peer's lent pages wait for them.
         // A batch that held frames already (gathered small messages) holds a message.
         let (fresh, mut acks) = (batch.frames() == 0, 0);
@@ -285,6 +318,9 @@ impl Core {
             batch.push_copy(&ACK_FRAME);
             batch.add_frame();
             ep.inflight.push(None);
+            if ep.fo.on {
+                ep.fo.kept.push_back(Frag::ack());
+            }
             acks += 1;
         }
         while let Some(f) = ep.queue.front() {
@@ -297,6 +333,7 @@ impl Core {
             }
             let f = ep.queue.pop_front().expect("front exists");
             let (hdr, cookie) = (f.hdr, f.cookie);
+            let keep = ep.fo.on;
             // A payload this large lends its pages (spliced, not copied): the header asks
             // the peer for an ACK, and the send completes on it. Unless it is a stream's
             // and larger than one trip through the lending pipe (`CoreConfig::splice_max`)
@@ -307,6 +344,7 @@ impl Core {
             let len = hdr.len as usize;
             let idle = data_first && ep.queue.is_empty() && ep.lent.is_empty();
             let lendable = f.nsegs > 0
+                && !keep
                 && splice_min.is_some_and(|m| len >= m)
                 && match (idle, lending) {
                     (true, Lending::IdleWithinMax) | (false, Lending::Streams) => {
@@ -357,6 +395,9 @@ impl Core {
                 }
                 for _ in 0..f.nsegs {
                     let Some(s) = ep.segs.pop_front() else { break };
+                    if keep {
+                        ep.fo.kept_segs.push_back(s.clone());
+                    }
                     if lend {
                         batch.push_lent(s);
                     } else if small {
@@ -370,7 +411,8 @@ impl Core {
                 }
             }
             batch.add_frame();
-            if cookie.is_some() {
+            if cookie.is_some() && !keep {
+                // (A kept frame counts until it completes, see `Core::drop_kept`.)
                 ep.queued_bytes -= (Header::LEN + hdr.len as usize) as u64;
             }
             if lend {
@@ -380,6 +422,9 @@ impl Core {
                 });
             }
             ep.inflight.push(cookie);
+            if keep {
+                ep.fo.kept.push_back(f);
+            }
         }
         if submit {
             submit_batch(c, conn, &mut self.counters, &mut self.todo);
@@ -485,6 +530,16 @@ impl Core {
         if let Some(l) = ep.lent.front() {
             frames = frames.min((l.seq - ep.head_seq) as usize);
         }
+        if ep.fo.on || ep.fo.dead_batches > 0 {
+            // Complete once confirmed (they may have to go again), and not while a failed
+            // primary's batch may still read them.
+            let confirmed = ep.fo.confirmed.saturating_sub(ep.head_seq) as usize;
+            frames = if ep.fo.dead_batches > 0 {
+                0
+            } else {
+                frames.min(confirmed)
+            };
+        }
         if frames == 0 {
             return;
         }
@@ -499,6 +554,9 @@ impl Core {
             run.extend(ep.inflight.drain(..frames));
             run
         };
+        if !ep.fo.kept.is_empty() {
+            self.drop_kept(peer);
+        }
         if cookies.iter().all(Option::is_none) {
             self.sent.recycle(cookies);
             return;

@@ -167,6 +167,26 @@ pub(crate) fn timeout_abort(fd: RawFd) -> Option<io::Error> {
     Some(io::Error::from_raw_os_error(libc::ETIMEDOUT))
 }
 
+/// How many times in a row the retransmission timer of the connection on `fd` fired
+/// without an acknowledgement (`tcpi_retransmits`); `None` when `TCP_INFO` fails.
+pub(crate) fn rto_retransmits(fd: RawFd) -> Option<u8> {
+    // SAFETY: tcp_info is plain old data (integers only), so all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` is a writable tcp_info of `len` bytes; the kernel writes at most
+    // `len` bytes and updates `len`. The caller keeps `fd` open during the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(info.tcpi_retransmits)
+}
+
 #[cfg(feature = "uring")]
 /// The peer address of a connected socket given as a raw fd (`getpeername(2)`).
 pub(crate) fn peer_addr_fd(fd: RawFd) -> io::Result<SocketAddr> {

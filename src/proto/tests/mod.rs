@@ -164,6 +164,9 @@ struct Sock {
     head: Vec<u8>,
     /// A raw dialing end's source address (node ends come from their node's address).
     src: Option<IpAddr>,
+    /// The path is gone without a word (an interface down): nothing written arrives,
+    /// nothing ends, and the kernel's retransmission timer keeps firing.
+    silent: bool,
 }
 
 impl Sock {
@@ -188,6 +191,7 @@ impl Sock {
             closed: false,
             head: Vec::new(),
             src: None,
+            silent: false,
         }
     }
 
@@ -809,7 +813,9 @@ impl Net {
                             // Writing to a connection the peer has closed: either the bytes
                             // vanish or the kernel reports the reset (always, once the peer
                             // process is gone).
-                            if self.socks[s].peer_dead || self.rng.chance(1, 2) {
+                            // A path gone silently takes the bytes and says nothing.
+                            let silent = self.socks[s].silent;
+                            if !silent && (self.socks[s].peer_dead || self.rng.chance(1, 2)) {
                                 self.socks[s].tx_err = Some(Errno::ECONNRESET);
                             }
                         }
@@ -856,6 +862,13 @@ impl Net {
                 );
                 self.socks[s].closing = true;
                 self.socks[s].reset = matches!(a, Action::Reset(_));
+            }
+            Action::Probe(k) => {
+                // A path gone silently keeps timing out; any other is acknowledged.
+                let s = self.sock_of(n, k);
+                let retransmits = if self.socks[s].silent { 3 } else { 0 };
+                let now = self.now();
+                self.nodes[n].core.probed(now, k, retransmits);
             }
         }
     }
