@@ -37,7 +37,8 @@
  *   stream, client: {..,"dir":"send","bytes":..,"mbps":..,"user_timeout":"ok"|errno,
  *     "error":..|null,"error_at_unix":..,"mptcp":{"fallback":..,"subflows":..,
  *     "subflow":[{"local":..,"remote":..,"bytes_sent":..,"retrans":..},..]}}
- *     (mbps from connect to the server's end of stream, which follows its last check)
+ *     (mbps from the first byte sent to the server's end of stream, which follows its
+ *     last check)
  *   pingpong, client:  {..,"mode":"pingpong","size":..,"iters":..,"p50_us":..,"p99_us":..}
  *     (one-way = round trip / 2)
  *   probe, client:  {..,"mode":"probe","so_zerocopy":..,"msg_zerocopy":..,
@@ -287,8 +288,8 @@ struct stream {
 static void check(struct stream *s, const char *b, size_t r, char *want)
 {
     fill(want, s->got, r, s->seed_in);
-    if (memcmp(b, want, r) == 0 && s->got + r <= s->to_recv)
-        return;
+    if (r > 0 && memcmp(b, want, r) == 0 && s->got + r <= s->to_recv)
+        return; /* r == 0: the stream ended short */
     size_t i = 0;
     while (i < r && b[i] == want[i])
         i++;
@@ -690,9 +691,7 @@ static int serve(void)
                 s.err_at_real = real_s();
                 rc = 3;
             }
-            stream_json(&s, fd, 0, "");
-            if (h.both)
-                stream_json(&s, fd, 1, "");
+            stream_json(&s, fd, (int)h.both, ""); /* its recv line, after a send line */
         }
         close(fd);
     }
