@@ -210,6 +210,20 @@ int  ringbtl_wait(ringbtl_t *t, uint32_t timeout_us);
 /* Sends accepted for `peer` whose completion has not run yet. */
 size_t ringbtl_pending(const ringbtl_t *t, uint32_t peer);
 
+/* Links (RINGBTL_LINKS, one set per pair of interfaces on a shared subnet): connections
+ * open to `peer`, its first and its links (0 when not connected, unknown, or t NULL). With
+ * a standby link open, a send completes once the peer confirmed it, and a failed
+ * connection moves the peer's traffic to a standby link without losing a message. */
+size_t ringbtl_links_open(const ringbtl_t *t, uint32_t peer);
+typedef struct {
+    uint64_t joined;     /* links beyond a peer's first connection that joined */
+    uint64_t lost;       /* open links lost while their peer stayed connected */
+    uint64_t failovers;  /* times a peer's traffic moved to a standby link */
+    uint64_t stalls;     /* of those, started because the primary stopped acknowledging */
+} ringbtl_link_stats_t;
+/* Counters over every peer since creation: RINGBTL_OK, or RINGBTL_ERR_INVALID for NULL. */
+int  ringbtl_link_stats(const ringbtl_t *t, ringbtl_link_stats_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -816,6 +816,70 @@ pub unsafe extern "C" fn ringbtl_wait(t: *mut Ringbtl, timeout_us: u32) -> c_int
     }
 }
 
+/// What happened to the links of every peer so far (see
+/// [`Stats`](ringbtl::Stats)): links joined, links lost while their peer stayed
+/// connected, failovers to a standby link, and of those the ones started because the
+/// primary connection stopped acknowledging.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RingbtlLinkStats {
+    /// Links beyond a peer's first connection that completed their handshake.
+    pub joined: u64,
+    /// Open links lost while their peer stayed connected (each is dialed again).
+    pub lost: u64,
+    /// Times a peer's stream moved to a standby link, losing nothing.
+    pub failovers: u64,
+    /// Of those, the ones started because the primary's retransmissions went unanswered.
+    pub stalls: u64,
+}
+
+/// Connections open to `peer`: its first and its links (0 when it is not connected, is
+/// unknown, or `t` is NULL).
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_links_open(t: *const Ringbtl, peer: u32) -> usize {
+    guard(0, || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return 0;
+        };
+        h.transport().links_open(PeerId(peer))
+    })
+}
+
+/// Writes the link counters of `t` into `*out`: `RINGBTL_OK`, or `RINGBTL_ERR_INVALID`
+/// for a NULL argument.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_link_stats(
+    t: *const Ringbtl,
+    out: *mut RingbtlLinkStats,
+) -> c_int {
+    guard(RINGBTL_ERR_INVALID, || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_link_stats: NULL transport");
+        };
+        if out.is_null() {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_link_stats: NULL out");
+        }
+        let s = h.transport().stats();
+        let v = RingbtlLinkStats {
+            joined: s.links_joined,
+            lost: s.links_lost,
+            failovers: s.failovers,
+            stalls: s.stalls,
+        };
+        // SAFETY: `out` is non-NULL and valid for a write (the caller's contract).
+        unsafe { out.write(v) };
+        RINGBTL_OK
+    })
+}
+
 /// Sends accepted for `peer` whose completion has not run yet.
 ///
 /// # Safety

@@ -71,11 +71,12 @@ pub use config::{
 };
 pub use handle::{
     ringbtl_add_peer, ringbtl_backend_name, ringbtl_create, ringbtl_deregister_region,
-    ringbtl_destroy, ringbtl_flush, ringbtl_generate_job_key, ringbtl_local_id, ringbtl_max_frame,
-    ringbtl_max_segments, ringbtl_on_complete, ringbtl_on_error, ringbtl_on_unknown_peer,
-    ringbtl_pending, ringbtl_progress, ringbtl_put, ringbtl_register, ringbtl_register_region,
-    ringbtl_send, ringbtl_set_job_key, ringbtl_unregister, ringbtl_uris, ringbtl_wait, CompleteFn,
-    ErrorFn, RecvFn, ResolveFn, Ringbtl, RingbtlIov,
+    ringbtl_destroy, ringbtl_flush, ringbtl_generate_job_key, ringbtl_link_stats,
+    ringbtl_links_open, ringbtl_local_id, ringbtl_max_frame, ringbtl_max_segments,
+    ringbtl_on_complete, ringbtl_on_error, ringbtl_on_unknown_peer, ringbtl_pending,
+    ringbtl_progress, ringbtl_put, ringbtl_register, ringbtl_register_region, ringbtl_send,
+    ringbtl_set_job_key, ringbtl_unregister, ringbtl_uris, ringbtl_wait, CompleteFn, ErrorFn,
+    RecvFn, ResolveFn, Ringbtl, RingbtlIov, RingbtlLinkStats,
 };
 pub use status::*;
 

@@ -14,6 +14,9 @@
  * - lazy add: a process A was never told about connects; A's resolver adds it and
  *   accepts, and its messages arrive; a declining resolver refuses another;
  * - a peer destroyed while sends to it are in flight: every send still completes once;
+ * - links: two transports with RINGBTL_LINKS=2 hold two connections to each other (one
+ *   without links where the multishot receive is on), messages arrive in order, the
+ *   counters say so;
  * - destroy.
  *
  * Built with -Wall -Wextra -Werror -std=c11 against ffi/include/ringbtl.h and run by
@@ -406,6 +409,76 @@ static void check_bad_input(void) {
     CHECK(ringbtl_destroy(NULL, 0) == RINGBTL_OK, "destroy NULL");
 }
 
+/* 4. links: C and D with RINGBTL_LINKS=2 */
+enum { NLINKMSG = 200, TAG_LINK = 13 };
+static unsigned link_got, link_bad, link_done;
+
+static void on_link_msg(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
+    (void)ctx;
+    (void)src;
+    (void)tag;
+    uint32_t seq = 0;
+    if (len == sizeof seq) {
+        memcpy(&seq, data, sizeof seq);
+    }
+    link_bad += len != sizeof seq || seq != link_got;
+    link_got++;
+}
+
+static void on_link_done(void *ctx, uint32_t peer, uint64_t cookie, int status) {
+    (void)ctx;
+    (void)peer;
+    (void)cookie;
+    link_bad += status != RINGBTL_OK;
+    link_done++;
+}
+
+static ringbtl_t *make_linked(uint32_t id) {
+    ringbtl_config_t *cfg = NULL;
+    CHECK(ringbtl_config_new(id, &cfg) == RINGBTL_OK, "config_new");
+    CHECK(ringbtl_config_from_env(cfg) == RINGBTL_OK, "config_from_env");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_LINKS", "9") == RINGBTL_ERR_CONFIG, "links 9");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_LINKS", "2") == RINGBTL_OK, "links 2");
+    ringbtl_t *t = NULL;
+    CHECK(ringbtl_create(cfg, &t) == RINGBTL_OK, "create %u", id);
+    return t;
+}
+
+static void check_links(void) {
+    const char *ms = getenv("RINGBTL_RECV_MULTISHOT");
+    size_t want = (ms != NULL && strcmp(ms, "1") == 0) ? 1 : 2;
+    ringbtl_t *c = make_linked(20), *d = make_linked(21);
+    CHECK(ringbtl_add_peer(c, 21, ringbtl_uris(d)) == RINGBTL_OK, "add d");
+    CHECK(ringbtl_add_peer(d, 20, ringbtl_uris(c)) == RINGBTL_OK, "add c");
+    CHECK(ringbtl_register(d, TAG_LINK, on_link_msg, NULL) == RINGBTL_OK, "register");
+    ringbtl_on_complete(c, on_link_done, NULL);
+    static uint32_t seqs[NLINKMSG];
+    double deadline = now_s() + 20.0;
+    for (uint32_t i = 0; i < NLINKMSG; i++) {
+        seqs[i] = i;
+        ringbtl_iov_t v = {&seqs[i], sizeof seqs[i]};
+        CHECK(ringbtl_send(c, 21, TAG_LINK, &v, 1, i) == RINGBTL_OK, "send %u", i);
+        CHECK(ringbtl_progress(c) >= 0 && ringbtl_progress(d) >= 0, "progress");
+    }
+    while (link_done < NLINKMSG || link_got < NLINKMSG || ringbtl_links_open(c, 21) < want ||
+           ringbtl_links_open(d, 20) < want) {
+        CHECK(now_s() < deadline, "links: stalled (%u done, %u got)", link_done, link_got);
+        CHECK(ringbtl_progress(c) >= 0 && ringbtl_progress(d) >= 0, "progress");
+    }
+    CHECK(link_bad == 0 && link_got == NLINKMSG, "%u bad, %u got", link_bad, link_got);
+    CHECK(ringbtl_links_open(c, 21) == want && ringbtl_links_open(d, 20) == want, "open");
+    CHECK(ringbtl_links_open(c, 99) == 0 && ringbtl_links_open(NULL, 21) == 0, "none");
+    ringbtl_link_stats_t st;
+    CHECK(ringbtl_link_stats(c, &st) == RINGBTL_OK, "stats");
+    CHECK(st.joined == want - 1 && st.lost == 0 && st.failovers == 0 && st.stalls == 0,
+          "joined %llu lost %llu", (unsigned long long)st.joined, (unsigned long long)st.lost);
+    CHECK(ringbtl_link_stats(NULL, &st) == RINGBTL_ERR_INVALID, "NULL transport");
+    CHECK(ringbtl_link_stats(c, NULL) == RINGBTL_ERR_INVALID, "NULL out");
+    CHECK(ringbtl_destroy(c, 1000) == RINGBTL_OK && ringbtl_destroy(d, 1000) == RINGBTL_OK,
+          "destroy");
+    printf("ok: %u messages in order over %zu connection(s) per peer\n", link_got, want);
+}
+
 int main(void) {
     A = make(0);
     B = make(1);
@@ -605,5 +678,6 @@ int main(void) {
 
     CHECK(ringbtl_destroy(A, 1000) == RINGBTL_OK, "destroy A");
     printf("ok: destroyed\n");
+    check_links();
     return 0;
 }
