@@ -439,3 +439,112 @@ fn a_process_reading_with_multishot_takes_no_links_and_is_asked_once() {
         assert_eq!(net.core(0).counters().links_lost, 0, "seed {seed}");
     }
 }
+
+/// A peer that reads every frame and confirms none cannot make the kept frames grow: they
+/// count against `max_queued_bytes` as queued ones do, sends then return would-block; its
+/// CONFIRM at last completes them all, and the count goes back to zero.
+#[test]
+fn kept_frames_count_against_the_queue_cap() {
+    let cap = 1u64 << 20;
+    let mut c0 = cfg(0);
+    c0.max_queued_bytes = cap;
+    let mut net = Net::new(7, vec![c0, cfg(1)]);
+    let first = confirmed_raw_peer(&mut net);
+    let r = net.raw_dial(0);
+    net.raw_hello_link(r, 1, 1);
+    let ans = net.raw_auth_link(r, 1, 1).expect("an answer to the join");
+    assert_eq!(ans.kind, HelloKind::Accept);
+    net.run(false);
+    let mut frames_read = 0u64;
+    let (mut accepted, mut blocked) = (0u64, 0u64);
+    for i in 0..400 {
+        let len = 1000 + net.rng.below(50_000);
+        match net.send(0, 1, 2, vec![i as u8; len]) {
+            Ok(_) => accepted += 1,
+            Err(SendError::WouldBlock(_)) => blocked += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+        net.run(false);
+        // The peer reads everything, and confirms nothing.
+        let bytes = net.raw_read(first);
+        frames_read += frames(&bytes)
+            .iter()
+            .filter(|(h, _)| h.kind.counted())
+            .count() as u64;
+        let ep = net.core(0).ep(PeerId(1)).unwrap();
+        assert!(
+            ep.queued_bytes <= cap + 51_000,
+            "{} queued",
+            ep.queued_bytes
+        );
+        let kept: u64 = ep
+            .fo
+            .kept
+            .iter()
+            .filter(|f| f.cookie.is_some())
+            .map(|f| f.wire_len() as u64)
+            .sum();
+        let queued: u64 = ep
+            .queue
+            .iter()
+            .filter(|f| f.cookie.is_some())
+            .map(|f| f.wire_len() as u64)
+            .sum();
+        assert_eq!(kept + queued, ep.queued_bytes, "accounting");
+    }
+    assert!(
+        blocked > 300 && accepted > 10,
+        "{accepted} accepted, {blocked} blocked"
+    );
+    // Nothing completed: every accepted send waits for its confirmation.
+    assert_eq!(net.core(0).pending(PeerId(1)) as u64, accepted);
+    // The CONFIRM of everything read: every accepted send completes, the count drains.
+    let confirm = crate::proto::failover::count_frame(FrameKind::Confirm, frames_read);
+    net.raw_write(first, &confirm);
+    net.run(false);
+    let done = net.completions(0);
+    assert_eq!(done.len() as u64, accepted, "all completed");
+    assert!(done.values().all(Result::is_ok));
+    assert_eq!(net.core(0).ep(PeerId(1)).unwrap().queued_bytes, 0);
+}
+
+/// A CONFIRM beyond what was sent, and a RESUME on the primary, are protocol errors: the
+/// endpoint fails with the reason, nothing else happens.
+#[test]
+fn a_count_that_makes_no_sense_fails_the_endpoint() {
+    use crate::proto::failover::count_frame;
+    for (frame, why) in [
+        (
+            count_frame(FrameKind::Confirm, 1000),
+            ProtoError::CountBeyondSent,
+        ),
+        (
+            count_frame(FrameKind::Resume, 0),
+            ProtoError::UnexpectedResume,
+        ),
+    ] {
+        let mut net = Net::new(9, vec![cfg(0), cfg(1)]);
+        let first = confirmed_raw_peer(&mut net);
+        let r = net.raw_dial(0);
+        net.raw_hello_link(r, 1, 1);
+        assert_eq!(
+            net.raw_auth_link(r, 1, 1).map(|h| h.kind),
+            Some(HelloKind::Accept)
+        );
+        net.raw_write(first, &frame);
+        net.run(false);
+        let failed = net.failed_events(0);
+        assert_eq!(failed.len(), 1, "{why:?}");
+        assert_eq!(
+            failed[0].1,
+            FailReason::Protocol {
+                peer: PeerId(1),
+                err: why.clone()
+            }
+        );
+        assert!(
+            net.raw_eof(first) && net.raw_eof(r),
+            "{why:?}: both connections closed"
+        );
+    }
+}
