@@ -336,9 +336,7 @@ impl Core {
                 }
                 Stage::Open => {
                     let peer = c.peer.expect("open conn knows its peer");
-                    let waiting = if rx.wants_all() { 0 } else { rx.pending() };
-                    let unread_bytes = waiting + input.len().saturating_sub(*at);
-                    if c.link > 0 && unread_bytes < HEADER_LEN {
+                    if c.link > 0 && standby_unread(rx, input, *at) < HEADER_LEN {
                         // A standby link: the header of what comes is not whole yet.
                         return InputStep::Done;
                     }
@@ -527,6 +525,12 @@ fn next_kind(rx: &RxBuf, input: &[u8]) -> Option<FrameKind> {
         return None;
     }
     Header::parse(&h, u32::MAX).ok().map(|h| h.kind)
+}
+
+/// Bytes not walked yet on a connection: in its cache, then in `input` from `at`.
+fn standby_unread(rx: &RxBuf, input: &[u8], at: usize) -> usize {
+    let waiting = if rx.wants_all() { 0 } else { rx.pending() };
+    waiting + input.len().saturating_sub(at)
 }
 
 /// The count a CONFIRM or RESUME carries (its payload at `src`; the deframer checked its

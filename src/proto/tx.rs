@@ -157,14 +157,13 @@ impl Core {
         batch.clear();
         let Some(c) = self.conn_mut(conn) else { return };
         c.tx = Some(batch);
+        let dead_of = mem::take(&mut c.failed_over).then_some(c.peer).flatten();
         if let Some(o) = c.orphans.take() {
             self.complete_orphans(o);
         }
-        let Some(c) = self.conn_mut(conn) else { return };
-        if mem::take(&mut c.failed_over) {
-            if let Some(peer) = c.peer {
-                self.dead_batch_back(peer);
-            }
+        if let Some(peer) = dead_of {
+            // A failed primary's batch: the sends it held may complete now.
+            self.dead_batch_back(peer);
         }
         let Some(c) = self.conn_mut(conn) else { return };
         let peer = c.peer;
@@ -217,8 +216,11 @@ impl Core {
         if stage == Stage::Open {
             if let Some(peer) = peer {
                 self.complete_frames(peer, frames);
-                self.start_probing(now, peer);
                 self.await_acks(now, peer, false);
+                let ep = self.ep(peer).expect("open conn has an endpoint");
+                if ep.fo.on && ep.fo.probe_at.is_none() {
+                    self.start_probing(now, peer);
+                }
                 let ep = self.ep(peer).expect("open conn has an endpoint");
                 let (more, done) = (
                     !ep.queue.is_empty()
