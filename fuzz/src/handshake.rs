@@ -12,7 +12,7 @@
 //! - everything the engine writes before its endpoint is Connected is whole handshake
 //!   records of our version, except the frames a dialer writes right behind its AUTH;
 //! - REJECT and PROBE_ACK records carry a zero nonce and MAC (nothing secret);
-//! - acceptor: a CHALLENGE's MAC proves the key over the HELLO's nonce and pid; the
+//! - acceptor: a CHALLENGE's MAC proves the key over the HELLO's nonce, pid and link; the
 //!   endpoint becomes Connected only when the peer sent exactly the HELLO and then the AUTH
 //!   that prove the key (and the endpoint's state does not change before);
 //! - dialer: the engine sends AUTH only after a CHALLENGE whose MAC verifies, and is
@@ -116,13 +116,15 @@ fn mac(key: &JobKey, side: Side, dialer: bool, pid_d: PeerId, pid_a: PeerId) -> 
 }
 
 fn reason(c: u8) -> RejectReason {
-    match c % 7 {
+    match c % 9 {
         0 => RejectReason::Simultaneous,
         1 => RejectReason::Duplicate,
         2 => RejectReason::UnknownPeer,
         3 => RejectReason::AuthFailed,
         4 => RejectReason::ShuttingDown,
         5 => RejectReason::Version,
+        6 => RejectReason::NoLink,
+        7 => RejectReason::LinksOff,
         _ => RejectReason::Unreachable,
     }
 }
@@ -316,7 +318,7 @@ fn check(d: &Driver, dialer: bool, stream: &[u8]) {
                 nonce_a: &ch.nonce,
                 pid_d: h.pid,
                 pid_a: ME,
-                link: 0,
+                link: h.link,
             };
             assert_eq!((ch.pid, ch.to), (ME, h.pid));
             assert!(
@@ -339,7 +341,7 @@ fn check(d: &Driver, dialer: bool, stream: &[u8]) {
                                 nonce_a: &NONCE_E,
                                 pid_d: PEER,
                                 pid_a: ME,
-                                link: 0,
+                                link: h.link,
                             },
                             &a.mac,
                         )
