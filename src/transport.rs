@@ -136,8 +136,8 @@ pub struct Stats {
     /// Times a peer's stream moved to a standby link because its primary connection
     /// failed, losing nothing (see [`WireupConfig::links`](crate::WireupConfig::links)).
     pub failovers: u64,
-    /// Of those, the ones this side started because the primary's retransmission timer
-    /// kept firing with a standby link open: a path gone without an error (an interface
+    /// Of those, the ones this side started because the primary's kernel timer
+    /// (retransmissions or probes) kept firing with a standby link open: a path gone without an error (an interface
     /// down), found within about a second rather than at `TCP_USER_TIMEOUT`.
     pub stalls: u64,
     /// Large messages after whose send this side's socket was set to acknowledge at once
@@ -1063,7 +1063,7 @@ impl Transport {
                 Action::Reset(k) => self.backend.reset(conn_id(k)),
                 Action::Probe(k) => {
                     let fd = self.backend.open_fd(conn_id(k));
-                    let n = fd.and_then(sys::rto_retransmits).unwrap_or(0);
+                    let n = fd.and_then(sys::unanswered_timeouts).unwrap_or(0);
                     self.core.probed(Instant::now(), k, n);
                 }
                 Action::Dial {

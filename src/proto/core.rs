@@ -236,8 +236,9 @@ pub enum Action {
     /// lent to it are given back to their owners, so that none of their bytes leave
     /// after that.
     Reset(ConnKey),
-    /// Read how many times in a row the kernel's retransmission timer of `conn` fired
-    /// without an acknowledgement (`tcpi_retransmits` of `TCP_INFO`), and report it with
+    /// Read how many times in a row the kernel's timer on `conn` fired without an
+    /// acknowledgement (`tcpi_retransmits` or `tcpi_probes` of `TCP_INFO`, whichever is
+    /// larger: retransmissions, or probes of data that could not leave), and report it with
     /// [`Core::probed`]. Asked of the primary connection of a peer with a standby link
     /// while frames wait for the peer, to find a path that died without an error (an
     /// interface down) long before `TCP_USER_TIMEOUT` would.
@@ -328,7 +329,7 @@ pub struct Counters {
     /// Times an endpoint's stream moved to a standby link because its primary failed
     /// (on either side).
     pub failovers: u64,
-    /// Of those, the ones this side started because the primary's retransmission timer
+    /// Of those, the ones this side started because the primary's kernel timer
     /// fired again and again ([`Action::Probe`]): a path gone without an error.
     pub stalls: u64,
 }

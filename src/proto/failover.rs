@@ -65,18 +65,19 @@ pub(super) struct Failover {
     /// completes (their bytes may still be read), and failures wait in `held`.
     pub(super) dead_batches: u32,
     pub(super) held: Vec<(u64, FailReason)>,
-    /// The next probe of the primary's retransmission timer, while one is due.
+    /// The next probe of the primary's kernel timers, while one is due.
     pub(super) probe_at: Option<Instant>,
 }
 
 /// How often the primary of a peer with a standby link is probed while frames wait.
 pub(super) const PROBE_EVERY: Duration = Duration::from_millis(100);
 
-/// Retransmission timeouts in a row (each twice the last, from the kernel's 200 ms
-/// floor) after which a primary with a standby link is taken for dead: the peer's kernel
-/// acknowledges nothing, which a peer that merely reads slowly (its window closed, only
-/// probed) never causes.
-pub(super) const STALL_RETRANSMITS: u8 = 2;
+/// Timeouts in a row of the kernel's timer on a primary (retransmissions, or probes of
+/// data that could not leave; each twice the last, from the kernel's 200 ms floor) after
+/// which a primary with a standby link is taken for dead: the peer's kernel acknowledges
+/// nothing, or our packets find no way out. A peer that merely reads slowly (its window
+/// closed) answers every probe, which starts the count again.
+pub(super) const STALL_TIMEOUTS: u8 = 2;
 
 impl Failover {
     /// The stream starts on a newly adopted first connection; our next frame has number
@@ -417,10 +418,11 @@ impl Core {
     }
 
     /// The driver's answer to [`Action::Probe`](super::core::Action::Probe): the
-    /// retransmission timer of `conn` fired `retransmits` times in a row. From
-    /// [`STALL_RETRANSMITS`] on, a primary with a standby link fails over.
-    pub fn probed(&mut self, now: Instant, conn: ConnKey, retransmits: u8) {
-        if retransmits < STALL_RETRANSMITS {
+    /// kernel's timer on `conn` fired `timeouts` times in a row without an
+    /// acknowledgement. From [`STALL_TIMEOUTS`] on, a primary with a standby link fails
+    /// over.
+    pub fn probed(&mut self, now: Instant, conn: ConnKey, timeouts: u8) {
+        if timeouts < STALL_TIMEOUTS {
             return;
         }
         let Some(peer) = self.conn_mut(conn).and_then(|c| c.peer) else {

@@ -167,9 +167,13 @@ pub(crate) fn timeout_abort(fd: RawFd) -> Option<io::Error> {
     Some(io::Error::from_raw_os_error(libc::ETIMEDOUT))
 }
 
-/// How many times in a row the retransmission timer of the connection on `fd` fired
-/// without an acknowledgement (`tcpi_retransmits`); `None` when `TCP_INFO` fails.
-pub(crate) fn rto_retransmits(fd: RawFd) -> Option<u8> {
+/// How many times in a row the kernel's timer for the connection on `fd` fired without
+/// an acknowledgement: the larger of `tcpi_retransmits` (retransmission timeouts, with
+/// segments in flight) and `tcpi_probes` (zero-window probes, or the probes the kernel
+/// sends when its queued data could not leave at all, as when the route to the peer went
+/// away with an interface); `None` when `TCP_INFO` fails. Any acknowledgement resets
+/// both, so a peer that reads slowly, whose kernel answers every probe, shows at most 1.
+pub(crate) fn unanswered_timeouts(fd: RawFd) -> Option<u8> {
     // SAFETY: tcp_info is plain old data (integers only), so all-zero is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -184,7 +188,7 @@ pub(crate) fn rto_retransmits(fd: RawFd) -> Option<u8> {
             &mut len,
         )
     };
-    (rc == 0).then_some(info.tcpi_retransmits)
+    (rc == 0).then_some(info.tcpi_retransmits.max(info.tcpi_probes))
 }
 
 #[cfg(feature = "uring")]
