@@ -70,8 +70,8 @@ typedef struct {
     uint32_t nendpoints;
     opal_free_list_t eager_frags; /* capacity: btl_eager_limit */
     opal_free_list_t max_frags;   /* capacity: btl_max_send_size */
-    opal_free_list_t puts;        /* mca_btl_ringbtl_put_t */
-    uint64_t puts_sent, regions_registered; /* btl_ringbtl_verbose */
+    opal_free_list_t puts;        /* mca_btl_ringbtl_put_t, for puts and gets */
+    uint64_t puts_sent, gets_sent, regions_registered; /* btl_ringbtl_verbose */
     /* Aligned copy of a received frame whose bytes are not 8-byte aligned. */
     void *scratch;
     size_t scratch_len;

@@ -207,9 +207,14 @@ static int component_register(void)
     b->btl_rdma_pipeline_send_length = RINGBTL_DEFAULT_PIPELINE_SEND;
     b->btl_rdma_pipeline_frag_size = RINGBTL_DEFAULT_PUT_FRAG;
     b->btl_min_rdma_pipeline_size = 0;
-    b->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE | MCA_BTL_FLAGS_PUT;
+    b->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE | MCA_BTL_FLAGS_PUT |
+                   MCA_BTL_FLAGS_GET;
     b->btl_registration_handle_size = sizeof(mca_btl_base_registration_handle_t);
     b->btl_put_limit = SIZE_MAX;     /* lowered to ringbtl's max frame at init */
+    b->btl_get_limit = SIZE_MAX;     /* likewise */
+    b->btl_get_alignment = 0;
+    /* A get's reply lands in a region: the destination is always registered. */
+    b->btl_get_local_registration_threshold = 0;
     b->btl_put_alignment = 0;
     b->btl_put_local_registration_threshold = SIZE_MAX; /* the source needs none */
     b->btl_latency = RINGBTL_DEFAULT_LATENCY;

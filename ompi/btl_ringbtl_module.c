@@ -120,7 +120,8 @@ static void complete_frag(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_frag_t *f
     }
 }
 
-/* Exactly once per accepted ringbtl_put: the data left (or never will). */
+/* Exactly once per accepted ringbtl_put (the data left, or never will) or ringbtl_get (the
+ * data is in place, or never will be). */
 static void complete_put(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_put_t *p, int status)
 {
     if (!m->closing && NULL != p->cbfunc) {
@@ -130,8 +131,8 @@ static void complete_put(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_put_t *p, 
     opal_free_list_return(&m->puts, &p->super);
 }
 
-/* A put's cookie is its descriptor's address with the low bit set (descriptors are
- * aligned); a send's is its fragment's. */
+/* A put's or get's cookie is its descriptor's address with the low bit set (descriptors
+ * are aligned); a send's is its fragment's. */
 #define PUT_COOKIE 1u
 
 static void on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
@@ -650,12 +651,15 @@ static int btl_sendi(struct mca_btl_base_module_t *btl,
 
 /* ---- put and registration ------------------------------------------------------------ */
 
-/* Memory a peer may put into becomes a ringbtl region: the peer's puts are checked against
- * it, and their bytes go from the socket straight into it. ob1 registers each pipeline
- * fragment of a large receive buffer (remote write), sends its handle to the sender, and
- * deregisters it when the sender's FIN for that fragment arrives, which ringbtl delivers
- * only after the put's data (one connection per peer, frames in order). Memory registered
- * for local use only is not exposed. */
+/* Registered memory becomes a ringbtl region with what the flags let peers do: remote
+ * write, their puts (checked against it, their bytes going from the socket straight into
+ * it); remote read, their gets (the reply's bytes read straight from it); neither, only the
+ * replies of our own gets (ob1 registers a receive buffer for local write before it gets
+ * into it). ob1 registers each pipeline fragment of a large receive buffer (remote write),
+ * sends its handle to the sender, and deregisters it when the sender's FIN for that
+ * fragment arrives, which ringbtl delivers only after the put's data (frames to one peer
+ * keep their order). For the RDMA-read protocol the sender registers its buffer for
+ * remote read and deregisters it at the receiver's FIN, which follows the get's reply. */
 static mca_btl_base_registration_handle_t *btl_register_mem(struct mca_btl_base_module_t *btl,
                                                            struct mca_btl_base_endpoint_t *ep,
                                                            void *base, size_t size,
@@ -668,11 +672,18 @@ static mca_btl_base_registration_handle_t *btl_register_mem(struct mca_btl_base_
         return NULL;
     }
     h->key = RINGBTL_NO_REGION;
-    if (0 == (flags & MCA_BTL_REG_FLAG_REMOTE_WRITE)) {
+    uint32_t access = 0;
+    if (flags & MCA_BTL_REG_FLAG_REMOTE_WRITE) {
+        access |= RINGBTL_REGION_PEER_WRITE;
+    }
+    if (flags & MCA_BTL_REG_FLAG_REMOTE_READ) {
+        access |= RINGBTL_REGION_PEER_READ;
+    }
+    if (0 == access && 0 == (flags & MCA_BTL_REG_FLAG_LOCAL_WRITE)) {
         return h;
     }
     RINGBTL_LOCK(m);
-    const int rc = ringbtl_register_region(m->rt, base, size, &h->key);
+    const int rc = ringbtl_register_region(m->rt, base, size, access, &h->key);
     if (RINGBTL_OK == rc) {
         m->regions_registered++;
     }
@@ -752,6 +763,55 @@ static int btl_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoi
                                1, (uint64_t) (uintptr_t) p | PUT_COOKIE);
     if (RINGBTL_OK == rc) {
         m->puts_sent++;
+        flush(m);
+    }
+    RINGBTL_UNLOCK(m);
+    if (RINGBTL_OK != rc) {
+        opal_free_list_return(&m->puts, &p->super);
+        return status_to_opal(rc);
+    }
+    return OPAL_SUCCESS;
+}
+
+/* One ringbtl get: the peer reads its registered buffer straight into its socket, and our
+ * kernel writes the bytes straight into ours. Completes (cbfunc) once they are in place. */
+static int btl_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
+                   void *local_address, uint64_t remote_address,
+                   struct mca_btl_base_registration_handle_t *local_handle,
+                   struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                   int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
+                   void *cbcontext, void *cbdata)
+{
+    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
+    (void) flags;
+    (void) order;
+    if (OPAL_UNLIKELY(endpoint->failed)) {
+        return OPAL_ERR_UNREACH;
+    }
+    if (OPAL_UNLIKELY(NULL == remote_handle || RINGBTL_NO_REGION == remote_handle->key ||
+                      NULL == local_handle || RINGBTL_NO_REGION == local_handle->key)) {
+        return OPAL_ERR_BAD_PARAM;
+    }
+    if (OPAL_UNLIKELY(size > m->super.btl_get_limit)) {
+        return OPAL_ERR_NOT_AVAILABLE;
+    }
+    mca_btl_ringbtl_put_t *p = (mca_btl_ringbtl_put_t *) opal_free_list_get(&m->puts);
+    if (OPAL_UNLIKELY(NULL == p)) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    p->ep = endpoint;
+    p->local_address = local_address;
+    p->local_handle = local_handle;
+    p->cbfunc = cbfunc;
+    p->cbcontext = cbcontext;
+    p->cbdata = cbdata;
+    RINGBTL_LOCK(m);
+    const int rc = ringbtl_get(m->rt, endpoint->peer, remote_handle->key, remote_address,
+                               (uint32_t) size, local_handle->key,
+                               (uint64_t) (uintptr_t) local_address,
+                               (uint64_t) (uintptr_t) p | PUT_COOKIE);
+    if (RINGBTL_OK == rc) {
+        m->gets_sent++;
         flush(m);
     }
     RINGBTL_UNLOCK(m);
@@ -904,8 +964,8 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
                     (unsigned long long) m->rx_frames, (unsigned long long) m->rx_bytes,
                     (unsigned long long) m->rx_copied_frames,
                     (unsigned long long) m->rx_copied_bytes);
-        opal_output(0, "btl ringbtl: puts sent %llu; regions registered %llu",
-                    (unsigned long long) m->puts_sent,
+        opal_output(0, "btl ringbtl: puts sent %llu; gets sent %llu; regions registered %llu",
+                    (unsigned long long) m->puts_sent, (unsigned long long) m->gets_sent,
                     (unsigned long long) m->regions_registered);
     }
     rc = ringbtl_destroy(m->rt, mca_btl_ringbtl_component.finalize_timeout_ms);
@@ -948,6 +1008,7 @@ mca_btl_ringbtl_module_t mca_btl_ringbtl_module = {
             .btl_send = btl_send,
             .btl_sendi = btl_sendi,
             .btl_put = btl_put,
+            .btl_get = btl_get,
             .btl_register_mem = btl_register_mem,
             .btl_deregister_mem = btl_deregister_mem,
             .btl_register_error = btl_register_error,
@@ -977,6 +1038,10 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     if (m->super.btl_put_limit > frame - 16) {
         m->super.btl_put_limit = frame - 16;
     }
+    /* A get's reply is one ringbtl frame, shaped as a put. */
+    if (m->super.btl_get_limit > frame - 16) {
+        m->super.btl_get_limit = frame - 16;
+    }
     if (m->super.btl_rdma_pipeline_frag_size > m->super.btl_put_limit) {
         m->super.btl_rdma_pipeline_frag_size = m->super.btl_put_limit;
     }
@@ -991,7 +1056,7 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->rx_frames = m->rx_bytes = m->rx_copied_frames = m->rx_copied_bytes = 0;
     m->sent_since_progress = 0;
     m->progressing = false;
-    m->puts_sent = m->regions_registered = 0;
+    m->puts_sent = m->gets_sent = m->regions_registered = 0;
     /* key_pending / key_failed are set by btl_init before this. */
     m->threads = threads;
     if (threads) {

@@ -74,6 +74,16 @@ pub enum ProtoError {
     /// link than the one this side resumed on).
     #[error("RESUME where no failover can take it")]
     UnexpectedResume,
+    /// A REPLY arrived that answers none of our GETs, or not as that GET asked.
+    #[error("REPLY that answers no GET of ours")]
+    UnexpectedReply,
+    /// A GET named memory outside our readable regions.
+    #[error("GET outside the readable regions: {0}")]
+    GetOutsideRegions(crate::buf::RegionError),
+    /// The peer's GETs asked for replies while four times `RINGBTL_MAX_QUEUED_BYTES` and
+    /// the maximum frame waited for it, more than its own limit lets an honest peer ask.
+    #[error("GETs asking for more replies at once than RINGBTL_MAX_QUEUED_BYTES allows")]
+    TooManyGets,
 }
 
 /// Why sending is impossible.
@@ -105,6 +115,9 @@ pub enum SendError {
     /// The transport is shutting down.
     #[error("transport is shutting down")]
     ShuttingDown,
+    /// A get's destination does not lie inside a region of ours.
+    #[error("get destination: {0}")]
+    Region(#[from] crate::buf::RegionError),
     /// More than `RINGBTL_MAX_QUEUED_BYTES` would wait for this peer (it reads slower
     /// than we send, or not at all). The send was **not** accepted and no completion will
     /// come for it: make progress, then send it again.

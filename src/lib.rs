@@ -77,7 +77,11 @@
 //! 6. A put ([`Transport::put`]) writes only inside a region the receiver registered
 //!    ([`Transport::register_region`]): the whole write is checked against the region
 //!    before a byte lands, a write outside every region fails that peer, and a region
-//!    cannot be deregistered while a put is being received into it.
+//!    cannot be deregistered while a put is being received into it. A get
+//!    ([`Transport::get`]) reads only a region its owner registered as readable
+//!    ([`RegionAccess::ReadWrite`]), checked the same way, and that region cannot be
+//!    deregistered while the reply still reads it; a peer's gets pin at most four times
+//!    `RINGBTL_MAX_QUEUED_BYTES` and the maximum frame of replies, past which it fails.
 //! 7. A peer that stops reading cannot grow the send queue without bound: past
 //!    `RINGBTL_MAX_QUEUED_BYTES` for one peer, [`Transport::send`] returns
 //!    [`SendError::WouldBlock`] and does not accept the message; progress, then send it
@@ -128,7 +132,7 @@ pub mod wireup;
 #[path = "../tests/common/skip.rs"]
 pub(crate) mod skip;
 
-pub use buf::RegionError;
+pub use buf::{Access as RegionAccess, RegionError};
 pub use config::{
     Config, Congestion, CoreConfig, Keepalive, ProgressMode, Setting, SocketConfig, WireupConfig,
 };

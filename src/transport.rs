@@ -116,6 +116,10 @@ pub struct Stats {
     pub recv_direct: u64,
     /// Puts from peers whose data was placed in a registered region.
     pub puts_placed: u64,
+    /// Peers' gets answered: their reply queued, borrowing a readable region.
+    pub gets_answered: u64,
+    /// Our gets completed: their data in place.
+    pub gets_completed: u64,
     /// Messages written to the socket, all or in part, by [`send`](Transport::send)
     /// itself, before the rest of the caller's pass: those that found their connection's
     /// batch empty and nothing queued, on a connection whose last gathered send carried
@@ -635,27 +639,58 @@ impl Transport {
         self.core.put(peer, target, segs, cookie)
     }
 
-    /// Registers `len` bytes at `base` as memory that peers may [`put`](Self::put) into,
-    /// and returns the key they name it by (the region's owner hands it to them, with
-    /// addresses inside the region, through its own messages).
+    /// Queues a get from `peer`: `len` bytes of a region `peer` registered as readable,
+    /// at `from` (its key and an address inside it, which `peer` told us out of band),
+    /// are written at `to` in a region of ours, straight from the socket. The get
+    /// completes with `cookie`, as a send does, once every byte is in place, or fails when
+    /// the peer does (also when the peer finds `from` outside its readable regions, which
+    /// it treats as a protocol error). Refused with [`SendError::Region`] when `to` does not
+    /// lie inside a region of ours (then nothing is sent), and with
+    /// [`SendError::WouldBlock`] while the gets in progress to `peer` already ask for
+    /// `RINGBTL_MAX_QUEUED_BYTES`. A message sent after a get leaves after the get's
+    /// request, but the get completes after the peer answered it.
+    #[inline]
+    pub fn get(
+        &mut self,
+        peer: PeerId,
+        from: PutTarget,
+        len: u32,
+        to: PutTarget,
+        cookie: u64,
+    ) -> Result<(), SendError> {
+        self.core.get(peer, from, len, to, cookie)
+    }
+
+    /// Registers `len` bytes at `base` as memory that peers may [`put`](Self::put) into
+    /// (and, with [`RegionAccess::ReadWrite`](crate::RegionAccess::ReadWrite), read with
+    /// [`get`](Self::get)), and returns the key they name it by (the region's owner hands
+    /// it to them, with addresses inside the region, through its own messages). The
+    /// replies of our own gets land in regions too: any access allows them.
     ///
     /// # Safety
     ///
     /// Until [`deregister_region`](Self::deregister_region) returns `Ok` for the key (or
     /// the transport is dropped), the memory must stay valid for writes and must not be
-    /// read or written by anyone else while a put may land in it: the kernel writes into it
-    /// during this transport's progress calls (and, with io_uring, between them while a
-    /// receive is in flight).
+    /// read or written by anyone else while a put may land in it, nor written while a get
+    /// may read it: the kernel writes into it (and reads from it) during this transport's
+    /// progress calls (and, with io_uring, between them while a receive or send is in
+    /// flight).
     #[allow(unsafe_code)]
-    pub unsafe fn register_region(&mut self, base: NonNull<u8>, len: usize) -> u64 {
+    pub unsafe fn register_region(
+        &mut self,
+        base: NonNull<u8>,
+        len: usize,
+        access: crate::RegionAccess,
+    ) -> u64 {
         // SAFETY: the caller's contract is `Regions::register`'s, word for word.
-        unsafe { self.core.regions_mut().register(base, len) }
+        unsafe { self.core.regions_mut().register(base, len, access) }
     }
 
     /// Takes a registered region back. Refused with [`RegionError::InUse`] while a
-    /// peer's put is being received into it: the memory stays the transport's until a
-    /// later call succeeds (a progress call in between lets the put finish, or the
-    /// connection fail).
+    /// peer's put (or our get's reply) is being received into it, or the reply to a
+    /// peer's get still reads it: the memory stays the transport's until a later call
+    /// succeeds (a progress call in between lets the transfer finish, or the connection
+    /// fail).
     pub fn deregister_region(&mut self, key: u64) -> Result<(), RegionError> {
         self.core.regions_mut().deregister(key)
     }
@@ -851,6 +886,8 @@ impl Transport {
             recv_starved: k.recv_starved,
             recv_direct: c.recv_direct,
             puts_placed: c.puts_placed,
+            gets_answered: c.gets_answered,
+            gets_completed: c.gets_completed,
             written_at_once: c.written_at_once,
             idle_copies: c.idle_copies,
             links_joined: c.links_joined,

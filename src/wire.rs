@@ -155,6 +155,25 @@
 //! from the socket straight into the region; no handler runs on the receiver. Frames to
 //! one peer keep their order, so a message sent after a put tells the receiver that the
 //! put's data is in place.
+//!
+//! # Get (one-sided read of registered memory)
+//!
+//! ```text
+//!  0        8            16           24     28           36           44
+//!  +--------+------------+------------+------+------------+------------+
+//!  | header | source key | source     | data | reply key  | reply      |
+//!  | 0x40   | u64        | address    | u32  | u64        | address    |
+//!  | tag 0  |            | u64        |      |            | u64        |
+//!  +--------+------------+------------+------+------------+------------+
+//! ```
+//!
+//! A GET (kind 0x40, tag 0, no flags, length [`GET_LEN`]) asks the receiver for `data`
+//! bytes of a region it registered ([`GetRequest`]); the same checks as a put's make a
+//! source outside its regions a protocol error. The receiver answers with a REPLY (kind
+//! 0x80), shaped as a PUT, whose target is the GET's reply key and address and whose data
+//! are the bytes asked for, read straight from the region. REPLYs come in the order of
+//! the GETs they answer; one that answers no GET, or whose target or length is not the
+//! GET's, is a protocol error.
 
 /// Malformed bytes in a handshake record or frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -223,9 +242,17 @@ pub enum WireError {
         /// Tag byte.
         tag: u8,
     },
-    /// A PUT frame too short for its target, or with a tag.
+    /// A PUT or REPLY frame too short for its target, or with a tag.
     #[error("PUT frame with a {len}-byte payload and tag {tag} (a target of 16 bytes and tag 0 expected)")]
     BadPut {
+        /// Announced length.
+        len: u32,
+        /// Tag byte.
+        tag: u8,
+    },
+    /// A GET frame whose length is not that of its request, or with a tag or flags.
+    #[error("GET frame with a {len}-byte payload and tag {tag} (a request of 36 bytes and tag 0 expected)")]
+    BadGet {
         /// Announced length.
         len: u32,
         /// Tag byte.
@@ -235,12 +262,13 @@ pub enum WireError {
 
 /// The magic that opens every ringbtl handshake record.
 pub const MAGIC: [u8; 8] = *b"RINGBTL\0";
-/// Protocol version this build speaks (7: the link byte of the handshake, in the MACs;
+/// Protocol version this build speaks (8: GET and REPLY frames; 7: the link byte of the
+/// handshake, in the MACs;
 /// 6: padding before copied payloads; 5: the line
 /// offset of lent payloads; 4: the ACK
 /// flag and frame; 3: PUT frames; 2: the authenticated handshake; 1 had a 24-byte record
 /// that carried the job token).
-pub const VERSION: u16 = 0x0007;
+pub const VERSION: u16 = 0x0008;
 /// Length of the handshake record.
 pub const HELLO_LEN: usize = 84;
 /// Bytes of a handshake record that identify its protocol: magic and version.
@@ -492,6 +520,11 @@ pub enum FrameKind {
     /// The stream moves to the connection this arrives on, after this side consumed the
     /// count it carries of the peer's frames (see "Links" in the module docs).
     Resume,
+    /// A read of the receiver's registered memory: a [`GetRequest`] (see "Get" in the
+    /// module docs).
+    Get,
+    /// The answer to a GET: a [`PutTarget`] (the GET's reply target), then the data.
+    Reply,
 }
 
 impl FrameKind {
@@ -501,12 +534,21 @@ impl FrameKind {
     const ACK: u8 = 0x08;
     const CONFIRM: u8 = 0x10;
     const RESUME: u8 = 0x20;
+    const GET: u8 = 0x40;
+    const REPLY: u8 = 0x80;
 
     /// Whether frames of this kind are counted in their stream's position (every kind
     /// but the two that carry positions).
     #[inline]
     pub const fn counted(self) -> bool {
         !matches!(self, Self::Confirm | Self::Resume)
+    }
+
+    /// Whether frames of this kind carry a [`PutTarget`] and data placed in a region of
+    /// the receiver (PUT and REPLY).
+    #[inline]
+    pub const fn places(self) -> bool {
+        matches!(self, Self::Put | Self::Reply)
     }
 }
 
@@ -535,6 +577,42 @@ pub const PAD_ALIGN: usize = 8;
 
 /// Length of a [`PutTarget`] on the wire (the first bytes of a PUT frame's payload).
 pub const PUT_TARGET_LEN: usize = 16;
+
+/// Length of a [`GetRequest`] on the wire (a GET frame's whole payload).
+pub const GET_LEN: usize = 36;
+
+/// What a GET frame asks for: `len` bytes of the receiver's region at `from`, to be
+/// written at `to` in the sender's region (the target of the REPLY).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetRequest {
+    /// The receiver's region and address to read from.
+    pub from: PutTarget,
+    /// Bytes asked for.
+    pub len: u32,
+    /// The sender's region and address the data goes to.
+    pub to: PutTarget,
+}
+
+impl GetRequest {
+    /// Encodes the request.
+    pub fn to_bytes(&self) -> [u8; GET_LEN] {
+        let mut b = [0; GET_LEN];
+        b[..16].copy_from_slice(&self.from.to_bytes());
+        b[16..20].copy_from_slice(&self.len.to_be_bytes());
+        b[20..].copy_from_slice(&self.to.to_bytes());
+        b
+    }
+
+    /// Parses a request from the first [`GET_LEN`] bytes of `buf`.
+    pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
+        let b = buf.get(..GET_LEN).ok_or(WireError::Truncated)?;
+        Ok(Self {
+            from: PutTarget::parse(&b[..16])?,
+            len: u32::from_be_bytes(b[16..20].try_into().expect("4 bytes")),
+            to: PutTarget::parse(&b[20..])?,
+        })
+    }
+}
 
 /// Where a PUT frame's data goes: a region the receiver registered, named by its key,
 /// and an address inside it.
@@ -638,6 +716,8 @@ impl Header {
             FrameKind::ACK => FrameKind::Ack,
             FrameKind::CONFIRM => FrameKind::Confirm,
             FrameKind::RESUME => FrameKind::Resume,
+            FrameKind::GET => FrameKind::Get,
+            FrameKind::REPLY => FrameKind::Reply,
             k => return Err(WireError::BadFrameKind(k)),
         };
         let flags = u16::from_be_bytes([b[2], b[3]]);
@@ -646,7 +726,8 @@ impl Header {
         let len = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
         let padded = flags & FLAG_PAD != 0;
         if flags & !(FLAG_ACK | FLAG_PAD | FLAG_LINE_MASK) != 0
-            || (ack && (padded || !matches!(kind, FrameKind::Send | FrameKind::Put)))
+            || (ack
+                && (padded || !matches!(kind, FrameKind::Send | FrameKind::Put | FrameKind::Reply)))
             || (padded
                 && (kind != FrameKind::Send
                     || line == 0
@@ -675,8 +756,11 @@ impl Header {
         if matches!(kind, FrameKind::Fin | FrameKind::Ack) && (len != 0 || b[1] != 0) {
             return Err(WireError::ControlWithPayload { len, tag: b[1] });
         }
-        if kind == FrameKind::Put && ((len as usize) < PUT_TARGET_LEN || b[1] != 0) {
+        if kind.places() && ((len as usize) < PUT_TARGET_LEN || b[1] != 0) {
             return Err(WireError::BadPut { len, tag: b[1] });
+        }
+        if kind == FrameKind::Get && (len as usize != GET_LEN || b[1] != 0 || flags != 0) {
+            return Err(WireError::BadGet { len, tag: b[1] });
         }
         Ok(Self {
             kind,
@@ -714,6 +798,8 @@ impl Header {
             FrameKind::Ack => FrameKind::ACK,
             FrameKind::Confirm => FrameKind::CONFIRM,
             FrameKind::Resume => FrameKind::RESUME,
+            FrameKind::Get => FrameKind::GET,
+            FrameKind::Reply => FrameKind::REPLY,
         };
         let line = ((self.line as u16) << 8) & FLAG_LINE_MASK;
         let f = if self.ack {
@@ -836,6 +922,44 @@ mod tests {
             "REJECT(Version) at v1's offsets"
         );
         assert_eq!(&ours[12..16], &3u32.to_be_bytes());
+    }
+
+    #[test]
+    fn get_and_reply_headers_are_checked() {
+        let head = |kind: u8, tag: u8, flags: u16, len: u32| {
+            let mut b = [kind, tag, 0, 0, 0, 0, 0, 0];
+            b[2..4].copy_from_slice(&flags.to_be_bytes());
+            b[4..].copy_from_slice(&len.to_be_bytes());
+            Header::parse(&b, 1 << 20)
+        };
+        assert!(head(0x40, 0, 0, 36).is_ok());
+        for (tag, flags, len) in [(0, 0, 35), (0, 0, 37), (1, 0, 36)] {
+            assert_eq!(
+                head(0x40, tag, flags, len),
+                Err(WireError::BadGet { len, tag })
+            );
+        }
+        // No flag is defined on a GET.
+        assert_eq!(
+            head(0x40, 0, FLAG_ACK, 36),
+            Err(WireError::BadFlags(FLAG_ACK))
+        );
+        // A REPLY is shaped as a PUT: room for its target, tag 0, lent pages allowed.
+        assert!(head(0x80, 0, FLAG_ACK, 16).is_ok());
+        assert_eq!(
+            head(0x80, 0, 0, 15),
+            Err(WireError::BadPut { len: 15, tag: 0 })
+        );
+        assert_eq!(
+            head(0x80, 2, 0, 100),
+            Err(WireError::BadPut { len: 100, tag: 2 })
+        );
+        assert_eq!(
+            head(0x80, 0, FLAG_PAD | (8 << 8), 100),
+            Err(WireError::BadFlags(FLAG_PAD | (8 << 8)))
+        );
+        assert!(FrameKind::Reply.places() && FrameKind::Put.places() && !FrameKind::Get.places());
+        assert!(FrameKind::Get.counted() && FrameKind::Reply.counted());
     }
 
     #[test]
@@ -972,12 +1096,14 @@ mod tests {
 
     proptest! {
         #[test]
-        fn header_round_trip(tag: u8, len: u32, kind in 0..4u8, ack: bool, line in 0..64u8) {
+        fn header_round_trip(tag: u8, len: u32, kind in 0..6u8, ack: bool, line in 0..64u8) {
             let line = if ack { line } else { 0 };
             let h = match kind {
                 0 => Header { kind: FrameKind::Send, tag: Tag(tag), len, ack, line },
                 1 => Header { kind: FrameKind::Fin, tag: Tag(0), len: 0, ack: false, line: 0 },
                 2 => Header { kind: FrameKind::Ack, tag: Tag(0), len: 0, ack: false, line: 0 },
+                3 => Header { kind: FrameKind::Get, tag: Tag(0), len: GET_LEN as u32, ack: false, line: 0 },
+                4 => Header { kind: FrameKind::Reply, tag: Tag(0), len: len.max(16), ack, line },
                 _ => Header { kind: FrameKind::Put, tag: Tag(0), len: len.max(16), ack, line },
             };
             prop_assert_eq!(Header::parse(&h.to_bytes(), u32::MAX), Ok(h));
@@ -1011,6 +1137,17 @@ mod tests {
             b[2..4].copy_from_slice(&flags.to_be_bytes());
             prop_assert_eq!(Header::parse(&b, max_len), Header::parse_any(&b, max_len));
             prop_assert_eq!(Header::parse(&b, u32::MAX), Header::parse_any(&b, u32::MAX));
+        }
+
+        #[test]
+        fn get_request_round_trip(k1: u64, a1: u64, len: u32, k2: u64, a2: u64) {
+            let r = GetRequest {
+                from: PutTarget { key: k1, addr: a1 },
+                len,
+                to: PutTarget { key: k2, addr: a2 },
+            };
+            prop_assert_eq!(GetRequest::parse(&r.to_bytes()), Ok(r));
+            prop_assert_eq!(GetRequest::parse(&r.to_bytes()[..GET_LEN - 1]), Err(WireError::Truncated));
         }
 
         #[test]

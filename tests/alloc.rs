@@ -77,7 +77,7 @@ fn no_allocation_per_put(kind: BackendKind) {
             // SAFETY: `region` outlives both transports and is not touched by this test
             // until the key is deregistered below.
             #[allow(unsafe_code)]
-            let key = unsafe { b.register_region(base, LEN) };
+            let key = unsafe { b.register_region(base, LEN, ringbtl::RegionAccess::Write) };
             let target = PutTarget {
                 key,
                 addr: base.as_ptr() as u64,

@@ -25,7 +25,7 @@ fn register(t: &mut ringbtl::Transport, len: usize) -> (Box<[u8]>, u64) {
     // SAFETY: every test keeps `mem` alive until after the transport is dropped, and reads
     // it only after the message that follows the puts arrived (no put into it is left).
     #[allow(unsafe_code)]
-    let key = unsafe { t.register_region(base, len) };
+    let key = unsafe { t.register_region(base, len, ringbtl::RegionAccess::Write) };
     (mem, key)
 }
 

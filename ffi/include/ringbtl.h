@@ -8,8 +8,11 @@
  * standard library uses:
  *     cc prog.c -Iffi/include target/release/libringbtl_ffi.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
  *
- * ABI version 1. Changes to the contract below are announced here, with the
- * version bump they need. Beyond the first agreed text, version 1 also says:
+ * ABI version 2: ringbtl_register_region takes a flags argument (RINGBTL_REGION_PEER_WRITE
+ * for puts, what version 1 registered; RINGBTL_REGION_PEER_READ for ringbtl_get, which
+ * version 2 adds). Changes to the
+ * contract below are announced here, with the version bump they need. Beyond the first
+ * agreed text, version 1 also says:
  * - ringbtl_add_peer: RINGBTL_ERR_INVALID for a URI list that does not parse,
  *   RINGBTL_ERR_UNREACHABLE when none of its addresses is reachable from the selected
  *   interfaces (RINGBTL_LISTEN=auto with RINGBTL_IF_INCLUDE / RINGBTL_IF_EXCLUDE),
@@ -70,7 +73,7 @@
 extern "C" {
 #endif
 
-#define RINGBTL_ABI_VERSION 1u          /* bumped on any incompatible change */
+#define RINGBTL_ABI_VERSION 2u          /* bumped on any incompatible change */
 uint32_t ringbtl_abi_version(void);     /* the library's RINGBTL_ABI_VERSION */
 
 typedef struct ringbtl ringbtl_t;               /* one transport; one thread drives it */
@@ -184,13 +187,32 @@ int  ringbtl_send(ringbtl_t *t, uint32_t peer, uint8_t tag,
  * sent after the put arrives after its data is in place, which is how the peer learns it. */
 int  ringbtl_put(ringbtl_t *t, uint32_t peer, uint64_t key, uint64_t addr,
                  const ringbtl_iov_t *iov, size_t iovcnt, uint64_t cookie);
-/* Registers `len` bytes at `base` as memory peers may put into; the key for them goes to
- * *key. The memory must stay valid, and nothing else may read or write it while a put may
- * land there, until ringbtl_deregister_region returns RINGBTL_OK for the key (or the
- * transport is destroyed). */
-int  ringbtl_register_region(ringbtl_t *t, void *base, size_t len, uint64_t *key);
+/* One-sided get: queues a read of `len` bytes at `addr` in the region `key` that `peer`
+ * registered with RINGBTL_REGION_PEER_READ, written at `local_addr` in our region
+ * `local_key` straight from the socket. Exactly one completion with `cookie` follows a
+ * RINGBTL_OK, once the bytes are in place (or with the peer's failure). RINGBTL_ERR_INVALID
+ * (nothing sent) when the destination does not lie inside one of our regions;
+ * RINGBTL_ERR_WOULD_BLOCK while the gets in progress to `peer` ask for
+ * RINGBTL_MAX_QUEUED_BYTES already. The peer checks the source against its readable
+ * regions: one outside them is a protocol error that fails the connection. No callback
+ * runs on the peer. Allowed inside any callback. */
+int  ringbtl_get(ringbtl_t *t, uint32_t peer, uint64_t key, uint64_t addr, uint32_t len,
+                 uint64_t local_key, uint64_t local_addr, uint64_t cookie);
+/* ringbtl_register_region flags: peers may write into the region (ringbtl_put), read it
+ * (ringbtl_get); with neither (0), only the replies of our own gets land there. */
+#define RINGBTL_REGION_PEER_WRITE 1u
+#define RINGBTL_REGION_PEER_READ 2u
+/* Registers `len` bytes at `base` as memory that peers may do with what `flags` says
+ * (RINGBTL_REGION_PEER_WRITE | RINGBTL_REGION_PEER_READ, or 0); the key for them goes to
+ * *key. Replies to our own gets land in regions of any flags. The memory must stay valid, nothing else may read or write
+ * it while a put may land there, nor write it while a get may read it, until
+ * ringbtl_deregister_region returns RINGBTL_OK for the key (or the transport is
+ * destroyed). RINGBTL_ERR_INVALID for unknown flags. */
+int  ringbtl_register_region(ringbtl_t *t, void *base, size_t len, uint32_t flags,
+                             uint64_t *key);
 /* Takes a region back: RINGBTL_ERR_INVALID for a key that names none, RINGBTL_ERR_BUSY while
- * a put is being received into it (it stays registered: progress, then try again). */
+ * a put (or our get's reply) is being received into it or a get's reply read from it is
+ * being sent (it stays registered: progress, then try again). */
 int  ringbtl_deregister_region(ringbtl_t *t, uint64_t key);
 
 /* Hands every message queued so far to the kernel now, without reaping completions or

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ringbtl::{
-    parse_uri_list, Completion, Error, FailReason, PeerId, PutTarget, RegionError, SendError, Tag,
-    Transport, MAX_SEGMENTS,
+    parse_uri_list, Completion, Error, FailReason, PeerId, PutTarget, RegionAccess, RegionError,
+    SendError, Tag, Transport, MAX_SEGMENTS,
 };
 
 use crate::config::RingbtlConfig;
@@ -637,6 +637,42 @@ pub unsafe extern "C" fn ringbtl_put(
     }
 }
 
+/// Queues a get of `len` bytes at `addr` in the readable region `key` that `peer`
+/// registered, to land at `local_addr` in our region `local_key`; exactly one completion
+/// with `cookie` follows when it returns RINGBTL_OK (once the bytes are in place).
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_get(
+    t: *mut Ringbtl,
+    peer: u32,
+    key: u64,
+    addr: u64,
+    len: u32,
+    local_key: u64,
+    local_addr: u64,
+    cookie: u64,
+) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return null_handle("ringbtl_get");
+        };
+        let (from, to) = (
+            PutTarget { key, addr },
+            PutTarget {
+                key: local_key,
+                addr: local_addr,
+            },
+        );
+        match h.transport().get(PeerId(peer), from, len, to, cookie) {
+            Ok(()) => RINGBTL_OK,
+            Err(e) => fail(send_code(&e), e),
+        }
+    })
+}
+
 /// The body of [`ringbtl_send`] and [`ringbtl_put`] (`what`): checks the handle and the
 /// gather list, hands the segments to `op` and turns its answer into a status code.
 ///
@@ -666,18 +702,26 @@ unsafe fn queue(
     })
 }
 
-/// Registers `len` bytes at `base` that peers may put into; the key goes to `*key`.
+/// `ringbtl_register_region` flag: peers may write into the region (`ringbtl_put`).
+pub const RINGBTL_REGION_PEER_WRITE: u32 = 1;
+/// `ringbtl_register_region` flag: peers may read the region (`ringbtl_get`).
+pub const RINGBTL_REGION_PEER_READ: u32 = 2;
+
+/// Registers `len` bytes at `base` that peers may put into (`RINGBTL_REGION_PEER_WRITE`
+/// in `flags`) or get from (`RINGBTL_REGION_PEER_READ`), or neither (flags 0: only the
+/// replies of our own gets land there); the key goes to `*key`.
 ///
 /// # Safety
 /// `t` is NULL or a live handle; `key` is NULL or writable; `base` points to `len`
 /// writable bytes that stay valid, and that nothing else reads or writes while a put may
-/// land there, until `ringbtl_deregister_region` returns RINGBTL_OK for the key or the
-/// transport is destroyed.
+/// land there (nor writes while a get may read them), until `ringbtl_deregister_region`
+/// returns RINGBTL_OK for the key or the transport is destroyed.
 #[no_mangle]
 pub unsafe extern "C" fn ringbtl_register_region(
     t: *mut Ringbtl,
     base: *mut c_void,
     len: usize,
+    flags: u32,
     key: *mut u64,
 ) -> c_int {
     guard(RINGBTL_ERR_INTERNAL, || {
@@ -691,9 +735,21 @@ pub unsafe extern "C" fn ringbtl_register_region(
         if key.is_null() {
             return fail(RINGBTL_ERR_INVALID, "ringbtl_register_region: key is NULL");
         }
+        let access = match flags {
+            0 => RegionAccess::Local,
+            RINGBTL_REGION_PEER_WRITE => RegionAccess::Write,
+            RINGBTL_REGION_PEER_READ => RegionAccess::Read,
+            3 => RegionAccess::ReadWrite,
+            f => {
+                return fail(
+                    RINGBTL_ERR_INVALID,
+                    format!("ringbtl_register_region: unknown flags {f:#x}"),
+                )
+            }
+        };
         // SAFETY: the memory's contract is the caller's (above), word for word the
         // transport's.
-        let k = unsafe { h.transport().register_region(base, len) };
+        let k = unsafe { h.transport().register_region(base, len, access) };
         // SAFETY: `key` is non-null and writable (the caller's contract).
         unsafe { key.write(k) };
         RINGBTL_OK
@@ -701,7 +757,8 @@ pub unsafe extern "C" fn ringbtl_register_region(
 }
 
 /// Takes a region back: RINGBTL_ERR_INVALID for a key that names none, RINGBTL_ERR_BUSY
-/// while a put is being received into it.
+/// while a put (or a get's reply) is being received into it or a reply read from it is
+/// being sent.
 ///
 /// # Safety
 /// `t` is NULL or a live handle.

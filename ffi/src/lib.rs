@@ -27,6 +27,9 @@
 //!   `ringbtl_max_segments()` pieces, sent without copying (small pieces are copied next
 //!   to their header). The completion callback runs exactly once per accepted send, and
 //!   only after the kernel is done with the bytes.
+//! - `ringbtl_get(peer, key, addr, len, local_key, local_addr, cookie)`: `len` bytes of a
+//!   region the peer registered as readable (`RINGBTL_REGION_PEER_READ`), written into
+//!   one of ours; completes like a send once they are in place.
 //! - `ringbtl_put(peer, key, addr, iov, iovcnt, cookie)`: the same gather list, written
 //!   straight into a region the peer registered (`ringbtl_register_region`, which hands
 //!   out the key; `ringbtl_deregister_region` takes it back). Completes like a send; a
@@ -71,17 +74,18 @@ pub use config::{
 };
 pub use handle::{
     ringbtl_add_peer, ringbtl_backend_name, ringbtl_create, ringbtl_deregister_region,
-    ringbtl_destroy, ringbtl_flush, ringbtl_generate_job_key, ringbtl_link_stats,
+    ringbtl_destroy, ringbtl_flush, ringbtl_generate_job_key, ringbtl_get, ringbtl_link_stats,
     ringbtl_links_open, ringbtl_local_id, ringbtl_max_frame, ringbtl_max_segments,
     ringbtl_on_complete, ringbtl_on_error, ringbtl_on_unknown_peer, ringbtl_pending,
     ringbtl_progress, ringbtl_put, ringbtl_register, ringbtl_register_region, ringbtl_send,
     ringbtl_set_job_key, ringbtl_unregister, ringbtl_uris, ringbtl_wait, CompleteFn, ErrorFn,
-    RecvFn, ResolveFn, Ringbtl, RingbtlIov, RingbtlLinkStats,
+    RecvFn, ResolveFn, Ringbtl, RingbtlIov, RingbtlLinkStats, RINGBTL_REGION_PEER_READ,
+    RINGBTL_REGION_PEER_WRITE,
 };
 pub use status::*;
 
 /// The ABI version this library implements (`RINGBTL_ABI_VERSION` in the header).
-pub const RINGBTL_ABI_VERSION: u32 = 1;
+pub const RINGBTL_ABI_VERSION: u32 = 2;
 
 /// The library's ABI version, to compare with the header's `RINGBTL_ABI_VERSION`.
 #[no_mangle]

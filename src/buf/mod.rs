@@ -12,12 +12,12 @@
 //! |---|---|
 //! | `rx.rs` | [`RxBuf`]: receive cache and whole-record buffers, their place in the line |
 //! | `tx.rs` | [`TxBatch`]: the pieces of one gathered send |
-//! | `regions.rs` | [`Regions`], [`Claim`]: registered memory that peers may put into |
+//! | `regions.rs` | [`Regions`], [`Claim`]: registered memory that peers may put into or get from |
 
 mod regions;
 mod rx;
 mod tx;
 
-pub use regions::{Claim, RegionError, Regions};
+pub use regions::{Access, Claim, RegionError, Regions};
 pub use rx::{RxBuf, LINE, RECORD_ALIGN, WHOLE_FIRST};
 pub use tx::{TxBatch, DIRECT_PIECES};

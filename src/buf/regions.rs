@@ -1,8 +1,11 @@
 //! Registered regions: memory of the caller's that peers may write into (one-sided
-//! puts), [`Regions`], and the [`Claim`] a receive holds on a part of one. No I/O here.
+//! puts) or read (gets), [`Regions`], the [`Claim`] a receive holds on a part of one, and
+//! the bytes a get's reply lends from one ([`Regions::lend`]). No I/O here.
 
 use std::ptr::NonNull;
-use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
 
 /// Memory of the caller's that peers may write into (one-sided puts): each region is
 /// named by a key, an index and a generation, so a key outlives nothing: once its region
@@ -22,9 +25,37 @@ struct Region {
     len: usize,
     generation: u32,
     live: bool,
-    /// Cloned into every claim: while a clone lives, a receive may write to the region.
-    /// Kept with the slot, so reusing a slot allocates nothing.
-    lease: Rc<()>,
+    /// What peers may do with it.
+    access: Access,
+    /// Cloned into every claim and every lent reply: while a clone lives, a receive may
+    /// write to the region or a send read from it. Kept with the slot, so reusing a slot
+    /// allocates nothing.
+    lease: Arc<()>,
+}
+
+/// What peers may do with a registered region. The replies of our own gets may land in
+/// a region of any access (each one checked against the get that asked for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Nothing: it only receives the replies of our own gets.
+    #[default]
+    Local,
+    /// Peers may write into it (their puts).
+    Write,
+    /// Peers may read it (their gets).
+    Read,
+    /// Peers may read it and write into it.
+    ReadWrite,
+}
+
+impl Access {
+    fn peer_reads(self) -> bool {
+        matches!(self, Self::Read | Self::ReadWrite)
+    }
+
+    fn peer_writes(self) -> bool {
+        matches!(self, Self::Write | Self::ReadWrite)
+    }
 }
 
 /// Why a region operation was refused.
@@ -33,7 +64,7 @@ pub enum RegionError {
     /// The key names no live region (never handed out, or deregistered).
     #[error("no registered region has key {0:#x}")]
     UnknownKey(u64),
-    /// The write does not lie inside the region.
+    /// The bytes do not lie inside the region.
     #[error("{len} bytes at {addr:#x} do not lie inside region {key:#x}")]
     OutOfBounds {
         /// The region's key.
@@ -43,23 +74,32 @@ pub enum RegionError {
         /// Bytes asked for.
         len: u64,
     },
-    /// A receive is still writing into the region: it may not be taken back yet.
-    #[error("region {0:#x} is being written by a receive in progress")]
+    /// A receive is still writing into the region, or a peer's get still reading it: it
+    /// may not be taken back yet.
+    #[error("region {0:#x} is being written by a receive or read by a get in progress")]
     InUse(u64),
+    /// A peer asked to read a region that peers may not read.
+    #[error("region {0:#x} may not be read by peers")]
+    NotReadable(u64),
+    /// A peer asked to write into a region that peers may not write into.
+    #[error("region {0:#x} may not be written by peers")]
+    NotWritable(u64),
 }
 
 impl Regions {
-    /// Registers `len` bytes at `base` and returns the key peers name them by.
+    /// Registers `len` bytes at `base` and returns the key peers name them by; `access`
+    /// says what peers may do with them.
     ///
     /// # Safety
     ///
-    /// The memory must stay valid for writes, and must not be read or written by anyone
-    /// else while a peer may write it: from this call until [`deregister`](Self::deregister)
-    /// returns `Ok` for the key, or the `Regions` (and every receive buffer placed in it)
-    /// is dropped. Within that time, what arrives for it may change it at any point
-    /// during [`progress`-like](crate::Transport::progress) calls of its owner.
+    /// The memory must stay valid for reads and writes, and must not be read or written by
+    /// anyone else while a peer may write it, nor written while a peer may read it: from
+    /// this call until [`deregister`](Self::deregister) returns `Ok` for the key, or the
+    /// `Regions` (and every receive buffer placed in it, and every reply lent from it) is
+    /// dropped. Within that time, what arrives for it may change it at any point during
+    /// [`progress`-like](crate::Transport::progress) calls of its owner.
     #[allow(unsafe_code)]
-    pub unsafe fn register(&mut self, base: NonNull<u8>, len: usize) -> u64 {
+    pub unsafe fn register(&mut self, base: NonNull<u8>, len: usize, access: Access) -> u64 {
         let i = match self.free.pop() {
             Some(i) => i as usize,
             None => {
@@ -71,15 +111,17 @@ impl Regions {
         r.base = base.as_ptr() as usize;
         r.len = len;
         r.live = true;
+        r.access = access;
         self.live += 1;
         key(i, r.generation)
     }
 
-    /// Takes a region back. Refused while a receive is still writing into it (the caller
-    /// keeps the memory valid and tries again after a progress call).
+    /// Takes a region back. Refused while a receive is still writing into it or a reply
+    /// lent from it is still being sent (the caller keeps the memory valid and tries again
+    /// after a progress call).
     pub fn deregister(&mut self, key: u64) -> Result<(), RegionError> {
         let (i, r) = self.find(key)?;
-        if Rc::strong_count(&r.lease) > 1 {
+        if Arc::strong_count(&r.lease) > 1 {
             return Err(RegionError::InUse(key));
         }
         let r = &mut self.slots[i];
@@ -100,9 +142,49 @@ impl Regions {
         self.live == 0
     }
 
-    /// Checks that `len` bytes at `addr` lie inside the region of `key` and claims them
-    /// for one receive ([`RxBuf::split_placed`](super::RxBuf::split_placed)).
-    pub fn claim(&self, key: u64, addr: u64, len: usize) -> Result<Claim, RegionError> {
+    /// Checks that `len` bytes at `addr` lie inside the region of `key` (and, for a
+    /// peer's put, `by_peer`, that peers may write it) and claims them for one receive
+    /// ([`RxBuf::split_placed`](super::RxBuf::split_placed)).
+    pub fn claim(
+        &self,
+        key: u64,
+        addr: u64,
+        len: usize,
+        by_peer: bool,
+    ) -> Result<Claim, RegionError> {
+        let (ptr, r) = self.locate(key, addr, len)?;
+        if by_peer && !r.access.peer_writes() {
+            return Err(RegionError::NotWritable(key));
+        }
+        Ok(Claim {
+            ptr,
+            len,
+            _lease: r.lease.clone(),
+        })
+    }
+
+    /// Checks that `len` bytes at `addr` lie inside the region of `key` and that peers
+    /// may read it, and returns them as bytes that borrow the region (no copy): the region
+    /// is in use until the bytes, and every clone of them, are dropped.
+    pub fn lend(&self, key: u64, addr: u64, len: usize) -> Result<Bytes, RegionError> {
+        let (ptr, r) = self.locate(key, addr, len)?;
+        if !r.access.peer_reads() {
+            return Err(RegionError::NotReadable(key));
+        }
+        Ok(Bytes::from_owner(Loan {
+            ptr,
+            len,
+            _lease: r.lease.clone(),
+        }))
+    }
+
+    /// The first of `len` bytes at `addr` inside the region of `key`, and the region.
+    fn locate(
+        &self,
+        key: u64,
+        addr: u64,
+        len: usize,
+    ) -> Result<(NonNull<u8>, &Region), RegionError> {
         let (_, r) = self.find(key)?;
         let oob = RegionError::OutOfBounds {
             key,
@@ -115,11 +197,7 @@ impl Regions {
             return Err(oob);
         }
         let ptr = NonNull::new((r.base + off as usize) as *mut u8).ok_or(oob)?;
-        Ok(Claim {
-            ptr,
-            len,
-            _lease: r.lease.clone(),
-        })
+        Ok((ptr, r))
     }
 
     fn find(&self, key: u64) -> Result<(usize, &Region), RegionError> {
@@ -141,7 +219,31 @@ fn key(index: usize, generation: u32) -> u64 {
 pub struct Claim {
     ptr: NonNull<u8>,
     pub(super) len: usize,
-    _lease: Rc<()>,
+    _lease: Arc<()>,
+}
+
+/// The owner of the bytes [`Regions::lend`] returns: a readable part of a region, in use
+/// while this lives.
+struct Loan {
+    ptr: NonNull<u8>,
+    len: usize,
+    _lease: Arc<()>,
+}
+
+// SAFETY: a `Loan` only reads `ptr .. ptr + len`, which lies inside a region registered
+// with `Regions::register`, whose contract keeps the memory valid and unwritten by anyone
+// while a lease on the region lives (`deregister` refuses meanwhile), from whichever
+// thread the bytes end up on.
+#[allow(unsafe_code)]
+unsafe impl Send for Loan {}
+
+impl AsRef<[u8]> for Loan {
+    #[allow(unsafe_code)]
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: as for `Send` above: the bytes lie inside a live registered region that
+        // nobody writes while this lease lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
 }
 
 impl Claim {
@@ -176,12 +278,12 @@ mod tests {
         let addr = base.as_ptr() as u64;
         let mut regions = Regions::default();
         // SAFETY: `mem` outlives `regions` and every buffer placed in it here.
-        let k = unsafe { regions.register(base, 64) };
+        let k = unsafe { regions.register(base, 64, Access::Write) };
         assert_eq!(regions.len(), 1);
-        assert!(regions.claim(k, addr + 60, 5).is_err());
+        assert!(regions.claim(k, addr + 60, 5, true).is_err());
         let mut cache = RxBuf::cache(16);
         cache.append_upto(b"abc", 3);
-        let claim = regions.claim(k, addr + 8, 10).unwrap();
+        let claim = regions.claim(k, addr + 8, 10, true).unwrap();
         let mut placed = cache.split_placed(0, claim, RxBuf::empty_large());
         assert!(placed.is_placed() && placed.wants_all());
         assert_eq!(placed.missing(), 7);
@@ -194,12 +296,12 @@ mod tests {
         assert!(regions.is_empty());
         assert_eq!(regions.deregister(k), Err(RegionError::UnknownKey(k)));
         // SAFETY: as above.
-        let k2 = unsafe { regions.register(base, 64) };
+        let k2 = unsafe { regions.register(base, 64, Access::Write) };
         assert_ne!(k, k2, "a reused slot gets a new key");
         assert!(matches!(
-            regions.claim(k, addr, 1),
+            regions.claim(k, addr, 1, true),
             Err(RegionError::UnknownKey(_))
         ));
-        assert!(regions.claim(k2, addr, 64).is_ok());
+        assert!(regions.claim(k2, addr, 64, true).is_ok());
     }
 }

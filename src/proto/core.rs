@@ -315,6 +315,10 @@ pub struct Counters {
     pub recv_direct: u64,
     /// PUT frames whose data was placed in a registered region.
     pub puts_placed: u64,
+    /// GET frames answered with a REPLY.
+    pub gets_answered: u64,
+    /// Our gets whose REPLY's data was placed.
+    pub gets_completed: u64,
     /// Messages whose bytes went to the socket, all or in part, from the send call
     /// itself ([`Core::direct_pieces`]) rather than with the next flush.
     pub written_at_once: u64,
@@ -641,6 +645,7 @@ impl Core {
             e.queue.iter().filter(|f| f.cookie.is_some()).count()
                 + e.inflight.iter().filter(|c| c.is_some()).count()
                 + e.orphaned
+                + e.gets.len()
         })
     }
 

@@ -169,6 +169,8 @@ pub struct Deframer {
     large_delivered: bool,
     /// Own-cache mode: after a large payload, its buffer serves as the cache.
     reuse_large: bool,
+    /// The target of the last PUT or REPLY whose data was placed.
+    placed_at: Option<PutTarget>,
     /// `rx` (or, under a placed buffer, `parked`) is the last large payload's buffer
     /// serving as the cache; the cache proper waits in `home`.
     big: bool,
@@ -180,6 +182,11 @@ pub struct Deframer {
 }
 
 impl Deframer {
+    /// The target of the last PUT or REPLY frame handed out (its data is in place).
+    pub fn placed_at(&self) -> Option<PutTarget> {
+        self.placed_at
+    }
+
     /// The deframer of a connection that reads into its own cache: a large payload's
     /// buffer then serves as the cache for what follows (see the module's docs).
     pub fn own_cache() -> Self {
@@ -211,7 +218,7 @@ impl Deframer {
     /// mode). `Ok(None)`: more bytes are needed; the input is used up (its tail is kept in
     /// `rx`), and `rx` may now be a large-payload buffer that wants the rest of its payload.
     ///
-    /// A PUT frame's data goes to the region of `regions` its target names, whatever its
+    /// A PUT or REPLY frame's data goes to the region of `regions` its target names, whatever its
     /// size: once the header and the target are in, `rx` becomes a whole buffer placed in
     /// the region (the bytes already received are copied there, the rest is read straight
     /// into it), and the frame comes out when its data is complete, as `Source::Cache`
@@ -228,7 +235,7 @@ impl Deframer {
         // The common case first: a whole frame already in the cache (the own-cache mode
         // reads many at once), handed out where it lies.
         if let Some((h, need)) = whole_in_cache(rx, max)? {
-            if h.kind != FrameKind::Put {
+            if !h.kind.places() {
                 let (h, r) = self.take_cached(rx, h, need);
                 return Ok(Some((h, Source::Cache(r))));
             }
@@ -265,7 +272,7 @@ impl Deframer {
                 if rest.len() >= HEADER_LEN {
                     let h = Header::parse(rest, max)?;
                     let need = HEADER_LEN + h.len as usize;
-                    if rest.len() >= need && h.kind != FrameKind::Put {
+                    if rest.len() >= need && !h.kind.places() {
                         let start = *at + HEADER_LEN;
                         *at += need;
                         let payload = start + h.pad()..start + h.len as usize;
@@ -280,7 +287,7 @@ impl Deframer {
             let Some(h) = rx.peek_header(max)? else {
                 return Ok(None);
             };
-            if h.kind == FrameKind::Put {
+            if h.kind.places() {
                 let rest = &input[(*at).min(input.len())..];
                 *at += rx.append_upto(rest, HEADER_LEN + PUT_TARGET_LEN);
                 if rx.pending() < HEADER_LEN + PUT_TARGET_LEN {
@@ -288,7 +295,8 @@ impl Deframer {
                 }
                 let t = PutTarget::parse(&rx.unread()[HEADER_LEN..])?;
                 let len = h.len as usize - PUT_TARGET_LEN;
-                let claim = regions.claim(t.key, t.addr, len).map_err(|_| {
+                let by_peer = h.kind == FrameKind::Put;
+                let claim = regions.claim(t.key, t.addr, len, by_peer).map_err(|_| {
                     WireError::PutOutsideRegions {
                         key: t.key,
                         addr: t.addr,
@@ -296,6 +304,7 @@ impl Deframer {
                     }
                 })?;
                 rx.consume(HEADER_LEN + PUT_TARGET_LEN);
+                self.placed_at = Some(t);
                 let spare = self.spare_placed.take().unwrap_or_else(RxBuf::empty_large);
                 let placed = rx.split_placed(u64::from_be_bytes(h.to_bytes()), claim, spare);
                 self.parked = Some(mem::replace(rx, placed));
@@ -683,7 +692,7 @@ mod tests {
         // SAFETY: moving the box does not move its heap memory; every caller keeps `mem`
         // alive past its last walk and touches it only when no placed buffer is left.
         #[allow(unsafe_code)]
-        let key = unsafe { regions.register(base, len) };
+        let key = unsafe { regions.register(base, len, crate::buf::Access::Write) };
         (regions, mem, key)
     }
 

@@ -16,6 +16,7 @@ use crate::proto::core::{
     slot, ConnKey, Cookies, Core, CoreEvent, IdleCopy, Lending, Todo, MAX_PEERS, MAX_SEGMENTS,
 };
 use crate::proto::failover::Failover;
+use crate::proto::get::PendingGet;
 use crate::proto::links::Link;
 use crate::proto::tx;
 use crate::wire::{
@@ -81,6 +82,14 @@ impl Frag {
 
     pub(super) fn wire_len(&self) -> usize {
         Header::LEN + self.hdr.len as usize
+    }
+
+    /// Whether its wire bytes count in [`Endpoint::queued_bytes`]: a caller's send or
+    /// put, and the reply to a peer's get (control frames and our own get requests do
+    /// not; see `get.rs`).
+    #[inline]
+    pub(super) fn queued(&self) -> bool {
+        self.cookie.is_some() || self.hdr.kind == FrameKind::Reply
     }
 }
 
@@ -162,6 +171,10 @@ pub(super) struct Endpoint {
     pub(super) links: Vec<Link>,
     /// Confirmations, kept frames and RESUME (see `failover.rs`).
     pub(super) fo: Failover,
+    /// Our gets waiting for their REPLY, in order, and what they ask for together (see
+    /// `get.rs`).
+    pub(super) gets: VecDeque<PendingGet>,
+    pub(super) get_bytes: u64,
 }
 
 impl Endpoint {
@@ -208,6 +221,8 @@ impl Endpoint {
             fin_rcvd: false,
             links: Vec::new(),
             fo: Failover::default(),
+            gets: VecDeque::new(),
+            get_bytes: 0,
         }
     }
 }
@@ -293,7 +308,7 @@ impl Core {
             ack: false,
             line: 0,
         };
-        self.enqueue(peer, hdr, None, segs, cookie)
+        self.enqueue(peer, hdr, None, segs, Some(cookie))
     }
 
     /// The fast path of [`send`](Self::send): a message of at most [`FRAG_INLINE`] bytes
@@ -412,18 +427,20 @@ impl Core {
             ack: false,
             line: 0,
         };
-        self.enqueue(peer, hdr, Some(target), segs, cookie)
+        self.enqueue(peer, hdr, Some(target), segs, Some(cookie))
     }
 
     /// Queues a frame of `hdr`'s kind and tag (its length: `hdr.len` plus the segments').
+    /// A frame without `cookie` (a get's request or reply) is not refused for the queue's
+    /// bytes: `get.rs` bounds those.
     #[inline]
-    fn enqueue(
+    pub(super) fn enqueue(
         &mut self,
         peer: PeerId,
         mut hdr: Header,
         target: Option<PutTarget>,
         segs: &[Bytes],
-        cookie: u64,
+        cookie: Option<u64>,
     ) -> Result<(), SendError> {
         if self.shutting_down {
             return Err(SendError::ShuttingDown);
@@ -449,16 +466,21 @@ impl Core {
         }
         let wire = (Header::LEN + len) as u64;
         // Frames kept for resending count as queued (see `failover.rs`).
-        if ep.queued_bytes + wire > cap && !(ep.queue.is_empty() && ep.fo.kept.is_empty()) {
+        if cookie.is_some()
+            && ep.queued_bytes + wire > cap
+            && !(ep.queue.is_empty() && ep.fo.kept.is_empty())
+        {
             return Err(SendError::WouldBlock(peer));
         }
         hdr.len = len as u32;
-        let mut frag = Frag::new(hdr, target.as_ref(), Some(cookie));
+        let mut frag = Frag::new(hdr, target.as_ref(), cookie);
         if inline {
             // Small: copied now, so the queue holds no reference to the caller's buffer.
             copy_inline(&mut frag.wire, frag.head as usize, segs);
         }
-        ep.queued_bytes += wire;
+        if frag.queued() {
+            ep.queued_bytes += wire;
+        }
         if !inline {
             for s in segs.iter().filter(|s| !s.is_empty()) {
                 ep.segs.push_back(s.clone());
@@ -987,6 +1009,8 @@ impl Core {
     }
 
     pub(super) fn on_fin(&mut self, peer: PeerId, conn: ConnKey) {
+        // Its REPLYs would have come before its FIN.
+        self.fail_gets(peer, &FailReason::PeerClosed(peer));
         let ep = self.ep_mut(peer).expect("open conn has an endpoint");
         ep.fin_rcvd = true;
         self.events.push_back(CoreEvent::PeerClosed(peer));
@@ -1019,6 +1043,7 @@ impl Core {
     }
 
     pub(super) fn fail_queued(&mut self, peer: PeerId, reason: FailReason) {
+        self.fail_gets(peer, &reason);
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };

@@ -198,7 +198,7 @@ impl Core {
             let n = usize::from(f.nsegs).min(fo.kept_segs.len());
             fo.kept_segs.drain(..n);
             fo.kept_from += 1;
-            if f.cookie.is_some() {
+            if f.queued() {
                 ep.queued_bytes = ep.queued_bytes.saturating_sub(f.wire_len() as u64);
             }
         }
@@ -351,7 +351,7 @@ impl Core {
         for f in again.drain(..skip.min(again.len())) {
             let n = usize::from(f.nsegs).min(segs.len());
             segs.drain(..n);
-            if f.cookie.is_some() {
+            if f.queued() {
                 ep.queued_bytes = ep.queued_bytes.saturating_sub(f.wire_len() as u64);
             }
         }

@@ -302,7 +302,9 @@ impl Core {
         for _ in 0..n {
             let Some(f) = ep.queue.pop_front() else { break };
             ep.segs.drain(..(f.nsegs as usize).min(ep.segs.len()));
-            ep.queued_bytes -= f.wire_len() as u64;
+            if f.queued() {
+                ep.queued_bytes -= f.wire_len() as u64;
+            }
             ep.inflight.push(f.cookie);
         }
         if back {

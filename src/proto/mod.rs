@@ -11,6 +11,7 @@
 //! | `endpoint` | the endpoint state machine: connect, retries, handshake decisions, FIN, failure |
 //! | `handshake` | the challenge-response: HELLO, CHALLENGE, AUTH, nonces, MAC checks |
 //! | `failover` | confirmations, kept frames, RESUME: a failed primary loses nothing |
+//! | `get` | one-sided reads: GET requests, REPLYs from readable regions, their bounds |
 //! | `links` | an endpoint's connections beyond its first: plan, dials, joins, loss |
 //! | `conn` | the connection table: per-socket stage, deadline, buffers, accept and close |
 //! | `recv` | the receive side: one walk for both receive modes, large-payload decisions |
@@ -26,6 +27,7 @@ pub mod core;
 pub mod deframe;
 mod endpoint;
 mod failover;
+mod get;
 mod handshake;
 mod links;
 mod recv;

@@ -10,7 +10,7 @@ use crate::error::{Cause, Errno, FailReason, ProtoError, WireError};
 use crate::proto::conn::{Conn, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, InputStep, RunHead, Step, Todo};
 use crate::proto::deframe::Source;
-use crate::wire::{FrameKind, Header, Hello, PeerId, HEADER_LEN};
+use crate::wire::{FrameKind, GetRequest, Header, Hello, PeerId, HEADER_LEN};
 
 impl Core {
     /// The regions peers' PUT frames may write into.
@@ -381,6 +381,7 @@ impl Core {
                             if h.kind.counted() {
                                 c.rx_frames += 1;
                             }
+                            let placed_at = c.deframer.placed_at();
                             if h.ack {
                                 // Read whole: the peer may have its pages back.
                                 self.owe_ack(peer);
@@ -396,6 +397,17 @@ impl Core {
                                 // The data is in place; the receiver learns it from what
                                 // the peer sends next.
                                 FrameKind::Put => self.counters.puts_placed += 1,
+                                FrameKind::Get => {
+                                    let req = GetRequest::parse(bytes_at(rx, input, &src));
+                                    if !self.on_get(peer, req) {
+                                        return InputStep::Drop;
+                                    }
+                                }
+                                FrameKind::Reply => {
+                                    if !self.on_reply(peer, placed_at, src_len(&src)) {
+                                        return InputStep::Drop;
+                                    }
+                                }
                                 FrameKind::Fin => self.on_fin(peer, conn),
                                 FrameKind::Ack => {
                                     if !self.on_ack(now, peer, conn) {
@@ -536,11 +548,24 @@ fn standby_unread(rx: &RxBuf, input: &[u8], at: usize) -> usize {
 /// The count a CONFIRM or RESUME carries (its payload at `src`; the deframer checked its
 /// length).
 fn count_at(rx: &RxBuf, input: &[u8], src: &Source) -> u64 {
-    let b = match src {
+    bytes_at(rx, input, src)
+        .try_into()
+        .map_or(0, u64::from_be_bytes)
+}
+
+/// The payload of a frame the deframer handed out.
+fn bytes_at<'a>(rx: &'a RxBuf, input: &'a [u8], src: &Source) -> &'a [u8] {
+    match src {
         Source::Cache(r) => rx.bytes(r.clone()),
         Source::Input(r) => &input[r.clone()],
-    };
-    b.try_into().map_or(0, u64::from_be_bytes)
+    }
+}
+
+/// The length of a frame's payload the deframer handed out.
+fn src_len(src: &Source) -> usize {
+    match src {
+        Source::Cache(r) | Source::Input(r) => r.len(),
+    }
 }
 
 /// Whether an adopted connection's handshake-sized buffer is too small for what comes:

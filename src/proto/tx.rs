@@ -334,7 +334,7 @@ impl Core {
                 break;
             }
             let f = ep.queue.pop_front().expect("front exists");
-            let (hdr, cookie) = (f.hdr, f.cookie);
+            let (hdr, cookie, queued) = (f.hdr, f.cookie, f.queued());
             let keep = ep.fo.on;
             // A payload this large lends its pages (spliced, not copied): the header asks
             // the peer for an ACK, and the send completes on it. Unless it is a stream's
@@ -413,7 +413,7 @@ impl Core {
                 }
             }
             batch.add_frame();
-            if cookie.is_some() && !keep {
+            if queued && !keep {
                 // (A kept frame counts until it completes, see `Core::drop_kept`.)
                 ep.queued_bytes -= (Header::LEN + hdr.len as usize) as u64;
             }

@@ -266,6 +266,10 @@ static void drive(int (*done)(void), const char *what, int with_b) {
     }
 }
 
+static int get_done(void) {
+    return a_completed[COOKIE_ONCE + 20] == 1;
+}
+
 static int all_data_done(void) {
     unsigned done = 0;
     for (unsigned i = 0; i < NMSG; i++) {
@@ -572,10 +576,10 @@ int main(void) {
     region = calloc(REGION_LEN, 1);
     CHECK(region != NULL, "calloc");
     uint64_t key = 0;
-    CHECK(ringbtl_register_region(B, NULL, 10, &key) == RINGBTL_ERR_INVALID, "NULL base");
-    CHECK(ringbtl_register_region(B, region, 10, NULL) == RINGBTL_ERR_INVALID, "NULL key");
-    CHECK(ringbtl_register_region(NULL, region, 10, &key) == RINGBTL_ERR_INVALID, "NULL t");
-    CHECK(ringbtl_register_region(B, region, REGION_LEN, &key) == RINGBTL_OK, "register");
+    CHECK(ringbtl_register_region(B, NULL, 10, RINGBTL_REGION_PEER_WRITE, &key) == RINGBTL_ERR_INVALID, "NULL base");
+    CHECK(ringbtl_register_region(B, region, 10, RINGBTL_REGION_PEER_WRITE, NULL) == RINGBTL_ERR_INVALID, "NULL key");
+    CHECK(ringbtl_register_region(NULL, region, 10, RINGBTL_REGION_PEER_WRITE, &key) == RINGBTL_ERR_INVALID, "NULL t");
+    CHECK(ringbtl_register_region(B, region, REGION_LEN, RINGBTL_REGION_PEER_WRITE, &key) == RINGBTL_OK, "register");
     CHECK(ringbtl_deregister_region(B, key + 1) == RINGBTL_ERR_INVALID, "unknown key");
     CHECK(strstr(ringbtl_last_error(), "region") != NULL, "%s", ringbtl_last_error());
     CHECK(ringbtl_register(B, TAG_PUT_DONE, b_on_put_done, NULL) == RINGBTL_OK, "register");
@@ -604,6 +608,45 @@ int main(void) {
     CHECK(ringbtl_deregister_region(B, key) == RINGBTL_ERR_INVALID, "deregister twice");
     free(region);
     printf("ok: puts placed in a registered region before the next message\n");
+
+    /* 2e. a get: A reads 50,001 bytes of a region B registered for peers' reads into a
+     * region of its own registered for nothing else (flags 0) */
+    enum { GET_LEN = 50001 };
+    unsigned char *src = malloc(REGION_LEN), *dst = calloc(REGION_LEN, 1);
+    CHECK(src != NULL && dst != NULL, "malloc");
+    for (size_t j = 0; j < REGION_LEN; j++) {
+        src[j] = region_want(j);
+    }
+    uint64_t src_key = 0, dst_key = 0;
+    CHECK(ringbtl_register_region(B, src, REGION_LEN, 4, &src_key) == RINGBTL_ERR_INVALID,
+          "unknown flags");
+    CHECK(ringbtl_register_region(B, src, REGION_LEN, RINGBTL_REGION_PEER_READ, &src_key) ==
+              RINGBTL_OK, "register the source");
+    CHECK(ringbtl_register_region(A, dst, REGION_LEN, 0, &dst_key) == RINGBTL_OK,
+          "register the destination");
+    uint64_t src_at = (uint64_t)(uintptr_t)src, dst_at = (uint64_t)(uintptr_t)dst;
+    CHECK(ringbtl_get(A, 1, src_key, src_at + 3, GET_LEN, dst_key, dst_at + REGION_LEN - 10,
+                      COOKIE_ONCE + 21) == RINGBTL_ERR_INVALID, "destination past the region");
+    CHECK(strstr(ringbtl_last_error(), "region") != NULL, "%s", ringbtl_last_error());
+    CHECK(ringbtl_get(A, 1, src_key, src_at + 3, GET_LEN, dst_key, dst_at + 5,
+                      COOKIE_ONCE + 20) == RINGBTL_OK, "get");
+    drive(get_done, "get", 1);
+    CHECK(a_status[COOKIE_ONCE + 20] == RINGBTL_OK, "get: %d", a_status[COOKIE_ONCE + 20]);
+    CHECK(a_completed[COOKIE_ONCE + 21] == 0, "a refused get completes nothing");
+    CHECK(memcmp(dst + 5, src + 3, GET_LEN) == 0, "the bytes got");
+    CHECK(dst[4] == 0 && dst[5 + GET_LEN] == 0, "nothing around them");
+    CHECK(ringbtl_deregister_region(A, dst_key) == RINGBTL_OK, "deregister the destination");
+    double get_deadline = now_s() + 20.0;
+    int drc;
+    while ((drc = ringbtl_deregister_region(B, src_key)) == RINGBTL_ERR_BUSY) {
+        CHECK(now_s() < get_deadline, "the source stays in use");
+        CHECK(ringbtl_progress(A) >= 0, "progress A");
+        CHECK(ringbtl_progress(B) >= 0, "progress B");
+    }
+    CHECK(drc == RINGBTL_OK, "deregister the source: %d", drc);
+    free(src);
+    free(dst);
+    printf("ok: a get placed the peer's bytes in our region\n");
 
     /* 2c. lazy add: processes 2 and 3 know A, A knows neither; A's resolver adds 2 and
      * accepts it, and declines 3 */
