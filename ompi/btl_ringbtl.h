@@ -72,6 +72,10 @@ typedef struct {
     opal_free_list_t max_frags;   /* capacity: btl_max_send_size */
     opal_free_list_t puts;        /* mca_btl_ringbtl_put_t, for puts and gets */
     uint64_t puts_sent, gets_sent, regions_registered; /* btl_ringbtl_verbose */
+    /* Regions ob1 released inside a progress callback while the reply to a peer's get still
+     * held them (its send's completion not yet reaped): taken back after that progress. */
+    uint64_t *released;
+    size_t nreleased, released_cap;
     /* Aligned copy of a received frame whose bytes are not 8-byte aligned. */
     void *scratch;
     size_t scratch_len;
@@ -121,6 +125,7 @@ OBJ_CLASS_DECLARATION(mca_btl_ringbtl_frag_t);
 #define RINGBTL_MODEX_JOB_KEY "btl.ringbtl.job_key"
 
 int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool threads);
+void mca_btl_ringbtl_release_pending(mca_btl_ringbtl_module_t *m);
 int mca_btl_ringbtl_progress(void);
 int mca_btl_ringbtl_ensure_key(mca_btl_ringbtl_module_t *m);
 

@@ -207,8 +207,9 @@ static int component_register(void)
     b->btl_rdma_pipeline_send_length = RINGBTL_DEFAULT_PIPELINE_SEND;
     b->btl_rdma_pipeline_frag_size = RINGBTL_DEFAULT_PUT_FRAG;
     b->btl_min_rdma_pipeline_size = 0;
-    b->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE | MCA_BTL_FLAGS_PUT |
-                   MCA_BTL_FLAGS_GET;
+    /* btl_get is there (btl_ringbtl_flags send,put,get,inplace); ob1 reads large messages
+     * with it when offered, which measured no better than put (docs/performance.md). */
+    b->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE | MCA_BTL_FLAGS_PUT;
     b->btl_registration_handle_size = sizeof(mca_btl_base_registration_handle_t);
     b->btl_put_limit = SIZE_MAX;     /* lowered to ringbtl's max frame at init */
     b->btl_get_limit = SIZE_MAX;     /* likewise */
@@ -404,6 +405,9 @@ int mca_btl_ringbtl_progress(void)
     m->progressing = true;
     n = ringbtl_progress(m->rt);
     m->progressing = false;
+    if (OPAL_UNLIKELY(m->nreleased > 0)) {
+        mca_btl_ringbtl_release_pending(m);
+    }
     RINGBTL_UNLOCK(m);
     if (n < 0) {
         if (!reported) {

@@ -699,10 +699,14 @@ static mca_btl_base_registration_handle_t *btl_register_mem(struct mca_btl_base_
     return h;
 }
 
-/* Refused by ringbtl only while a put is being received into the region, which ob1's
- * order (deregistration after the FIN that follows the data) rules out; progress lets such
- * a put finish, for a bounded time. A region that stays busy stays registered (its memory
- * must then not be reused, which is reported). */
+/* Refused by ringbtl while a put is being received into the region, which ob1's order
+ * (deregistration after the FIN that follows the data) rules out, or while the reply to a
+ * peer's get still holds it: the FIN that releases it follows the reply's bytes, but the
+ * completion of the reply's send may not be reaped yet. Outside progress, progress lets
+ * either finish, for a bounded time. Inside a progress callback the region is taken back
+ * after that progress (mca_btl_ringbtl_release_pending): its bytes have reached the peer,
+ * so nothing reads them again. A region that stays busy stays registered (its memory must
+ * then not be reused, which is reported). */
 static int btl_deregister_mem(struct mca_btl_base_module_t *btl,
                               mca_btl_base_registration_handle_t *h)
 {
@@ -715,6 +719,20 @@ static int btl_deregister_mem(struct mca_btl_base_module_t *btl,
                && !m->progressing && now_s() < deadline) {
             (void) ringbtl_progress(m->rt);
         }
+        if (RINGBTL_ERR_BUSY == rc && m->progressing) {
+            if (m->nreleased == m->released_cap) {
+                const size_t cap = m->released_cap ? 2 * m->released_cap : 16;
+                uint64_t *r = realloc(m->released, cap * sizeof(*r));
+                if (NULL != r) {
+                    m->released = r;
+                    m->released_cap = cap;
+                }
+            }
+            if (m->nreleased < m->released_cap) {
+                m->released[m->nreleased++] = h->key;
+                rc = RINGBTL_OK;
+            }
+        }
         RINGBTL_UNLOCK(m);
         if (RINGBTL_OK != rc) {
             opal_output(0, "btl ringbtl: a registration could not be released: %s",
@@ -724,6 +742,19 @@ static int btl_deregister_mem(struct mca_btl_base_module_t *btl,
     }
     free(h);
     return OPAL_SUCCESS;
+}
+
+/* Takes back the regions released inside a progress callback (btl_deregister_mem), now
+ * that the progress is over; those still busy wait for the next one. Under the lock. */
+void mca_btl_ringbtl_release_pending(mca_btl_ringbtl_module_t *m)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < m->nreleased; i++) {
+        if (RINGBTL_ERR_BUSY == ringbtl_deregister_region(m->rt, m->released[i])) {
+            m->released[kept++] = m->released[i];
+        }
+    }
+    m->nreleased = kept;
 }
 
 /* One ringbtl put: the peer's kernel writes the bytes straight into the registered
@@ -874,6 +905,9 @@ static void flush_before_blocking(void)
                 (void) ringbtl_progress(m->rt);
             }
             m->progressing = false;
+            if (m->nreleased > 0) {
+                mca_btl_ringbtl_release_pending(m);
+            }
             (void) ringbtl_flush(m->rt);
         }
     }
@@ -969,6 +1003,9 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
                     (unsigned long long) m->regions_registered);
     }
     rc = ringbtl_destroy(m->rt, mca_btl_ringbtl_component.finalize_timeout_ms);
+    free(m->released);
+    m->released = NULL;
+    m->nreleased = m->released_cap = 0;
     if (RINGBTL_OK != rc && mca_btl_ringbtl_component.verbose > 0) {
         opal_output(0, "btl ringbtl: shutdown: %s (%s)", ringbtl_strerror(rc),
                     ringbtl_last_error());
@@ -1057,6 +1094,8 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->sent_since_progress = 0;
     m->progressing = false;
     m->puts_sent = m->gets_sent = m->regions_registered = 0;
+    m->released = NULL;
+    m->nreleased = m->released_cap = 0;
     /* key_pending / key_failed are set by btl_init before this. */
     m->threads = threads;
     if (threads) {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # CI check of the Open MPI BTL component: builds it, checks that ompi_info lists its
 # parameters, runs an MPI program that checks every byte (ompi/tests/ringbtl_check.c) over
-# `--mca btl self,ringbtl` at 2 and 4 ranks (both backends) and next to vader, a threaded
-# one under MPI_THREAD_MULTIPLE (ompi/tests/ringbtl_threads.c), bad settings, and a short
-# subset of mpi4py's test suite compared with btl tcp. A few minutes.
+# `--mca btl self,ringbtl` at 2 and 4 ranks (both backends; large messages by put, by get
+# and by neither) and next to vader, a threaded one under MPI_THREAD_MULTIPLE
+# (ompi/tests/ringbtl_threads.c), bad settings, and a short subset of mpi4py's test suite
+# compared with btl tcp. A few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,11 +53,22 @@ n=$(grep -c "job key of rank 0 read from the modex" <<<"$out" || true)
 ! grep -qi "unauthenticated" <<<"$out" || { echo "$out" >&2; echo "ran unauthenticated" >&2; exit 1; }
 echo "ranks 1-3 read rank 0's job key; connections authenticated"
 # The large messages' bodies moved as puts into the receivers' registered buffers.
-n=$(grep -cE "puts sent [1-9][0-9]*; regions registered [1-9]" <<<"$out" || true)
+n=$(grep -cE "puts sent [1-9][0-9]*; gets sent 0; regions registered [1-9]" <<<"$out" || true)
 [ "$n" = 4 ] || { echo "$out" >&2; echo "ranks that put and registered: $n of 4" >&2; exit 1; }
 echo "every rank moved large messages with puts into registered buffers"
 check ringbtl_check "self,ringbtl, 4 ranks, put disabled (send/receive only)" --mca btl self,ringbtl \
   --mca btl_ringbtl_flags send,inplace -np 4
+# With get offered, ob1 reads the large messages' bodies with gets (RDMA read) instead.
+for backend in uring epoll; do
+  out=$(timeout -k 5 180 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_flags send,put,get,inplace \
+    --mca btl_ringbtl_backend $backend --mca btl_ringbtl_verbose 1 -np 4 "$OMPI_OUT/ringbtl_check" 2>&1) || {
+    echo "$out" >&2; echo "FAILED: gets ($backend)" >&2; exit 1; }
+  grep -q "ringbtl_check: OK" <<<"$out" || { echo "$out" >&2; exit 1; }
+  ! grep -q "could not be released" <<<"$out" || { echo "$out" >&2; exit 1; }
+  n=$(grep -cE "puts sent 0; gets sent [1-9][0-9]*; regions registered [1-9]" <<<"$out" || true)
+  [ "$n" = 4 ] || { echo "$out" >&2; echo "ranks that got with gets ($backend): $n of 4" >&2; exit 1; }
+  echo "every rank read large messages with gets ($backend)"
+done
 
 # MPI_THREAD_MULTIPLE: four threads per rank exchanging at once (serialised, epoll).
 check ringbtl_threads "MPI_THREAD_MULTIPLE, self,ringbtl, 4 ranks" --mca btl self,ringbtl -np 4
