@@ -15,6 +15,11 @@
 //!   rank: source, sequence number and a pattern that depends on both; every receiver
 //!   checks length, content, order and that nothing is missing or duplicated; every
 //!   sender, that each of its sends completed exactly once.
+//!
+//! A rank whose peers had links beyond their first connection (`RINGBTL_LINKS`, or
+//! several interfaces on shared subnets) prints its link counters on stderr when its run
+//! ends, also when it fails: `# rank R links: joined J, lost L, failovers F, stalls S`
+//! ([`Stats`](ringbtl::Stats)' `links_joined`, `links_lost`, `failovers`, `stalls`).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -254,6 +259,8 @@ pub(crate) struct Job {
     pub(crate) how: String,
     /// Why the progress mode is what it is.
     pub(crate) mode_note: String,
+    /// The link counters were printed (see [`Job::report_links`]).
+    links_reported: bool,
 }
 
 impl Job {
@@ -370,6 +377,7 @@ impl Job {
             connect: Duration::ZERO,
             how,
             mode_note,
+            links_reported: false,
         })
     }
 
@@ -764,9 +772,28 @@ impl Job {
         }
     }
 
+    /// Prints this rank's link counters on stderr, once, when its peers had links:
+    /// `# rank R links: joined J, lost L, failovers F, stalls S`. Nothing when no link
+    /// beyond a first connection was ever open.
+    fn report_links(&mut self) {
+        if std::mem::replace(&mut self.links_reported, true) {
+            return;
+        }
+        let s = self.tr.stats();
+        if s.links_joined + s.links_lost + s.failovers == 0 {
+            return;
+        }
+        eprintln!(
+            "# rank {} links: joined {}, lost {}, failovers {}, stalls {}",
+            self.rank, s.links_joined, s.links_lost, s.failovers, s.stalls
+        );
+    }
+
     /// Final barrier, shutdown, end of the exchange; the self-launcher reaps its ranks.
     pub(crate) fn finish(mut self) -> Result<(), String> {
         let r = self.barrier();
+        // Before the shutdown, which closes the links.
+        self.report_links();
         let shut = self
             .tr
             .shutdown(SHUTDOWN_TIMEOUT)
@@ -783,6 +810,8 @@ impl Job {
 
 impl Drop for Job {
     fn drop(&mut self) {
+        // A run that failed reports its links too.
+        self.report_links();
         kill_all(&mut self.children);
     }
 }
