@@ -12,6 +12,12 @@
 //!   only; one host's `rb` goes down mid-stream; with `TCP_USER_TIMEOUT` at 2 s both ranks
 //!   fail every pending send, each exactly once (`ETIMEDOUT`, or `ENETUNREACH` on the host
 //!   whose route went with the link), and exit non-zero within a bound.
+//! - `a_link_going_down_mid_stream_loses_nothing`: two ranks with two links each (`ra`,
+//!   the primary, and `rb`, standing by) run a checked alltoall, both directions at once;
+//!   host 1's own `ra` goes down mid-stream and the stream moves to `rb` within a bound;
+//!   `ra` comes back and rejoins as a standby link; then `rb` goes down and the stream
+//!   moves back to `ra`. Every message arrives once, intact and in order, every send
+//!   completes once, and each rank counts both failovers (`# rank R links: ...`).
 //! - `three_percent_loss_between_hosts_alltoall_checked`: the switch drops 3 % of the
 //!   packets between the hosts at random (nftables `numgen`); a 4-rank alltoall of
 //!   checked rounds still loses, duplicates and reorders nothing, and every send
@@ -46,6 +52,30 @@ const JOB_LIMIT: Duration = Duration::from_secs(60);
 /// Payload bytes one rank sends in the default alltoall (8 B, 64 KiB and 1 MiB to each
 /// of 3 peers).
 const ALLTOALL_BYTES_PER_RANK: u64 = 3 * (8 + (64 << 10) + (1 << 20));
+
+/// Bytes out of a host after which its stream is taken to flow: a few MiB, well past
+/// the wire-up and the first messages.
+const FLOWING: u64 = 4 << 20;
+/// Bytes that must leave on the link a stream moved to before it counts as moved: four
+/// 64 KiB messages, far more than the handshake, RESUME and CONFIRM frames a link
+/// carries besides the stream.
+const RESUMED: u64 = 256 << 10;
+/// The longest a stream may take to move to a standby link once its primary's interface
+/// went down. While frames wait, the driver reads the primary's kernel timers every
+/// 100 ms and takes it for dead at the second unanswered timeout in a row
+/// (retransmission or probe: the first after at least 200 ms, the second twice that),
+/// so within about 0.7 s of the cut (200 + 400 ms, and up to 100 ms to the next read);
+/// 5 s leaves room for a loaded machine and stays far below the 30 s of
+/// `TCP_USER_TIMEOUT` (its default in these runs), which is when a stalled connection
+/// would end without the probe.
+const RESUME_BOUND: Duration = Duration::from_secs(5);
+/// The longest a link may take to rejoin once its interface is back: the dial of the
+/// failed route went out while the interface was down, so its connect waits for the
+/// kernel's next SYN (1 s after the first, then 2 s more, ...), and a failed dial is
+/// tried again at most 1 s later.
+const REJOIN_BOUND: Duration = Duration::from_secs(10);
+/// The sizes of the checked streams below: 64 KiB, and one that is not a power of two.
+const STREAM_SIZES: &str = "64K,100000";
 
 /// The job key of every rank: the connections and the rendezvous are authenticated, as
 /// in a real job.
@@ -219,6 +249,51 @@ impl Net {
             .collect()
     }
 
+    /// `ss -tinp` on host `i`: every TCP socket with its kernel state (`tcp_info`).
+    fn ss(&self, i: u32) -> String {
+        let o = ip(&["netns", "exec", &self.host(i), "ss", "-tinp"]);
+        format!("{}{}", text(&o.stdout), text(&o.stderr))
+    }
+
+    /// The established TCP connections on host `i` from address `local` to address
+    /// `peer`: each one's peer port and `ss -tni` line of `tcp_info`.
+    fn tcp_conns(&self, i: u32, local: &str, peer: &str) -> Vec<(String, String)> {
+        let o = ip(&[
+            "netns",
+            "exec",
+            &self.host(i),
+            "ss",
+            "-Htni",
+            "state",
+            "established",
+            "src",
+            local,
+            "dst",
+            peer,
+        ]);
+        assert!(
+            o.status.success(),
+            "ss on {}: {}",
+            self.host(i),
+            text(&o.stderr)
+        );
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let mut conns: Vec<(String, String)> = Vec::new();
+        for l in out.lines() {
+            if l.starts_with(char::is_whitespace) {
+                if let Some(c) = conns.last_mut() {
+                    c.1.push_str(l);
+                }
+            } else if let Some(port) = l.split_whitespace().last() {
+                conns.push((
+                    port.rsplit(':').next().unwrap_or(port).to_owned(),
+                    String::new(),
+                ));
+            }
+        }
+        conns
+    }
+
     fn set_link(&self, i: u32, iface: &str, state: &str) {
         let o = ip(&["-n", &self.host(i), "link", "set", iface, state]);
         assert!(
@@ -342,6 +417,24 @@ impl Rank {
         }
     }
 
+    /// Whether the rank has exited.
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Bytes sent so far on `iface` of the rank's host, read from `/proc/PID/net/dev` (the
+    /// rank's network namespace) without starting a process; `None` once it exited.
+    fn tx_bytes(&self, iface: &str) -> Option<u64> {
+        let dev = std::fs::read_to_string(format!("/proc/{}/net/dev", self.child.id())).ok()?;
+        dev.lines().find_map(|l| {
+            let (name, counts) = l.split_once(':')?;
+            // Receive: 8 counts, then transmit: bytes first.
+            (name.trim() == iface)
+                .then(|| counts.split_whitespace().nth(8)?.parse().ok())
+                .flatten()
+        })
+    }
+
     fn output(&mut self) -> (String, String) {
         let join = |h: Option<JoinHandle<String>>| h.map(|h| h.join().unwrap()).unwrap_or_default();
         (join(self.out.take()), join(self.err.take()))
@@ -373,6 +466,13 @@ fn alltoall4_with(
 ) -> String {
     let ranks: Vec<Rank> = (0..4).map(|r| net.rank(r, 4, root, env, args)).collect();
     let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
+    checked(&done, messages)
+}
+
+/// Asserts that every rank of an alltoall succeeded and rank 0 reports `messages`
+/// messages, all checked (the benchmark also checked that every send completed exactly
+/// once); returns rank 0's output.
+fn checked(done: &[Done], messages: u32) -> String {
     for (r, d) in done.iter().enumerate() {
         assert!(
             d.ok,
@@ -382,7 +482,7 @@ fn alltoall4_with(
     }
     let out = done[0].stdout.clone();
     for needle in [
-        "4 ranks, wire-up env (ringbtl)",
+        &format!("{} ranks, wire-up env (ringbtl)", done.len()),
         &format!("{messages} of {messages} messages"),
         "all messages received and checked: OK",
     ] {
@@ -710,18 +810,7 @@ fn link_down(backend: &str) {
     let base = net.counters(1, "rb").0;
     let ranks: Vec<Rank> = (0..2).map(|r| net.rank(r, 2, root, &env, &args)).collect();
     // Wait for the stream to flow (a few MiB out of host 1), then cut host 1's link.
-    let flowing = Instant::now() + Duration::from_secs(30);
-    loop {
-        let sent = net.counters(1, "rb").0 - base;
-        if sent >= 4 << 20 {
-            break;
-        }
-        assert!(
-            Instant::now() < flowing,
-            "the stream did not start within 30 s ({sent} bytes sent)"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    wait_flowing(&net, 1, "rb", base);
     net.set_link(1, "rb", "down");
     let down = Instant::now();
     let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
@@ -768,4 +857,235 @@ fn link_down(backend: &str) {
             d.stderr
         );
     }
+}
+
+/// Waits until the stream flows on `iface` of host `host`: [`FLOWING`] bytes more than
+/// `base` left there. Fails the test after 30 s.
+fn wait_flowing(net: &Net, host: u32, iface: &str, base: u64) {
+    let limit = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sent = net.counters(host, iface).0 - base;
+        if sent >= FLOWING {
+            return;
+        }
+        assert!(
+            Instant::now() < limit,
+            "the stream did not start on {iface} of host {host} within 30 s ({sent} bytes sent)"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A rank's link counters, from the line `ringbtl-bench` prints on its stderr at the
+/// end of a run with links (`# rank R links: joined J, lost L, failovers F, stalls S`).
+#[derive(Debug, Clone, Copy)]
+struct Links {
+    joined: u64,
+    lost: u64,
+    failovers: u64,
+    stalls: u64,
+}
+
+impl Links {
+    /// Rank `rank`'s counters from its stderr; fails the test without the line.
+    fn of(rank: usize, stderr: &str) -> Self {
+        let prefix = format!("# rank {rank} links: ");
+        let line = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in: {stderr}"));
+        let mut n = [0u64; 4];
+        let names = ["joined", "lost", "failovers", "stalls"];
+        for (v, (part, name)) in n.iter_mut().zip(line.split(", ").zip(names)) {
+            *v = part
+                .strip_prefix(name)
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} count in {line:?}"));
+        }
+        let [joined, lost, failovers, stalls] = n;
+        Self {
+            joined,
+            lost,
+            failovers,
+            stalls,
+        }
+    }
+}
+
+impl std::fmt::Display for Links {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "joined {}, lost {}, failovers {}, stalls {}",
+            self.joined, self.lost, self.failovers, self.stalls
+        )
+    }
+}
+
+/// The value of counter `name` in a `tcp_info` line of `ss -i` (0 when absent: ss
+/// leaves out some counters while they are 0).
+fn ss_count(info: &str, name: &str) -> u64 {
+    info.split_whitespace()
+        .find_map(|w| w.strip_prefix(name)?.strip_prefix(':')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `ss -tinp` of every host of `ranks`, for a failure message.
+fn ss_all(net: &Net, ranks: usize) -> String {
+    (0..ranks as u32)
+        .map(|h| format!("--- ss -tinp on {}:\n{}", net.host(h), net.ss(h)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Fails the test, with the rank's output, if a rank exited while `what`.
+fn none_exited(ranks: &mut [Rank], what: &str) {
+    for r in ranks.iter_mut() {
+        if r.exited() {
+            let (out, err) = r.output();
+            panic!(
+                "rank {} exited {what} (raise --rounds if it completed): stdout: {out}\n\
+                 stderr: {err}",
+                r.rank
+            );
+        }
+    }
+}
+
+/// Takes interface `down` of host `host` down while the ranks stream, and returns how
+/// long it took until [`RESUMED`] bytes more left that host on `to`, where its streams
+/// move. Fails the test past [`RESUME_BOUND`], with `ss -tinp` of every host taken
+/// then (which side had frames waiting, the kernel's timer counts), or when a rank exits
+/// meanwhile.
+fn cut(net: &Net, ranks: &mut [Rank], host: u32, down: &str, to: &str) -> Duration {
+    let h = host as usize;
+    let base = ranks[h].tx_bytes(to).expect("the rank runs");
+    net.set_link(host, down, "down");
+    let t0 = Instant::now();
+    loop {
+        let took = t0.elapsed();
+        let sent = ranks[h].tx_bytes(to).unwrap_or(base).saturating_sub(base);
+        if sent >= RESUMED {
+            return took;
+        }
+        none_exited(
+            ranks,
+            &format!("before its stream moved from {down} of host {host} to {to}"),
+        );
+        if took > RESUME_BOUND {
+            panic!(
+                "{down} of host {host} went down {took:?} ago and only {sent} bytes left on \
+                 {to} since (bound {RESUME_BOUND:?}):\n{}",
+                ss_all(net, ranks.len())
+            );
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Waits until a link from address `peer` rejoined host `host`, the acceptor of links
+/// (the lower id dials them): an established connection from `peer` to `local`, none of
+/// `known`, that received the dialer's two handshake records and whose own two the
+/// dialer's kernel acknowledged (the dialer counts the link open as it reads the last).
+/// Returns how long it took; fails the test past [`REJOIN_BOUND`] or when a rank exits.
+fn wait_rejoined(
+    net: &Net,
+    ranks: &mut [Rank],
+    host: u32,
+    (local, peer): (&str, &str),
+    known: &[String],
+) -> Duration {
+    let handshake = 2 * ringbtl::wire::HELLO_LEN as u64;
+    let t0 = Instant::now();
+    loop {
+        let conns = net.tcp_conns(host, local, peer);
+        let joined = conns.iter().any(|(port, info)| {
+            !known.contains(port)
+                && ss_count(info, "bytes_received") >= handshake
+                && ss_count(info, "bytes_acked") >= handshake
+        });
+        if joined {
+            return t0.elapsed();
+        }
+        none_exited(ranks, &format!("before a link from {peer} rejoined"));
+        assert!(
+            t0.elapsed() < REJOIN_BOUND,
+            "no link from {peer} rejoined {local} within {REJOIN_BOUND:?}: {conns:?}\n{}",
+            ss_all(net, ranks.len())
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_link_going_down_mid_stream_loses_nothing() {
+    let Some(_one) = prepare() else { return };
+    for backend in backends() {
+        failover(backend);
+    }
+}
+
+/// Two ranks (hosts 0 and 1) run a checked alltoall, each streaming to the other, over
+/// two links: `ra` (the first connection: rank 0 dials the first address rank 1
+/// published) and `rb` (standing by). Host 1's own `ra` goes down while both have data
+/// waiting: host 1's cannot leave at all, host 0's is not acknowledged (the kernels
+/// retransmit what was in flight, or probe: data that could not leave, or a window
+/// host 1 can no longer open), and the side that finds its primary stalled first moves
+/// the stream to `rb` within [`RESUME_BOUND`]. `ra` comes back and rejoins as a standby
+/// link; then
+/// `rb` goes down and the stream moves back to `ra`. The job completes: every message
+/// arrived once, intact and in order, every send completed once, and each rank counted
+/// both failovers, at least one side of each having found its stall.
+fn failover(backend: &str) {
+    let net = Net::up();
+    let env = [("RINGBTL_BACKEND", backend)];
+    // About 190 MiB each way: several times what the three steps take.
+    const ROUNDS: u32 = 1200;
+    let rounds = ROUNDS.to_string();
+    let args = ["--sizes", STREAM_SIZES, "--rounds", &rounds];
+    let root = "10.231.1.10:23007";
+    let (a0, a1) = ("10.231.1.10", "10.231.1.11");
+    let base = net.counters(1, "ra").0;
+    let mut ranks: Vec<Rank> = (0..2).map(|r| net.rank(r, 2, root, &env, &args)).collect();
+    wait_flowing(&net, 1, "ra", base);
+    let to_rb = cut(&net, &mut ranks, 1, "ra", "rb");
+    // Connections left on ra (none expected: both sides reset the failed primary).
+    let known: Vec<String> = net
+        .tcp_conns(1, a1, a0)
+        .into_iter()
+        .map(|(port, _)| port)
+        .collect();
+    net.set_link(1, "ra", "up");
+    let rejoined = wait_rejoined(&net, &mut ranks, 1, (a1, a0), &known);
+    let to_ra = cut(&net, &mut ranks, 1, "rb", "ra");
+    net.set_link(1, "rb", "up");
+    let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
+    checked(&done, 2 * 2 * ROUNDS);
+    let links: Vec<Links> = done
+        .iter()
+        .enumerate()
+        .map(|(r, d)| Links::of(r, &d.stderr))
+        .collect();
+    println!(
+        "{backend}: host 1's ra down: the stream moved to rb in {:.3} s; ra back: rejoined \
+         in {:.3} s; rb down: the stream moved to ra in {:.3} s; rank 0 links: {}; rank 1 \
+         links: {}",
+        to_rb.as_secs_f64(),
+        rejoined.as_secs_f64(),
+        to_ra.as_secs_f64(),
+        links[0],
+        links[1]
+    );
+    for (r, l) in links.iter().enumerate() {
+        // One failover per interface that went down, on both sides (the side that did
+        // not find the stall follows the other's RESUME).
+        assert_eq!(l.failovers, 2, "rank {r}: {l}");
+        // rb at the start, ra once it was back.
+        assert!(l.joined >= 2, "rank {r}: {l}");
+        assert!(l.stalls <= l.failovers, "rank {r}: {l}");
+    }
+    // Nothing but a stall tells of an interface gone down: each failover was started by
+    // one side (or both at once) finding its primary stalled.
+    let stalls: u64 = links.iter().map(|l| l.stalls).sum();
+    assert!(stalls >= 2, "{stalls} stalls: {} / {}", links[0], links[1]);
 }
