@@ -18,6 +18,9 @@
 //!   `ra` comes back and rejoins as a standby link; then `rb` goes down and the stream
 //!   moves back to `ra`. Every message arrives once, intact and in order, every send
 //!   completes once, and each rank counts both failovers (`# rank R links: ...`).
+//! - `both_links_going_down_fail_the_sends_in_bounded_time`: the same two ranks; host 1's
+//!   `ra` and `rb` go down, at once or one after the other (the stream on `rb` by then):
+//!   with `TCP_USER_TIMEOUT` at 2 s both ranks fail every pending send, each once.
 //! - `three_percent_loss_between_hosts_alltoall_checked`: the switch drops 3 % of the
 //!   packets between the hosts at random (nftables `numgen`); a 4-rank alltoall of
 //!   checked rounds still loses, duplicates and reorders nothing, and every send
@@ -74,6 +77,11 @@ const RESUME_BOUND: Duration = Duration::from_secs(5);
 /// kernel's next SYN (1 s after the first, then 2 s more, ...), and a failed dial is
 /// tried again at most 1 s later.
 const REJOIN_BOUND: Duration = Duration::from_secs(10);
+/// The longest the ranks may take to fail once their last link went down: the 2 s
+/// `TCP_USER_TIMEOUT` of the failover onto the dead link, after the stall that started it
+/// was found (about 0.7 s, see [`RESUME_BOUND`]), with room for a loaded machine. The
+/// default user timeout (30 s), or a failover that waits for nothing, would exceed it.
+const BOTH_DOWN_BOUND: Duration = Duration::from_secs(10);
 /// The sizes of the checked streams below: 64 KiB, and one that is not a power of two.
 const STREAM_SIZES: &str = "64K,100000";
 
@@ -1025,6 +1033,16 @@ fn a_link_going_down_mid_stream_loses_nothing() {
     }
 }
 
+#[test]
+fn both_links_going_down_fail_the_sends_in_bounded_time() {
+    let Some(_one) = prepare() else { return };
+    for backend in backends() {
+        for at_once in [true, false] {
+            both_down(backend, at_once);
+        }
+    }
+}
+
 /// Two ranks (hosts 0 and 1) run a checked alltoall, each streaming to the other, over
 /// two links: `ra` (the first connection: rank 0 dials the first address rank 1
 /// published) and `rb` (standing by). Host 1's own `ra` goes down while both have data
@@ -1088,4 +1106,83 @@ fn failover(backend: &str) {
     // one side (or both at once) finding its primary stalled.
     let stalls: u64 = links.iter().map(|l| l.stalls).sum();
     assert!(stalls >= 2, "{stalls} stalls: {} / {}", links[0], links[1]);
+}
+
+/// Two ranks stream to each other over `ra` and `rb`, as in [`failover`], with
+/// `TCP_USER_TIMEOUT` at 2 s; host 1's interfaces both go down, at once (the stream
+/// moves onto a dead `rb`), or `rb` once the stream moved there (the last link). Both
+/// ranks fail every pending send, each once, within [`BOTH_DOWN_BOUND`].
+fn both_down(backend: &str, at_once: bool) {
+    let net = Net::up();
+    let env = [
+        ("RINGBTL_BACKEND", backend),
+        ("RINGBTL_TCP_USER_TIMEOUT_MS", "2000"),
+        ("RINGBTL_KEEPALIVE", "1,1,2"),
+    ];
+    let args = ["--sizes", STREAM_SIZES, "--rounds", "1200"];
+    let root = "10.231.1.10:23008";
+    let base = net.counters(1, "ra").0;
+    let mut ranks: Vec<Rank> = (0..2).map(|r| net.rank(r, 2, root, &env, &args)).collect();
+    wait_flowing(&net, 1, "ra", base);
+    let how = if at_once {
+        net.set_link(1, "ra", "down");
+        net.set_link(1, "rb", "down");
+        "ra and rb down at once".to_owned()
+    } else {
+        let moved = cut(&net, &mut ranks, 1, "ra", "rb");
+        net.set_link(1, "rb", "down");
+        format!(
+            "ra down, rb down once the stream moved there ({:.3} s)",
+            moved.as_secs_f64()
+        )
+    };
+    let down = Instant::now();
+    let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
+    for (r, d) in done.iter().enumerate() {
+        let took = d.at.saturating_duration_since(down);
+        let links = Links::of(r, &d.stderr);
+        println!(
+            "{backend}: {how}: rank {r} exited {:.2} s after the last link went down ({}); \
+             links: {links}",
+            took.as_secs_f64(),
+            d.status,
+        );
+        assert!(
+            !d.ok,
+            "rank {r} completed although both links went down mid-stream (raise --rounds): {}",
+            d.stdout
+        );
+        assert!(
+            took < BOTH_DOWN_BOUND,
+            "rank {r} took {took:?} to fail (bound {BOTH_DOWN_BOUND:?}): {}",
+            d.stderr
+        );
+        let peer = 1 - r;
+        for needle in [
+            format!("rank {r}: send to peer {peer} failed: connection to peer {peer} lost"),
+            "pending send(s) failed".to_owned(),
+            "accepted sends completed exactly once".to_owned(),
+        ] {
+            assert!(
+                d.stderr.contains(&needle),
+                "rank {r}: no {needle:?} in: {}",
+                d.stderr
+            );
+        }
+        let why = ["Connection timed out", "Network is unreachable"];
+        let why = if r == 0 { &why[..1] } else { &why[..] };
+        assert!(
+            why.iter().any(|w| d.stderr.contains(w)),
+            "rank {r}: none of {why:?} in: {}",
+            d.stderr
+        );
+        // One link at the start; at most one failover (to rb), after which no standby
+        // link was left; one exactly when the stream had moved before rb went down.
+        assert!(links.joined >= 1, "rank {r}: {links}");
+        if at_once {
+            assert!(links.failovers <= 1, "rank {r}: {links}");
+        } else {
+            assert_eq!(links.failovers, 1, "rank {r}: {links}");
+        }
+    }
 }
