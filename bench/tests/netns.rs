@@ -21,6 +21,9 @@
 //! - `both_links_going_down_fail_the_sends_in_bounded_time`: the same two ranks; host 1's
 //!   `ra` and `rb` go down, at once or one after the other (the stream on `rb` by then):
 //!   with `TCP_USER_TIMEOUT` at 2 s both ranks fail every pending send, each once.
+//! - `four_hosts_alltoall_survives_a_link_going_down`: a 4-rank checked alltoall; host
+//!   2's `ra` goes down mid-run; its three peers' streams move to `rb` and the job
+//!   completes, every message checked.
 //! - `three_percent_loss_between_hosts_alltoall_checked`: the switch drops 3 % of the
 //!   packets between the hosts at random (nftables `numgen`); a 4-rank alltoall of
 //!   checked rounds still loses, duplicates and reorders nothing, and every send
@@ -1043,6 +1046,14 @@ fn both_links_going_down_fail_the_sends_in_bounded_time() {
     }
 }
 
+#[test]
+fn four_hosts_alltoall_survives_a_link_going_down() {
+    let Some(_one) = prepare() else { return };
+    for backend in backends() {
+        four_hosts_link_down(backend);
+    }
+}
+
 /// Two ranks (hosts 0 and 1) run a checked alltoall, each streaming to the other, over
 /// two links: `ra` (the first connection: rank 0 dials the first address rank 1
 /// published) and `rb` (standing by). Host 1's own `ra` goes down while both have data
@@ -1185,4 +1196,52 @@ fn both_down(backend: &str, at_once: bool) {
             assert_eq!(links.failovers, 1, "rank {r}: {links}");
         }
     }
+}
+
+/// A 4-rank checked alltoall (one rank per host, two links between each pair); host 2's
+/// `ra` goes down mid-run and stays down: the streams of its three peers move to `rb`,
+/// the job completes with every message checked, and the failovers are counted where
+/// they happened: three on rank 2, one on each other rank.
+fn four_hosts_link_down(backend: &str) {
+    let net = Net::up();
+    let env = [("RINGBTL_BACKEND", backend)];
+    // About 16 MiB from each rank to each other rank.
+    const ROUNDS: u32 = 100;
+    let rounds = ROUNDS.to_string();
+    let args = ["--sizes", STREAM_SIZES, "--rounds", &rounds];
+    let root = "10.231.1.10:23009";
+    let base = net.counters(2, "ra").0;
+    let start = Instant::now();
+    let mut ranks: Vec<Rank> = (0..4).map(|r| net.rank(r, 4, root, &env, &args)).collect();
+    wait_flowing(&net, 2, "ra", base);
+    let moved = cut(&net, &mut ranks, 2, "ra", "rb");
+    let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
+    let took = start.elapsed();
+    let out = checked(&done, 4 * 3 * 2 * ROUNDS);
+    let links: Vec<Links> = done
+        .iter()
+        .enumerate()
+        .map(|(r, d)| Links::of(r, &d.stderr))
+        .collect();
+    println!(
+        "{backend}: 4 hosts, host 2's ra down: traffic resumed on rb in {:.3} s; the job took \
+         {:.2} s",
+        moved.as_secs_f64(),
+        took.as_secs_f64()
+    );
+    for (r, l) in links.iter().enumerate() {
+        println!("{backend}:   rank {r} links: {l}");
+    }
+    for l in out.lines().filter(|l| l.contains(" time")) {
+        println!("{backend}:   {l}");
+    }
+    for (r, l) in links.iter().enumerate() {
+        // A link to each of the three peers.
+        assert!(l.joined >= 3, "rank {r}: {l}");
+        let want = if r == 2 { 3 } else { 1 };
+        assert_eq!(l.failovers, want, "rank {r}: {l}");
+    }
+    // Each of the three was started by a stall found on one side, or both.
+    let stalls: u64 = links.iter().map(|l| l.stalls).sum();
+    assert!(stalls >= 3, "{stalls} stalls in all");
 }
