@@ -37,6 +37,7 @@ use bytes::Bytes;
 use crate::error::{Cause, FailReason, ProtoError};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
 use crate::proto::endpoint::{EpState, Frag};
+use crate::proto::links::LinkRoute;
 use crate::wire::{FrameKind, Header, PeerId, Tag, COUNT_LEN};
 
 /// The failover state of one endpoint.
@@ -67,6 +68,10 @@ pub(super) struct Failover {
     pub(super) held: Vec<(u64, FailReason)>,
     /// The next probe of the primary's kernel timers, while one is due.
     pub(super) probe_at: Option<Instant>,
+    /// Dialer: the route of the primary since a link took its place (`None`: the first
+    /// connection's, the endpoint's first address), which the link's slot takes when the
+    /// primary fails in turn.
+    pub(super) primary_route: Option<LinkRoute>,
 }
 
 /// How often the primary of a peer with a standby link is probed while frames wait.
@@ -253,15 +258,17 @@ impl Core {
         if dead_out {
             ep.fo.dead_batches += 1;
         }
-        let route = ep
-            .addrs
-            .first()
-            .map(|&a| (a, ep.binds.first().copied().flatten()));
+        let route = ep.fo.primary_route.or_else(|| {
+            ep.addrs
+                .first()
+                .map(|&a| (a, ep.binds.first().copied().flatten()))
+        });
         let l = &mut ep.links[i];
         let conn = l.conn.take().expect("an open link has a connection");
         l.open = false;
         if l.route.is_some() {
-            l.route = route;
+            // The slot dials the failed primary's route; the primary now has the link's.
+            ep.fo.primary_route = std::mem::replace(&mut l.route, route);
         }
         ep.state = EpState::Connected { conn };
         let confirms = ep.fo.on;

@@ -635,3 +635,52 @@ fn gets_across_a_failover_complete_once_with_their_bytes() {
         assert_eq!(diff, None, "seed {seed}: node 0's region");
     }
 }
+
+/// Node 1 listening on a second address too, and node 0's link to it: the first
+/// connection goes to node 1's first address, the link to `second`.
+fn two_routes(net: &mut Net) -> SocketAddr {
+    let second = SocketAddr::from(([10, 0, 1, 2], 7000));
+    net.listeners.insert(second, Listener::Node(1));
+    net.core(0).set_link_routes(PeerId(1), vec![(second, None)]);
+    second
+}
+
+/// Each failed primary's own route is dialed again: after the first failover the first
+/// address (the first connection's), after the second the second address (the link's
+/// that had become the primary), not the first one twice.
+#[test]
+fn each_failed_primarys_own_route_is_dialed_again() {
+    for seed in 0..100 {
+        let mut net = Net::pair(seed);
+        let second = two_routes(&mut net);
+        connect_pair(&mut net);
+        assert_eq!(net.core(0).links_open(PeerId(1)), 2, "seed {seed}");
+        for (round, lost) in [(0, addr(1)), (1, second)] {
+            let primary = first_carrying(&net);
+            let dials = net.nodes[0].dials.len();
+            churn(&mut net, 5);
+            break_conn(&mut net, primary);
+            churn(&mut net, 5);
+            net.drive();
+            net.assert_all_delivered(0, 1);
+            net.assert_all_delivered(1, 0);
+            let again: Vec<SocketAddr> = net.nodes[0].dials[dials..]
+                .iter()
+                .map(|&(_, a)| a)
+                .collect();
+            assert!(
+                !again.is_empty() && again.iter().all(|&a| a == lost),
+                "seed {seed}: round {round}: dialed {again:?} after losing {lost}"
+            );
+            assert_eq!(
+                net.core(0).links_open(PeerId(1)),
+                2,
+                "seed {seed}: round {round}"
+            );
+        }
+        assert!(
+            net.failed_events(0).is_empty() && net.failed_events(1).is_empty(),
+            "seed {seed}"
+        );
+    }
+}
