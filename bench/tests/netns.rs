@@ -15,8 +15,8 @@
 //! - `a_link_going_down_mid_stream_loses_nothing`: two ranks with two links each (`ra`,
 //!   the primary, and `rb`, standing by) run a checked alltoall, both directions at once;
 //!   host 1's own `ra` goes down mid-stream and the stream moves to `rb` within a bound;
-//!   `ra` comes back and rejoins as a standby link; then `rb` goes down and the stream
-//!   moves back to `ra`. Every message arrives once, intact and in order, every send
+//!   `ra` comes back and rejoins as a standby link; then `rb` goes down, the stream
+//!   moves back to `ra`, and `rb` comes back and rejoins on its own route. Every message arrives once, intact and in order, every send
 //!   completes once, and each rank counts both failovers (`# rank R links: ...`).
 //! - `both_links_going_down_fail_the_sends_in_bounded_time`: the same two ranks; host 1's
 //!   `ra` and `rb` go down, at once or one after the other (the stream on `rb` by then):
@@ -1061,8 +1061,8 @@ fn four_hosts_alltoall_survives_a_link_going_down() {
 /// retransmit what was in flight, or probe: data that could not leave, or a window
 /// host 1 can no longer open), and the side that finds its primary stalled first moves
 /// the stream to `rb` within [`RESUME_BOUND`]. `ra` comes back and rejoins as a standby
-/// link; then
-/// `rb` goes down and the stream moves back to `ra`. The job completes: every message
+/// link; then `rb` goes down, the stream moves back to `ra`, and `rb` comes back and
+/// rejoins on its own route. The job completes: every message
 /// arrived once, intact and in order, every send completed once, and each rank counted
 /// both failovers, at least one side of each having found its stall.
 fn failover(backend: &str) {
@@ -1087,7 +1087,15 @@ fn failover(backend: &str) {
     net.set_link(1, "ra", "up");
     let rejoined = wait_rejoined(&net, &mut ranks, 1, (a1, a0), &known);
     let to_ra = cut(&net, &mut ranks, 1, "rb", "ra");
+    // rb back: the link that carried the stream is dialed again on its own route.
+    let (b0, b1) = ("10.231.2.10", "10.231.2.11");
+    let known: Vec<String> = net
+        .tcp_conns(1, b1, b0)
+        .into_iter()
+        .map(|(port, _)| port)
+        .collect();
     net.set_link(1, "rb", "up");
+    let rejoined_b = wait_rejoined(&net, &mut ranks, 1, (b1, b0), &known);
     let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
     checked(&done, 2 * 2 * ROUNDS);
     let links: Vec<Links> = done
@@ -1097,11 +1105,12 @@ fn failover(backend: &str) {
         .collect();
     println!(
         "{backend}: host 1's ra down: the stream moved to rb in {:.3} s; ra back: rejoined \
-         in {:.3} s; rb down: the stream moved to ra in {:.3} s; rank 0 links: {}; rank 1 \
-         links: {}",
+         in {:.3} s; rb down: the stream moved to ra in {:.3} s; rb back: rejoined in \
+         {:.3} s; rank 0 links: {}; rank 1 links: {}",
         to_rb.as_secs_f64(),
         rejoined.as_secs_f64(),
         to_ra.as_secs_f64(),
+        rejoined_b.as_secs_f64(),
         links[0],
         links[1]
     );
@@ -1109,8 +1118,8 @@ fn failover(backend: &str) {
         // One failover per interface that went down, on both sides (the side that did
         // not find the stall follows the other's RESUME).
         assert_eq!(l.failovers, 2, "rank {r}: {l}");
-        // rb at the start, ra once it was back.
-        assert!(l.joined >= 2, "rank {r}: {l}");
+        // rb at the start, ra once it was back, rb once it was back.
+        assert!(l.joined >= 3, "rank {r}: {l}");
         assert!(l.stalls <= l.failovers, "rank {r}: {l}");
     }
     // Nothing but a stall tells of an interface gone down: each failover was started by
