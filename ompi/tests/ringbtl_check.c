@@ -3,8 +3,18 @@
  * switch points (eager, rendezvous, pipelined), contiguous and strided datatypes,
  * synchronous sends, a flood of small messages from every rank (per-peer order,
  * MPI_ANY_SOURCE), and collectives. Every received byte is checked.
+ *
+ * Usage: ringbtl_check            the fixed sequence above
+ *        ringbtl_check SECONDS    rounds of exchanges instead, for SECONDS (fractions allowed):
+ *                                 each round every rank sends one message to every other
+ *                                 rank and receives one from each, all in flight at once,
+ *                                 the round's size taken in turn from a list (most of them
+ *                                 no power of two). All ranks stop after the same round;
+ *                                 rank 0 then prints the rounds and the longest one.
+ *
  * Exit status 0 and "ringbtl_check: OK" on success; the first mismatch aborts the job.
  */
+#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -133,6 +143,81 @@ static void collectives(void)
     free(mine);
 }
 
+/* One round: a message of `n` bytes to every other rank and one from each, every send
+ * and receive posted before any is waited for. The pattern names sender, receiver and
+ * round, so a message delivered to the wrong receive or twice does not pass. */
+static void all_pairs(unsigned char **out, unsigned char **in, MPI_Request *rq, size_t n,
+                      int round)
+{
+    int k = 0, count;
+    MPI_Status *st = malloc(sizeof(MPI_Status) * 2 * (size_t) size);
+    if (!st) FAIL("out of memory");
+    for (int p = 0; p < size; p++) {
+        if (p == rank) continue;
+        memset(in[p], 0xEE, n + 1);
+        MPI_Irecv(in[p], (int) n + 1, MPI_BYTE, p, 9, MPI_COMM_WORLD, &rq[k++]);
+    }
+    for (int p = 0; p < size; p++) {
+        if (p == rank) continue;
+        for (size_t i = 0; i < n; i++) out[p][i] = pattern(rank, i, round * size + p);
+        MPI_Isend(out[p], (int) n, MPI_BYTE, p, 9, MPI_COMM_WORLD, &rq[k++]);
+    }
+    MPI_Waitall(k, rq, st);
+    k = 0;
+    for (int p = 0; p < size; p++) {
+        if (p == rank) continue;
+        MPI_Get_count(&st[k++], MPI_BYTE, &count);
+        if ((size_t) count != n) FAIL("round %d, size %zu: got count %d from %d", round, n, count, p);
+        for (size_t i = 0; i < n; i++)
+            if (in[p][i] != pattern(p, i, round * size + rank))
+                FAIL("round %d, size %zu from %d: byte %zu differs", round, n, p, i);
+        if (in[p][n] != 0xEE) FAIL("round %d, size %zu from %d: wrote past the message", round, n, p);
+    }
+    free(st);
+}
+
+/* Rounds of all_pairs until `seconds` have passed on every rank's clock: after each round
+ * the ranks take the minimum of their "time left" flags, so all stop after the same one. */
+static void for_duration(double seconds)
+{
+    static const size_t sizes[] = {1, 1000, 4097, 65537, 262143, 1048577, 4194301};
+    const size_t nsizes = sizeof(sizes) / sizeof(sizes[0]), max = 4194301;
+    unsigned char **out = calloc((size_t) size, sizeof(*out)), **in = calloc((size_t) size, sizeof(*in));
+    MPI_Request *rq = malloc(sizeof(MPI_Request) * 2 * (size_t) size);
+    int round = 0, go = 1;
+    double longest = 0, all_longest = 0, t0, elapsed;
+    if (!out || !in || !rq) FAIL("out of memory");
+    for (int p = 0; p < size; p++) {
+        if (p == rank) continue;
+        out[p] = malloc(max + 1);
+        in[p] = malloc(max + 1);
+        if (!out[p] || !in[p]) FAIL("out of memory (%zu bytes)", max);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    while (go) {
+        double start = MPI_Wtime(), took;
+        int more;
+        all_pairs(out, in, rq, sizes[(size_t) round % nsizes], round);
+        round++;
+        more = MPI_Wtime() - t0 < seconds;
+        MPI_Allreduce(&more, &go, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        took = MPI_Wtime() - start;
+        if (took > longest) longest = took;
+    }
+    elapsed = MPI_Wtime() - t0;
+    MPI_Reduce(&longest, &all_longest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("ringbtl_check: %d rounds in %.1f s, longest %.3f s\n", round, elapsed, all_longest);
+    for (int p = 0; p < size; p++) {
+        free(out[p]);
+        free(in[p]);
+    }
+    free(out);
+    free(in);
+    free(rq);
+}
+
 int main(int argc, char **argv)
 {
     static const size_t sizes[] = {0, 1, 7, 8, 100, 1000, 4095, 4096, 4097, 65535, 65536,
@@ -142,6 +227,18 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size < 2) FAIL("run with at least 2 ranks");
+    if (argc > 2) FAIL("usage: ringbtl_check [SECONDS]");
+    if (argc == 2) {
+        char *end;
+        double seconds = strtod(argv[1], &end);
+        if (end == argv[1] || *end != '\0' || !isfinite(seconds) || seconds <= 0)
+            FAIL("SECONDS must be a positive number, not \"%s\"", argv[1]);
+        for_duration(seconds);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) printf("ringbtl_check: OK (%d ranks)\n", size);
+        MPI_Finalize();
+        return 0;
+    }
     for (int round = 0; round < 2; round++)
         for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
             ring_bytes(sizes[i], round * 100 + (int) i, round);
