@@ -1001,6 +1001,13 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
         opal_output(0, "btl ringbtl: puts sent %llu; gets sent %llu; regions registered %llu",
                     (unsigned long long) m->puts_sent, (unsigned long long) m->gets_sent,
                     (unsigned long long) m->regions_registered);
+        ringbtl_link_stats_t ls;
+        if (RINGBTL_OK == ringbtl_link_stats(m->rt, &ls)) {
+            opal_output(0, "btl ringbtl: links joined %llu, lost %llu; failovers %llu, "
+                           "after a stall %llu",
+                        (unsigned long long) ls.joined, (unsigned long long) ls.lost,
+                        (unsigned long long) ls.failovers, (unsigned long long) ls.stalls);
+        }
     }
     rc = ringbtl_destroy(m->rt, mca_btl_ringbtl_component.finalize_timeout_ms);
     free(m->released);
