@@ -5,7 +5,9 @@
 # `--mca btl self,ringbtl`, once with btl_ringbtl_if_include and once with
 # btl_ringbtl_if_exclude (peers added lazily, ob1's default), once more with every peer
 # added at MPI_Init, and checks with the interfaces' byte counters that the interface
-# left out carried nothing and the chosen one carried the job's traffic. Then tears down.
+# left out carried nothing and the chosen one carried the job's traffic, and that the
+# peers added when they connected first are those the program's traffic implies
+# (check_first below). Then tears down.
 #
 # Usage: tools/ompi-netns.sh             (root; under a minute)
 #        tools/ompi-netns.sh --mpi4py    also mpi4py's p2p, collective, communicator,
@@ -87,10 +89,66 @@ bytes() {
 }
 total() { local s=0 i; for i in 0 1 2 3; do s=$((s + $(bytes "$prefix-h$i" "$1"))); done; echo $s; }
 
-# run WHAT USED UNUSED MCA...: ringbtl_check at 4 ranks across the hosts; the interface
-# UNUSED must carry no byte, USED at least the job's 1 MiB messages.
+# first_connects < OUTPUT: "R<P" for every time rank R added rank P because P connected
+# before R's add_procs saw it (btl_ringbtl_verbose 2 names the process by its pid; its
+# "rank N backend" line maps the pid to its rank), sorted, one per line.
+first_connects() {
+  awk '
+    { pid = $1; sub(/.*:/, "", pid); sub(/]$/, "", pid) }
+    $2 == "btl" && $3 == "ringbtl:" && $4 == "rank" && $6 == "backend" { rank[pid] = $5 }
+    $2 == "btl" && $3 == "ringbtl:" && $5 == "connected" && $6 == "before" {
+      peer = $4; sub(/.*,/, "", peer); sub(/]$/, "", peer)
+      ev[++n] = pid " " peer " " $NF
+    }
+    END {
+      for (i = 1; i <= n; i++) {
+        split(ev[i], f, " ")
+        print ((f[1] in rank) ? rank[f[1]] : "?") "<" f[2] (f[3] == "added" ? "" : "(" f[3] ")")
+      }
+    }' | sort
+}
+
+# check_first "R<P ..." MODE: the peers added on their first connection are what ob1 and
+# the transport make of ringbtl_check's traffic; prints what differs and returns 1.
+#   MODE init: mpi_add_procs_cutoff above the job's size, every peer added at MPI_Init:
+#     no connection can come first (MPI_Init's fence follows every add_procs).
+#   MODE lazy: ob1's default. Open MPI 4.1's MPI_Init hands ob1's add_procs the process
+#     itself and rank 0, so every rank but 0 adds rank 0 there; every other peer is
+#     added at the first send to it. ringbtl asks the component (its resolver) about a
+#     connection from a peer it was not given, once per peer: link joins go to an
+#     endpoint that exists. The fixed sequence starts with a ring, r sending to r+1,
+#     and r+1 sends nothing to r before it received from r: so 2<1, 3<2 and 0<3 every
+#     time (1 knows 0 from MPI_Init). The diagonals (0,2) and (1,3) first talk in the
+#     flood, where both send at once: one that dials before the other reached its send
+#     adds one more, 0<2 (2 knows 0), 1<3 or 3<1, never both of a pair (a side that
+#     sent has added the other). So 3 to 5.
+check_first() {
+  local got=" $1 " mode=$2 e r p
+  case $mode in
+    init)
+      [ "$got" = "  " ] || { echo "expected none, got${got% }"; return 1; } ;;
+    lazy)
+      for e in "2<1" "3<2" "0<3"; do
+        [[ $got == *" $e "* ]] || { echo "$e missing from${got% }"; return 1; }
+      done
+      for e in $got; do
+        case $e in
+          "2<1" | "3<2" | "0<3" | "0<2" | "1<3" | "3<1") ;;
+          *) echo "$e unexpected in${got% }"; return 1 ;;
+        esac
+        r=${e%<*} p=${e#*<}
+        [[ $got != *" $p<$r "* ]] || { echo "both $e and $p<$r in${got% }"; return 1; }
+      done
+      e=$(tr ' ' '\n' <<<"$got" | sed '/^$/d' | uniq -d)
+      [ -z "$e" ] || { echo "twice: $e, in${got% }"; return 1; } ;;
+  esac
+}
+
+# run WHAT USED UNUSED MODE MCA...: ringbtl_check at 4 ranks across the hosts; the
+# interface UNUSED must carry no byte, USED at least the job's 1 MiB messages, and the
+# peers added on their first connection must be what MODE (check_first) implies.
 run() {
-  local what="$1" used="$2" unused="$3"; shift 3
+  local what="$1" used="$2" unused="$3" mode="$4"; shift 4
   echo "-- ringbtl_check, 4 ranks on 4 hosts, $what"
   local u0 x0 u1 x1 out start=$SECONDS i
   # The previous run's neighbour entries would be probed (ARP) on the interface left out.
@@ -101,16 +159,21 @@ run() {
     echo "$out" >&2; cat "$work"/agent-*.err >&2 2>/dev/null || true; echo "FAILED: $what" >&2; exit 1; }
   grep -q "ringbtl_check: OK (4 ranks)" <<<"$out" || { echo "$out" >&2; echo "no OK line: $what" >&2; exit 1; }
   u1=$(total "$used"); x1=$(total "$unused")
+  local first
+  first=$(first_connects <<<"$out" | paste -sd ' ' -)
   echo "   OK in $((SECONDS - start)) s; bytes (tx+rx, 4 hosts): $used $((u1 - u0)), $unused $((x1 - x0));" \
-    "peers added when they connected first: $(grep -c 'connected before add_procs: added' <<<"$out" || true)"
+    "peers added when they connected first: $(wc -w <<<"$first") (${first:-none})"
   [ $((x1 - x0)) -eq 0 ] || { echo "FAILED: $unused carried $((x1 - x0)) bytes ($what)" >&2; exit 1; }
   [ $((u1 - u0)) -ge $((4 << 20)) ] || { echo "FAILED: $used carried only $((u1 - u0)) bytes ($what)" >&2; exit 1; }
+  local why
+  why=$(check_first "$first" "$mode") || {
+    echo "$out" >&2; echo "FAILED: peers added when they connected first: $why ($what)" >&2; exit 1; }
 }
-run "btl_ringbtl_if_include rb" rb ra --mca btl_ringbtl_if_include rb
-run "btl_ringbtl_if_exclude 10.231.2.0/24,rc (subnet b and the launch network)" ra rb \
+run "btl_ringbtl_if_include rb" rb ra lazy --mca btl_ringbtl_if_include rb
+run "btl_ringbtl_if_exclude 10.231.2.0/24,rc (subnet b and the launch network)" ra rb lazy \
   --mca btl_ringbtl_if_exclude 10.231.2.0/24,rc
 run "btl_ringbtl_if_include ra, every peer added at MPI_Init (mpi_add_procs_cutoff 1024)" \
-  ra rb --mca btl_ringbtl_if_include ra --mca mpi_add_procs_cutoff 1024
+  ra rb init --mca btl_ringbtl_if_include ra --mca mpi_add_procs_cutoff 1024
 
 if [ $mpi4py = 1 ]; then
   echo "-- mpi4py subset across the hosts, btl ringbtl (on ra) and btl tcp (on ra)"
