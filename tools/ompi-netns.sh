@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # The Open MPI component across hosts: four network-namespace hosts (tools/netns.sh, under a
 # prefix of this script's own), mpirun inside the first, an rsh agent that enters the others
-# with `ip netns exec`. Runs ompi/tests/ringbtl_check (checks every byte) at 4 ranks over
-# `--mca btl self,ringbtl`, once with btl_ringbtl_if_include and once with
-# btl_ringbtl_if_exclude (peers added lazily, ob1's default), once more with every peer
-# added at MPI_Init, and checks with the interfaces' byte counters that the interface
-# left out carried nothing and the chosen one carried the job's traffic, and that the
-# peers added when they connected first are those the program's traffic implies
-# (check_first below). Then tears down.
+# with `ip netns exec`. Runs ompi/tests/ringbtl_check (checks every byte) at 4 ranks:
+#   - over `--mca btl self,ringbtl`, once with btl_ringbtl_if_include and once with
+#     btl_ringbtl_if_exclude (peers added lazily, ob1's default), once more with every
+#     peer added at MPI_Init: the interfaces' byte counters show that the interface left
+#     out carried nothing and the chosen one the job's traffic, and the peers added when
+#     they connected first are those the program's traffic implies (check_first below);
+#   - for 8 s over both interfaces (btl_ringbtl_if_include ra,rb), host 2's ra taken down
+#     once the job's traffic flows: the job completes, its traffic moves to rb, the pause
+#     (host 2's byte counters sampled every 50 ms, and the longest round) stays under
+#     10 s, and each of host 2's peers fails over once, on both sides;
+#   - the same job and link down over btl tcp (btl_tcp_if_include ra,rb): it must not
+#     complete (it hangs until timeout ends it at 30 s).
+# Then tears down.
 #
-# Usage: tools/ompi-netns.sh             (root; under a minute)
+# Usage: tools/ompi-netns.sh             (root; about 70 s)
 #        tools/ompi-netns.sh --mpi4py    also mpi4py's p2p, collective, communicator,
 #                                        message-spec, request and status tests across the
 #                                        hosts over btl ringbtl and btl tcp, differences
@@ -48,7 +54,24 @@ mkdir -p "$work"
 rm -f "$work"/agent-*.err
 
 tools/build-ompi.sh >/dev/null
+# reap: ends whatever is left in the hosts after a job (ranks or daemons of a job killed
+# at its time limit; this script's sampler), by their pids, so that nothing spins on.
+reap() {
+  local i pids
+  for i in 0 1 2 3; do
+    pids=$(ip netns pids "$prefix-h$i" 2>/dev/null) || continue
+    [ -n "$pids" ] || continue
+    echo "   left in host $i, killed:" >&2
+    ps -o pid=,etime=,args= -p "${pids//$'\n'/,}" | sed 's/^/   | /' >&2 || true
+    # shellcheck disable=SC2086 # one pid a word
+    kill $pids 2>/dev/null || true
+    sleep 1
+    # shellcheck disable=SC2086
+    kill -9 $pids 2>/dev/null || true
+  done
+}
 teardown() {
+  reap
   tools/netns.sh down "$prefix" >/dev/null || true
   rm -rf "/tmp/$prefix-h1" "/tmp/$prefix-h2" "/tmp/$prefix-h3"
 }
@@ -174,6 +197,159 @@ run "btl_ringbtl_if_exclude 10.231.2.0/24,rc (subnet b and the launch network)" 
   --mca btl_ringbtl_if_exclude 10.231.2.0/24,rc
 run "btl_ringbtl_if_include ra, every peer added at MPI_Init (mpi_add_procs_cutoff 1024)" \
   ra rb init --mca btl_ringbtl_if_include ra --mca mpi_add_procs_cutoff 1024
+
+# The link-down runs. ringbtl_check runs for LINK_SECS over both interfaces of every
+# host, every rank exchanging with every other at once each round; a sampler inside host
+# 2 writes the time and the tx+rx bytes of its ra and rb every 50 ms; once host 2's ra
+# carried 1 MiB (the job's traffic flows), host 2's ra goes down, and comes back up after
+# the job. Over ringbtl the job must complete, and the pause is bounded by STALL_BOUND:
+# a primary that stops moving is probed every 100 ms and taken for dead at its second
+# timeout (200 ms, then 400 ms), about 0.6 to 1 s, done once per peer of host 2 (all
+# three in parallel, as all carry traffic); 10 s leaves room for a loaded 2-core machine
+# and stays far below the 30 s TCP_USER_TIMEOUT that would otherwise end the wait. Over
+# btl tcp the same job must not complete within TCP_LIMIT (about three times what it
+# takes whole).
+LINK_SECS=8 STALL_BOUND=10 TCP_LIMIT=30
+sampler="$work/sample.sh"
+cat >"$sampler" <<'EOF'
+#!/usr/bin/env bash
+# sample.sh IFACE...: every 50 ms a line: the time (EPOCHREALTIME) and, per interface,
+# its tx+rx bytes. One process: builtins only, and the pause is a read that times out on
+# a pipe nobody writes to.
+set -u
+exec {never}<> <(:)
+while :; do
+  line=$EPOCHREALTIME
+  for i in "$@"; do
+    read -r rx <"/sys/class/net/$i/statistics/rx_bytes"
+    read -r tx <"/sys/class/net/$i/statistics/tx_bytes"
+    line+=" $((rx + tx))"
+  done
+  echo "$line"
+  read -r -t 0.05 -u "$never" || true
+done
+EOF
+chmod +x "$sampler"
+
+# job_failed MESSAGE: the job's output, the agents' stderr, MESSAGE; exits 1.
+job_failed() {
+  echo "$out" >&2; cat "$work"/agent-*.err >&2 2>/dev/null || true
+  echo "FAILED: $1" >&2; exit 1
+}
+
+# linkdown LIMIT MCA...: ringbtl_check LINK_SECS at 4 ranks with MCA, at most LIMIT s,
+# host 2's ra taken down once it carried 1 MiB. Sets rc (the job's exit status), out (its
+# output), took (seconds), down (the time of the down, empty if it never came) and
+# samples (the sampler's file).
+linkdown() {
+  local limit=$1 sampling job last ra ra0 start i; shift
+  samples="$work/samples" down="" rc=0
+  for i in 0 1 2 3; do ip -n "$prefix-h$i" neigh flush all; done
+  ip netns exec "$prefix-h2" "$sampler" ra rb >"$samples" &
+  sampling=$!
+  start=$SECONDS
+  timeout -k 5 "$limit" "${LAUNCH[@]}" "${MPIRUN[@]}" "${HOSTS[@]}" "$@" \
+    -np 4 "$OMPI_OUT/ringbtl_check" "$LINK_SECS" >"$work/job.out" 2>&1 &
+  job=$!
+  while kill -0 "$job" 2>/dev/null; do
+    sleep 0.05
+    read -r _ ra0 _ <"$samples" || continue
+    last=$(tail -n 1 "$samples")
+    read -r _ ra _ <<<"$last"
+    if [ -n "$ra" ] && [ $((ra - ra0)) -ge $((1 << 20)) ]; then
+      down=$EPOCHREALTIME
+      ip -n "$prefix-h2" link set ra down
+      break
+    fi
+  done
+  wait "$job" || rc=$?
+  took=$((SECONDS - start))
+  kill "$sampling"; wait "$sampling" 2>/dev/null || true
+  ip -n "$prefix-h2" link set ra up
+  out=$(cat "$work/job.out")
+  reap
+}
+
+# pause: from the samples and the time of the down: host 2's ra and rb bytes before the
+# down, rb after it, how long after the down rb had moved 64 KiB ("-" if never), the
+# longest time without 4 KiB moving on ra and rb together between two 50 ms intervals
+# that moved (the job's pause), when that pause began and when bytes last moved, both
+# relative to the down.
+pause() {
+  awk -v d="$down" '
+    NR == 1 { a0 = $2; b0 = $3; ad = $2; bd = $3 }
+    $1 < d { ad = $2; bd = $3 }
+    NR > 1 {
+      if ($2 - pa + $3 - pb >= 4096) {
+        if (end != "" && pt - end > gap) { gap = pt - end; at = end - d }
+        end = $1
+      }
+      if ($1 >= d && moved == "" && $3 - bd >= 65536) moved = sprintf("%.2f", $1 - d)
+    }
+    { pt = $1; pa = $2; pb = $3 }
+    function t(x) { x = sprintf("%.2f", x); return x == "-0.00" ? "0.00" : x }
+    END {
+      printf "%d %d %d %s %.2f %s %s\n", ad - a0, bd - b0, pb - bd,
+        (moved == "" ? "-" : moved), gap, t(at), t(end - d)
+    }
+  ' "$samples"
+}
+
+# link_stats < OUTPUT: "RANK FAILOVERS STALLS" per process, from its finalize line ("btl
+# ringbtl: links joined J, lost L; failovers F, after a stall S").
+link_stats() {
+  awk '
+    { pid = $1; sub(/.*:/, "", pid); sub(/]$/, "", pid) }
+    $2 == "btl" && $3 == "ringbtl:" && $4 == "rank" && $6 == "backend" { rank[pid] = $5 }
+    $2 == "btl" && $3 == "ringbtl:" && $4 == "links" && $5 == "joined" { f = $10; sub(/,$/, "", f); st[pid] = f " " $NF }
+    END { for (p in st) print ((p in rank) ? rank[p] : "?") " " st[p] }' | sort
+}
+
+echo "-- ringbtl_check $LINK_SECS s, 4 ranks on 4 hosts over ra and rb (btl_ringbtl_if_include" \
+  "ra,rb), host 2's ra taken down mid-run"
+linkdown 60 --mca btl self,ringbtl --mca btl_ringbtl_if_include ra,rb --mca btl_ringbtl_verbose 2
+[ -n "$down" ] || job_failed "ra never carried 1 MiB (exit $rc)"
+[ "$rc" = 0 ] || job_failed "exit $rc after $took s with host 2's ra down (124: killed at 60 s)"
+grep -q "ringbtl_check: OK (4 ranks)" <<<"$out" || job_failed "no OK line with host 2's ra down"
+read -r ra_before rb_before rb_after moved gap gap_at last < <(pause)
+rounds=$(sed -n 's/^ringbtl_check: \([0-9]* rounds in .*\)/\1/p' <<<"$out")
+longest=$(sed -n 's/^ringbtl_check: .*, longest \([0-9.]*\) s$/\1/p' <<<"$out")
+stats=$(link_stats <<<"$out")
+stalls=$(awk '{ s += $3 } END { print s + 0 }' <<<"$stats")
+per_rank=$(awk '{ printf "%s%s: %s (%s)", (NR > 1 ? ", " : ""), $1, $2, $3 }' <<<"$stats")
+echo "   OK in $took s ($rounds); host 2 before the down: ra $ra_before, rb $rb_before bytes;" \
+  "after: rb $rb_after bytes"
+echo "   traffic on rb $moved s after the down; longest pause of host 2's bytes $gap s" \
+  "(beginning $gap_at s from the down); failovers (after a stall) per rank: $per_rank"
+[ "$rb_before" -lt $((1 << 20)) ] ||
+  job_failed "rb carried $rb_before bytes before the down: ra was not the primary"
+[ "$rb_after" -ge $((4 << 20)) ] || job_failed "rb carried only $rb_after bytes after the down"
+[ "$moved" != - ] || job_failed "no traffic on host 2's rb after the down"
+awk -v m="$moved" -v g="$gap" -v l="${longest:-x}" -v b="$STALL_BOUND" \
+  'BEGIN { exit !(l != "x" && m <= b && g <= b && l <= b) }' ||
+  job_failed "the pause exceeds $STALL_BOUND s (rb after $moved s, no byte for $gap s, longest round ${longest:-?} s)"
+# Each of host 2's three peers moves to rb once, on both sides: 3 at rank 2, 1 at the
+# others; each move starts with a stall found by the probe on at least one side (an
+# interface down sends no reset).
+[ "$(awk '{ print $1, $2 }' <<<"$stats" | paste -sd, -)" = "0 1,1 1,2 3,3 1" ] ||
+  job_failed "failovers (after a stall) per rank: $per_rank; expected 3 at rank 2, 1 at the others"
+[ "$stalls" -ge 3 ] || job_failed "$stalls stalls found, expected one per peer of host 2 at least"
+
+echo "-- the same job over btl tcp (btl_tcp_if_include ra,rb), host 2's ra taken down mid-run"
+linkdown "$TCP_LIMIT" --mca btl self,tcp --mca btl_tcp_if_include ra,rb
+[ -n "$down" ] || job_failed "btl tcp: ra never carried 1 MiB (exit $rc)"
+read -r ra_before rb_before rb_after moved gap gap_at last < <(pause)
+if [ "$rc" = 124 ]; then
+  what="hung: killed by timeout after $TCP_LIMIT s (exit 124)"
+else
+  what="ended with exit $rc after $took s"
+fi
+echo "   btl tcp $what; host 2 before the down: ra $ra_before, rb $rb_before bytes;" \
+  "after: rb $rb_after bytes, the last $last s after the down"
+sed -n '/./s/^/   | /p' <<<"$out" | head -n 8
+if [ "$rc" = 0 ] && grep -q "ringbtl_check: OK (4 ranks)" <<<"$out"; then
+  job_failed "btl tcp completed with host 2's ra down"
+fi
 
 if [ $mpi4py = 1 ]; then
   echo "-- mpi4py subset across the hosts, btl ringbtl (on ra) and btl tcp (on ra)"
