@@ -74,7 +74,8 @@ step "Open MPI component (tools/ompi-ci.sh)"
 tools/ompi-ci.sh
 
 # The component across four network-namespace hosts (root): mpirun in one, an rsh agent
-# entering the others; if_include and if_exclude checked with the interfaces' counters.
+# entering the others; if_include and if_exclude checked with the interfaces' counters,
+# and an interface taken down mid-job (ringbtl completes, btl tcp must not).
 step "Open MPI across namespace hosts (tools/ompi-netns.sh)"
 tools/ompi-netns.sh
 
