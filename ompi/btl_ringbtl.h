@@ -61,6 +61,13 @@ typedef struct {
 } mca_btl_ringbtl_put_t;
 OBJ_CLASS_DECLARATION(mca_btl_ringbtl_put_t);
 
+/* A completion held back (mca_btl_ringbtl_module_t.held): its ringbtl cookie and status. */
+typedef struct {
+    uint64_t cookie;
+    uint32_t peer;
+    int status;
+} mca_btl_ringbtl_held_t;
+
 typedef struct {
     mca_btl_base_module_t super;
     ringbtl_t *rt;
@@ -76,6 +83,13 @@ typedef struct {
      * held them (its send's completion not yet reaped): taken back after that progress. */
     uint64_t *released;
     size_t nreleased, released_cap;
+    /* Sends, puts and gets that failed before their peer's failure was reported: ringbtl
+     * completes a failed peer's pending operations first and reports the peer after them,
+     * and ob1 aborts the job at the first failed completion with a message that does not
+     * name the peer. They are held until on_error has reported the peer (which names it),
+     * or until the progress that delivered them is over. */
+    mca_btl_ringbtl_held_t *held;
+    size_t nheld, held_cap;
     /* Aligned copy of a received frame whose bytes are not 8-byte aligned. */
     void *scratch;
     size_t scratch_len;
@@ -126,6 +140,7 @@ OBJ_CLASS_DECLARATION(mca_btl_ringbtl_frag_t);
 
 int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool threads);
 void mca_btl_ringbtl_release_pending(mca_btl_ringbtl_module_t *m);
+void mca_btl_ringbtl_release_held(mca_btl_ringbtl_module_t *m);
 int mca_btl_ringbtl_progress(void);
 int mca_btl_ringbtl_ensure_key(mca_btl_ringbtl_module_t *m);
 

@@ -405,6 +405,9 @@ int mca_btl_ringbtl_progress(void)
     m->progressing = true;
     n = ringbtl_progress(m->rt);
     m->progressing = false;
+    if (OPAL_UNLIKELY(m->nheld > 0)) {
+        mca_btl_ringbtl_release_held(m);
+    }
     if (OPAL_UNLIKELY(m->nreleased > 0)) {
         mca_btl_ringbtl_release_pending(m);
     }

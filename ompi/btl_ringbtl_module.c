@@ -135,16 +135,73 @@ static void complete_put(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_put_t *p, 
  * are aligned); a send's is its fragment's. */
 #define PUT_COOKIE 1u
 
-static void on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
+static void complete_cookie(mca_btl_ringbtl_module_t *m, uint64_t cookie, int status)
 {
-    mca_btl_ringbtl_module_t *m = ctx;
-    (void) peer;
     if (cookie & PUT_COOKIE) {
         complete_put(m, (mca_btl_ringbtl_put_t *) (uintptr_t) (cookie & ~(uint64_t) PUT_COOKIE),
                      status);
         return;
     }
     complete_frag(m, (mca_btl_ringbtl_frag_t *) (uintptr_t) cookie, status);
+}
+
+/* Holds a failed operation's completion until its peer's failure has been reported (see
+ * mca_btl_ringbtl_module_t.held). False when it is to be delivered now: the peer was
+ * reported already, the peer closed cleanly (reported at verbose level only), finalize
+ * started, or no memory. */
+static bool hold_failed(mca_btl_ringbtl_module_t *m, uint32_t peer, uint64_t cookie, int status)
+{
+    const mca_btl_ringbtl_endpoint_t *ep = peer < m->nendpoints ? m->endpoints[peer] : NULL;
+    if (m->closing || RINGBTL_ERR_PEER_CLOSED == status || NULL == ep || ep->failed) {
+        return false;
+    }
+    if (m->nheld == m->held_cap) {
+        const size_t cap = m->held_cap ? 2 * m->held_cap : 64;
+        mca_btl_ringbtl_held_t *h = realloc(m->held, cap * sizeof(*h));
+        if (NULL == h) {
+            return false;
+        }
+        m->held = h;
+        m->held_cap = cap;
+    }
+    m->held[m->nheld++] =
+        (mca_btl_ringbtl_held_t) {.cookie = cookie, .peer = peer, .status = status};
+    return true;
+}
+
+/* Delivers the held completions of `peer` (UINT32_MAX: of every peer), in the order they
+ * came. One at a time, taken out before its callback runs: the callback may send and
+ * progress, and so come back here. */
+static void release_held(mca_btl_ringbtl_module_t *m, uint32_t peer)
+{
+    size_t i = 0;
+    while (i < m->nheld) {
+        if (UINT32_MAX != peer && m->held[i].peer != peer) {
+            i++;
+            continue;
+        }
+        const mca_btl_ringbtl_held_t h = m->held[i];
+        memmove(&m->held[i], &m->held[i + 1], (m->nheld - i - 1) * sizeof(h));
+        m->nheld--;
+        complete_cookie(m, h.cookie, h.status);
+        i = 0;
+    }
+}
+
+/* After a progress: whatever is still held (its peer not reported in that progress) is
+ * delivered, so that every operation completes. */
+void mca_btl_ringbtl_release_held(mca_btl_ringbtl_module_t *m)
+{
+    release_held(m, UINT32_MAX);
+}
+
+static void on_complete(void *ctx, uint32_t peer, uint64_t cookie, int status)
+{
+    mca_btl_ringbtl_module_t *m = ctx;
+    if (OPAL_UNLIKELY(RINGBTL_OK != status) && hold_failed(m, peer, cookie, status)) {
+        return;
+    }
+    complete_cookie(m, cookie, status);
 }
 
 static void deliver(mca_btl_ringbtl_module_t *m, uint32_t src, uint8_t tag, const void *data,
@@ -212,8 +269,11 @@ static void deliver(mca_btl_ringbtl_module_t *m, uint32_t src, uint8_t tag, cons
     reg->cbfunc(&m->super, tag, &des, reg->cbdata);
 }
 
-/* Once per failed peer. A clean close (FIN) while sends were pending is not a fault of the
- * network: it is reported at verbose level only. */
+/* Once per failed peer, after the completions of its failed operations, which are held
+ * until here (hold_failed): the report names the peer, then they are delivered. ob1's
+ * error callback aborts the job, so the report is the last word of this process. A clean
+ * close (FIN) while sends were pending is not a fault of the network: it is reported at
+ * verbose level only. */
 static void on_error(void *ctx, uint32_t peer, int status, const char *msg)
 {
     mca_btl_ringbtl_module_t *m = ctx;
@@ -224,22 +284,23 @@ static void on_error(void *ctx, uint32_t peer, int status, const char *msg)
         ep->failed = true;
     }
     if (m->closing) {
-        return;
-    }
-    if (RINGBTL_ERR_PEER_CLOSED == status) {
+        /* Nothing is reported any more. */
+    } else if (RINGBTL_ERR_PEER_CLOSED == status) {
         if (mca_btl_ringbtl_component.verbose > 0) {
             opal_output(0, "btl ringbtl: rank %u closed its connections: %s", (unsigned) peer,
                         msg);
         }
-        return;
-    }
-    snprintf(text, sizeof(text), "btl ringbtl: connection to rank %u failed: %s (%s)",
-             (unsigned) peer, ringbtl_strerror(status), msg);
-    if (NULL != m->error_cb) {
-        m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, NULL != ep ? ep->proc : NULL, text);
     } else {
-        opal_output(0, "%s", text);
+        snprintf(text, sizeof(text), "btl ringbtl: connection to rank %u failed: %s (%s)",
+                 (unsigned) peer, ringbtl_strerror(status), msg);
+        if (NULL != m->error_cb) {
+            m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, NULL != ep ? ep->proc : NULL,
+                        text);
+        } else {
+            opal_output(0, "%s", text);
+        }
     }
+    release_held(m, peer);
 }
 
 /* ---- peers ---------------------------------------------------------------------------- */
@@ -718,6 +779,9 @@ static int btl_deregister_mem(struct mca_btl_base_module_t *btl,
         while (RINGBTL_ERR_BUSY == (rc = ringbtl_deregister_region(m->rt, h->key))
                && !m->progressing && now_s() < deadline) {
             (void) ringbtl_progress(m->rt);
+            if (OPAL_UNLIKELY(m->nheld > 0)) {
+                mca_btl_ringbtl_release_held(m);
+            }
         }
         if (RINGBTL_ERR_BUSY == rc && m->progressing) {
             if (m->nreleased == m->released_cap) {
@@ -905,6 +969,9 @@ static void flush_before_blocking(void)
                 (void) ringbtl_progress(m->rt);
             }
             m->progressing = false;
+            if (m->nheld > 0) {
+                mca_btl_ringbtl_release_held(m);
+            }
             if (m->nreleased > 0) {
                 mca_btl_ringbtl_release_pending(m);
             }
@@ -991,6 +1058,8 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
      * failures are no longer reported. */
     m->closing = true;
     m->error_cb = NULL;
+    /* Held completions only recycle their fragments now. */
+    mca_btl_ringbtl_release_held(m);
     pmix_wrap(false);
     if (mca_btl_ringbtl_component.verbose > 0) {
         opal_output(0, "btl ringbtl: received %llu frames, %llu bytes; copied for alignment: "
@@ -1013,6 +1082,9 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
     free(m->released);
     m->released = NULL;
     m->nreleased = m->released_cap = 0;
+    free(m->held);
+    m->held = NULL;
+    m->nheld = m->held_cap = 0;
     if (RINGBTL_OK != rc && mca_btl_ringbtl_component.verbose > 0) {
         opal_output(0, "btl ringbtl: shutdown: %s (%s)", ringbtl_strerror(rc),
                     ringbtl_last_error());
@@ -1103,6 +1175,8 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->puts_sent = m->gets_sent = m->regions_registered = 0;
     m->released = NULL;
     m->nreleased = m->released_cap = 0;
+    m->held = NULL;
+    m->nheld = m->held_cap = 0;
     /* key_pending / key_failed are set by btl_init before this. */
     m->threads = threads;
     if (threads) {
