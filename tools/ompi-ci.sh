@@ -3,8 +3,9 @@
 # parameters, runs an MPI program that checks every byte (ompi/tests/ringbtl_check.c) over
 # `--mca btl self,ringbtl` at 2 and 4 ranks (both backends; large messages by put, by get
 # and by neither) and next to vader, a threaded one under MPI_THREAD_MULTIPLE
-# (ompi/tests/ringbtl_threads.c), bad settings, and a short subset of mpi4py's test suite
-# compared with btl tcp. A few minutes.
+# (ompi/tests/ringbtl_threads.c), bad settings, a rank killed mid-exchange on loopback and
+# across namespace hosts (tools/ompi-kill.sh: the job ends, the component names the dead
+# rank), and a short subset of mpi4py's test suite compared with btl tcp. A few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,6 +84,9 @@ grep -q "matches no usable interface" <<<"$out" || { echo "$out" >&2; exit 1; }
 out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_backend uring \
   -np 2 "$OMPI_OUT/ringbtl_threads" 2>&1) && { echo "$out" >&2; echo "uring ran threaded" >&2; exit 1; }
 grep -q "cannot serve MPI_THREAD_MULTIPLE" <<<"$out" || { echo "$out" >&2; exit 1; }
+
+echo "-- a rank killed mid-exchange: the job ends in bounded time, the dead rank named"
+tools/ompi-kill.sh
 
 echo "-- mpi4py subset over btl ringbtl and btl tcp"
 tools/ompi-mpi4py.sh --ranks "2 4" --only "p2p_buf cco_buf msgspec dynproc" --timeout 300
