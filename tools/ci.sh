@@ -69,7 +69,9 @@ if [ "${1:-}" != quick ]; then
 fi
 
 # The Open MPI BTL component: built against the installed Open MPI, an MPI program over
-# `--mca btl self,ringbtl` at 2 and 4 ranks and a subset of mpi4py's suite beside btl tcp.
+# `--mca btl self,ringbtl` at 2 and 4 ranks (large messages by put, by get, by send), a
+# subset of mpi4py's suite beside btl tcp, and a rank killed mid-exchange on loopback and
+# across namespace hosts (tools/ompi-kill.sh: the job ends, the dead rank named).
 step "Open MPI component (tools/ompi-ci.sh)"
 tools/ompi-ci.sh
 
