@@ -3,15 +3,15 @@
 # every test and measurement script uses (bench/tests/netns.rs, tools/ompi-netns.sh,
 # tools/ab.sh --hosts, tools/ompi-compare.sh --hosts, tools/perf-compare.sh).
 #
-# Usage: tools/netns.sh up|down|status [PREFIX] [--subnets N] [--cc ALGO]   (root; iproute2)
-#        tools/netns.sh addr HOST [SUBNET]     prints an address (no root needed)
+# Usage: tools/netns.sh up|down|status [PREFIX] [--subnets N] [--cc ALGO] [--ipv6]   (root)
+#        tools/netns.sh addr HOST [SUBNET] [4|6]   prints an address (no root needed)
 #
 # PREFIX (default: $RINGBTL_NETNS_PREFIX, else rbtl) names everything, so that several
 # test networks can exist side by side:
 #
 #   PREFIX-h0 .. PREFIX-h3   four hosts, each with lo and one interface per subnet:
-#                              ra  10.231.1.1N/24   (subnet a)
-#                              rb  10.231.2.1N/24   (subnet b)
+#                              ra  10.231.1.1N/24   (subnet a)   fd31:231:1::1N/64 (--ipv6)
+#                              rb  10.231.2.1N/24   (subnet b)   fd31:231:2::1N/64 (--ipv6)
 #                              rc  10.231.3.1N/24   (subnet c, with --subnets 3)
 #   PREFIX-sw                the switch: one bridge per subnet (bra, brb, ...), with the
 #                            far end of every host's veth pair (hNa, hNb, ...) as a port
@@ -21,22 +21,27 @@
 #
 # Every link is created inside these namespaces (`ip -n PREFIX-sw link add ... peer ...
 # netns PREFIX-hN`), so the root namespace's interfaces, addresses and routes are never
-# touched, and the hosts reach nothing but each other. IPv6 address generation and the
-# bridges' multicast snooping are off, so the interface counters see only the traffic
-# the tests send.
+# touched, and the hosts reach nothing but each other. IPv6 address generation (link-local
+# addresses, router solicitations) and the bridges' multicast snooping are off, so the
+# interface counters see only the traffic the tests send. With --ipv6 each interface has
+# the IPv6 address above as well, added without duplicate address detection; its only
+# traffic of its own is then the neighbour discovery of a first contact (as ARP for IPv4)
+# and two multicast listener reports per address when the link comes up.
 #
-# up      creates the network (--subnets N: 1 to 4 subnets, default 2); when it is already
-#         complete, does nothing; when only part of it exists (an interrupted run), removes
-#         that part first. --cc ALGO: the hosts' congestion control
-#         (net.ipv4.tcp_congestion_control of each namespace; default: the system's). A
-#         namespace may only choose an algorithm the kernel allows
+# up      creates the network (--subnets N: 1 to 4 subnets, default 2; --ipv6: both
+#         families on every interface); when it is already complete, does nothing; when
+#         only part of it exists (an interrupted run, or the other choice of --ipv6),
+#         removes that part first. --cc ALGO: the hosts' congestion control
+#         (net.ipv4.tcp_congestion_control of each namespace, for IPv6 connections too;
+#         default: the system's). A namespace may only choose an algorithm the kernel allows
 #         (net.ipv4.tcp_allowed_congestion_control); one it does not (cubic, where the
 #         kernel's default is bbr) is added to that list first, the one setting outside
 #         the namespaces this script changes (it lets any socket choose ALGO).
 # down    removes whatever exists of it (idempotent).
 # status  prints the hosts' links and addresses; exits 0 when the network is complete,
 #         1 otherwise.
-# addr    the address of host HOST (0..3) on SUBNET (a..d, default a).
+# addr    the address of host HOST (0..3) on SUBNET (a..d, default a), IPv4 (4, the
+#         default) or IPv6 (6).
 set -euo pipefail
 
 HOSTS=4
@@ -47,12 +52,16 @@ usage() {
   exit 2
 }
 
-# addr HOST [SUBNET]: 10.231.S.1H, S the subnet's number (a = 1).
+# addr HOST [SUBNET] [4|6]: 10.231.S.1H, or fd31:231:S::1H, S the subnet's number (a = 1).
 addr() {
-  local h=$1 s=${2:-a} i
+  local h=$1 s=${2:-a} f=${3:-4} i
   for i in "${!LETTERS[@]}"; do
     if [ "${LETTERS[$i]}" = "$s" ] && [[ $h =~ ^[0-9]$ ]] && [ "$h" -lt $HOSTS ]; then
-      echo "10.231.$((i + 1)).1$h"
+      case $f in
+        4) echo "10.231.$((i + 1)).1$h" ;;
+        6) echo "fd31:231:$((i + 1))::1$h" ;;
+        *) usage ;;
+      esac
       return
     fi
   done
@@ -63,7 +72,7 @@ addr() {
 cmd=$1
 shift
 if [ "$cmd" = addr ]; then
-  if [ $# -lt 1 ] || [ $# -gt 2 ]; then usage; fi
+  if [ $# -lt 1 ] || [ $# -gt 3 ]; then usage; fi
   addr "$@"
   exit 0
 fi
@@ -72,11 +81,12 @@ if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then
   prefix=$1
   shift
 fi
-nsub=2 cc=
+nsub=2 cc="" ipv6=0
 while [ $# -gt 0 ]; do
   case $1 in
     --subnets) nsub=${2:-}; shift 2 || usage ;;
     --cc) cc=${2:-}; shift 2 || usage ;;
+    --ipv6) ipv6=1; shift ;;
     *) usage ;;
   esac
 done
@@ -102,9 +112,10 @@ all_namespaces() {
   for ((i = 0; i < HOSTS; i++)); do host "$i"; done
 }
 
-# True when every namespace, link and address of the network is in place.
+# True when every namespace, link and address of the network is in place, with IPv6
+# addresses exactly when --ipv6 asks for them.
 complete() {
-  local ns s
+  local ns s v6
   for ns in $(all_namespaces); do ns_exists "$ns" || return 1; done
   for s in "${SUBNETS[@]}"; do
     ip -n "$sw" link show "br$s" up 2>/dev/null | grep -q . || return 1
@@ -113,6 +124,12 @@ complete() {
     for s in "${SUBNETS[@]}"; do
       ip -n "$(host "$i")" -4 addr show dev "r$s" up 2>/dev/null \
         | grep -q "inet $(addr "$i" "$s")/24" || return 1
+      v6=$(ip -n "$(host "$i")" -6 addr show dev "r$s" scope global 2>/dev/null)
+      if [ "$ipv6" = 1 ]; then
+        grep -q "inet6 $(addr "$i" "$s" 6)/64" <<<"$v6" || return 1
+      else
+        [ -z "$v6" ] || return 1
+      fi
     done
   done
 }
@@ -169,6 +186,13 @@ up() {
       ip -n "$sw" link set "h$i$s" master "br$s" up
       ip -n "$h" link set "r$s" addrgenmode none
       ip -n "$h" addr add "$(addr "$i" "$s")/24" dev "r$s"
+      if [ "$ipv6" = 1 ]; then
+        # No router solicitations, no duplicate address detection: nothing on the wire
+        # but the neighbour discovery of a first contact and the listener reports.
+        ip netns exec "$h" sysctl -qw "net.ipv6.conf.r$s.accept_ra=0" \
+          "net.ipv6.conf.r$s.router_solicitations=0"
+        ip -n "$h" addr add "$(addr "$i" "$s" 6)/64" dev "r$s" nodad
+      fi
       ip -n "$h" link set "r$s" up
     done
   done
