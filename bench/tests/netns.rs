@@ -8,6 +8,12 @@
 //!   interface selection, every message checked.
 //! - `excluding_a_subnet_moves_the_traffic`: the same with `RINGBTL_IF_EXCLUDE=ra`; the
 //!   per-interface byte counters show the exchange on `rb` and nothing on `ra`.
+//! - `both_families_published_alltoall_checked`: hosts with IPv6 on as well (`netns.sh up
+//!   --ipv6`, `fd31:231:S::1N/64`) publish both families; the alltoall checks every
+//!   message.
+//! - `ipv6_only_alltoall_across_hosts`: the same restricted to IPv6
+//!   (`RINGBTL_IF_INCLUDE=fd31:231:1::/64`, the rendezvous on IPv6), on each backend; the
+//!   hosts' per-family IP counters show the payload over IPv6 and nothing over IPv4.
 //! - `a_link_going_down_fails_the_sends_in_bounded_time`: two ranks stream over `rb`
 //!   only; one host's `rb` goes down mid-stream; with `TCP_USER_TIMEOUT` at 2 s both ranks
 //!   fail every pending send, each exactly once (`ETIMEDOUT`, or `ENETUNREACH` on the host
@@ -178,12 +184,19 @@ struct Net {
 
 impl Net {
     fn up() -> Self {
+        Self::up_with(&[])
+    }
+
+    /// The network with `args` for `tools/netns.sh up` (`--ipv6`: both families on every
+    /// interface).
+    fn up_with(args: &[&str]) -> Self {
         let prefix = common::netns::fresh_name();
         // Created before the script runs, so that a half-made network is removed too.
         let net = Self { prefix };
         let o = Command::new("bash")
             .arg(SCRIPT)
             .args(["up", &net.prefix])
+            .args(args)
             .stdin(Stdio::null())
             .output()
             .unwrap_or_else(|e| panic!("{SCRIPT}: {e}"));
@@ -217,6 +230,49 @@ impl Net {
                 .unwrap_or_else(|e| panic!("{path}: {e}"))
         };
         (read("tx_bytes"), read("rx_bytes"))
+    }
+
+    /// The IP layer's byte counters of host `i`, all interfaces together: IPv4 from
+    /// `/proc/net/netstat` (`IpExt` `InOctets` / `OutOctets`), IPv6 from `/proc/net/snmp6`
+    /// (`Ip6InOctets` / `Ip6OutOctets`), read inside the host's namespace.
+    fn ip_octets(&self, i: u32) -> IpOctets {
+        let read = |path: &str| {
+            let o = ip(&["netns", "exec", &self.host(i), "cat", path]);
+            assert!(
+                o.status.success(),
+                "{path} on {}: {}",
+                self.host(i),
+                text(&o.stderr)
+            );
+            text(&o.stdout)
+        };
+        let netstat = read("/proc/net/netstat");
+        let mut ipext = netstat.lines().filter(|l| l.starts_with("IpExt:"));
+        let (names, values) = (ipext.next(), ipext.next());
+        let (Some(names), Some(values)) = (names, values) else {
+            panic!("no IpExt lines in /proc/net/netstat: {netstat}");
+        };
+        let v4 = |name: &str| -> u64 {
+            let at = names.split_whitespace().position(|n| n == name);
+            at.and_then(|k| values.split_whitespace().nth(k)?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in /proc/net/netstat: {names}"))
+        };
+        let snmp6 = read("/proc/net/snmp6");
+        let v6 = |name: &str| -> u64 {
+            snmp6
+                .lines()
+                .find_map(|l| {
+                    let mut w = l.split_whitespace();
+                    (w.next() == Some(name)).then(|| w.next()?.parse().ok())?
+                })
+                .unwrap_or_else(|| panic!("no {name} in /proc/net/snmp6"))
+        };
+        IpOctets {
+            v4_in: v4("InOctets"),
+            v4_out: v4("OutOctets"),
+            v6_in: v6("Ip6InOctets"),
+            v6_out: v6("Ip6OutOctets"),
+        }
     }
 
     /// Loads `rules` into the switch's nftables.
@@ -375,6 +431,27 @@ impl Drop for Net {
             Ok(o) if o.status.success() => {}
             Ok(o) => eprintln!("{SCRIPT} down {}: {}", self.prefix, text(&o.stderr)),
             Err(e) => eprintln!("{SCRIPT} down {}: {e}", self.prefix),
+        }
+    }
+}
+
+/// Bytes a host's IP layer received and sent, per family ([`Net::ip_octets`]).
+#[derive(Debug, Clone, Copy)]
+struct IpOctets {
+    v4_in: u64,
+    v4_out: u64,
+    v6_in: u64,
+    v6_out: u64,
+}
+
+impl IpOctets {
+    /// The counts since `before`.
+    fn since(self, before: Self) -> Self {
+        Self {
+            v4_in: self.v4_in - before.v4_in,
+            v4_out: self.v4_out - before.v4_out,
+            v6_in: self.v6_in - before.v6_in,
+            v6_out: self.v6_out - before.v6_out,
         }
     }
 }
@@ -576,6 +653,133 @@ fn excluding_a_subnet_moves_the_traffic() {
             ra_tx + ra_rx <= STRAY,
             "host {h}: the excluded ra carried tx {ra_tx} / rx {ra_rx} bytes"
         );
+    }
+}
+
+/// The port of a published `tcp://` URI.
+fn port_of(uri: &str) -> &str {
+    uri.rsplit(':').next().unwrap_or_default()
+}
+
+/// With IPv6 on as well (`tools/netns.sh up --ipv6`), every rank publishes both families
+/// on both subnets, four URIs on one port; the rendezvous runs over IPv6; a 4-rank
+/// alltoall checks every message, and the payload crossed the hosts' links. Then the same
+/// with rank 0 restricted to IPv6 (`RINGBTL_IF_INCLUDE=fd31:231:1::/64`) and the others
+/// not: they reach rank 0 over IPv6, which carries all of host 0's payload and none of
+/// it over IPv4, and every message is checked again.
+#[test]
+fn both_families_published_alltoall_checked() {
+    let Some(_one) = prepare() else { return };
+    let net = Net::up_with(&["--ipv6"]);
+    let before: Vec<_> = (0..4).map(|h| net.ip_octets(h)).collect();
+    let out = alltoall4(&net, "[fd31:231:1::10]:23007", &[]);
+    let mut uris = published(&out);
+    let port = port_of(&uris[0]).to_owned();
+    let mut want: Vec<String> = ["10.231.1.10", "10.231.2.10"]
+        .iter()
+        .map(|a| format!("tcp://{a}:{port}"))
+        .chain(
+            ["fd31:231:1::10", "fd31:231:2::10"]
+                .iter()
+                .map(|a| format!("tcp://[{a}]:{port}")),
+        )
+        .collect();
+    uris.sort();
+    want.sort();
+    assert_eq!(uris, want, "rank 0 publishes both families on both subnets");
+    for (h, b) in before.into_iter().enumerate() {
+        let d = net.ip_octets(h as u32).since(b);
+        println!("host {h}: {d:?}");
+        assert!(
+            d.v4_out + d.v6_out >= ALLTOALL_BYTES_PER_RANK,
+            "host {h} sent {d:?}, less than its {ALLTOALL_BYTES_PER_RANK} payload bytes"
+        );
+    }
+
+    let before: Vec<_> = (0..4).map(|h| net.ip_octets(h)).collect();
+    let v6_only = [("RINGBTL_IF_INCLUDE", "fd31:231:1::/64")];
+    let ranks: Vec<Rank> = (0..4)
+        .map(|r| {
+            let env: &[(&str, &str)] = if r == 0 { &v6_only } else { &[] };
+            net.rank(r, 4, "[fd31:231:1::10]:23009", env, &[])
+        })
+        .collect();
+    let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
+    let uris = published(&checked(&done, 36));
+    assert!(
+        uris.len() == 1 && uris[0].starts_with("tcp://[fd31:231:1::10]:"),
+        "{uris:?}"
+    );
+    // A third of each other host's payload goes to rank 0.
+    let to_rank0 = ALLTOALL_BYTES_PER_RANK / 3;
+    for (h, b) in before.into_iter().enumerate() {
+        let d = net.ip_octets(h as u32).since(b);
+        println!("rank 0 on IPv6 only: host {h}: {d:?}");
+        let (v4_least, v6_least) = match h {
+            0 => (0, ALLTOALL_BYTES_PER_RANK),
+            _ => (ALLTOALL_BYTES_PER_RANK - to_rank0, to_rank0),
+        };
+        assert!(
+            d.v6_out >= v6_least && d.v4_out + d.v6_out >= v4_least + v6_least,
+            "host {h} sent {d:?}: less than {v6_least} bytes over IPv6, or than its \
+             {ALLTOALL_BYTES_PER_RANK} payload bytes in all"
+        );
+        if h == 0 {
+            assert_eq!(d.v4_out + d.v4_in, 0, "host 0, on IPv6 only, moved {d:?}");
+        }
+    }
+}
+
+/// The sizes of the IPv6-only alltoall: none a power of two, the last above the 128 KiB
+/// from which a payload is lent and a receive goes straight into its buffer.
+const IPV6_SIZES: &str = "1000,65000,3000001";
+/// Payload bytes one rank sends in that alltoall, to each of 3 peers.
+const IPV6_BYTES_PER_RANK: u64 = 3 * (1000 + 65000 + 3000001);
+
+/// Restricted to IPv6 (`RINGBTL_IF_INCLUDE=fd31:231:1::/64`, the rendezvous on IPv6 as
+/// well), on each backend: rank 0 publishes its one IPv6 address, a 4-rank alltoall of
+/// [`IPV6_SIZES`] checks every message, and each host's IP counters show its payload
+/// sent and received over IPv6 and next to nothing over IPv4; subnet B, not included,
+/// stays quiet.
+#[test]
+fn ipv6_only_alltoall_across_hosts() {
+    let Some(_one) = prepare() else { return };
+    const STRAY: u64 = 1024;
+    for backend in backends() {
+        let net = Net::up_with(&["--ipv6"]);
+        let before: Vec<_> = (0..4)
+            .map(|h| (net.ip_octets(h), net.counters(h, "rb")))
+            .collect();
+        let env = [
+            ("RINGBTL_BACKEND", backend),
+            ("RINGBTL_IF_INCLUDE", "fd31:231:1::/64"),
+        ];
+        let args = ["--sizes", IPV6_SIZES];
+        let out = alltoall4_with(&net, "[fd31:231:1::10]:23008", &env, &args, 36);
+        let uris = published(&out);
+        assert!(
+            uris.len() == 1 && uris[0].starts_with("tcp://[fd31:231:1::10]:"),
+            "{backend}: {uris:?}"
+        );
+        for (h, (ip0, rb0)) in before.into_iter().enumerate() {
+            let d = net.ip_octets(h as u32).since(ip0);
+            let rb = net.counters(h as u32, "rb");
+            let (rb_tx, rb_rx) = (rb.0 - rb0.0, rb.1 - rb0.1);
+            println!("{backend}: host {h}: {d:?}; rb tx {rb_tx} rx {rb_rx} bytes");
+            assert!(
+                d.v6_out >= IPV6_BYTES_PER_RANK && d.v6_in >= IPV6_BYTES_PER_RANK,
+                "{backend}: host {h} moved {d:?} over IPv6, less than its \
+                 {IPV6_BYTES_PER_RANK} payload bytes each way"
+            );
+            assert!(
+                d.v4_out + d.v4_in <= STRAY,
+                "{backend}: host {h} moved {d:?}: IPv4 carried traffic"
+            );
+            assert!(
+                rb_tx + rb_rx <= STRAY,
+                "{backend}: host {h}: rb, not included, carried tx {rb_tx} / rx {rb_rx} bytes"
+            );
+        }
     }
 }
 
