@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ringbtl::{BackendKind, Completion, Config, FailReason, PeerId, Transport};
 
+pub mod ipv6;
 pub mod netns;
 pub mod process;
 pub mod skip;
