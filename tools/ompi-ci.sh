@@ -5,7 +5,8 @@
 # and by neither) and next to vader, a threaded one under MPI_THREAD_MULTIPLE
 # (ompi/tests/ringbtl_threads.c), bad settings, a rank killed mid-exchange on loopback and
 # across namespace hosts (tools/ompi-kill.sh: the job ends, the component names the dead
-# rank), and a short subset of mpi4py's test suite compared with btl tcp. A few minutes.
+# rank), the BTL over IPv6 only (tools/ompi-ipv6.sh), and a short subset of mpi4py's test
+# suite compared with btl tcp. A few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -87,6 +88,10 @@ grep -q "cannot serve MPI_THREAD_MULTIPLE" <<<"$out" || { echo "$out" >&2; exit 
 
 echo "-- a rank killed mid-exchange: the job ends in bounded time, the dead rank named"
 tools/ompi-kill.sh
+
+# The BTL's connections over IPv6 only (if_include ::1/128), every byte checked, the
+# connections seen with ss.
+tools/ompi-ipv6.sh
 
 echo "-- mpi4py subset over btl ringbtl and btl tcp"
 tools/ompi-mpi4py.sh --ranks "2 4" --only "p2p_buf cco_buf msgspec dynproc" --timeout 300

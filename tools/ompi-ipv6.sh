@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# btl ringbtl over IPv6 only, on loopback: with btl_ringbtl_if_include ::1/128 every rank
+# listens on IPv6 alone and publishes tcp://[::1]:PORT. ringbtl_check checks every byte at
+# 4 ranks, its fixed sequence on the default backend, then 3 s of timed rounds on epoll.
+# Asserted: each rank's published address and each peer's (verbose output) are [::1] only;
+# every rank received frames; and during the timed rounds `ss` shows the ranks' sockets
+# with an end on a published port (one per end of each connection, 12 at 4 ranks)
+# established between [::1] addresses. Open MPI's own out-of-band connections, on other
+# ports, may stay IPv4. About 15 s.
+#
+# Usage: tools/ompi-ipv6.sh    (called by tools/ompi-ci.sh; builds the component if needed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cannot() {
+  echo "IPv6 MPI check cannot run here: $*"
+  [ "${RINGBTL_REQUIRE_ALL:-0}" = 1 ] && exit 1
+  exit 0
+}
+command -v mpirun >/dev/null || cannot "no mpirun (openmpi-bin)"
+command -v ss >/dev/null || cannot "no ss (iproute2)"
+grep -qs '^0\{31\}1 ' /proc/net/if_inet6 || cannot "no IPv6 loopback address (::1)"
+source tools/ompi-common.sh
+[ -x "$OMPI_OUT/ringbtl_check" ] || tools/build-ompi.sh
+
+NP=4
+# shellcheck disable=SC2054 # commas separate MCA list items
+V6=(--mca btl self,ringbtl --mca btl_ringbtl_if_include ::1/128 --mca btl_ringbtl_verbose 2)
+log=$(mktemp)
+job=
+trap '[ -n "$job" ] && kill "$job" 2>/dev/null; rm -f "$log"' EXIT
+
+fail() {
+  cat "$log" >&2
+  echo "FAILED: $*" >&2
+  exit 1
+}
+
+# checked_v6: the run in $log checked every byte, every rank published [::1] only, added
+# its NP-1 peers at [::1] only, and received frames.
+checked_v6() {
+  grep -q "ringbtl_check: OK" "$log" || fail "$1: no OK line"
+  local uris n bad
+  uris=$(sed -n 's/.*btl ringbtl: rank [0-9]* backend [a-z]* uris \([^ ]*\) .*/\1/p' "$log")
+  n=$(grep -c . <<<"$uris" || true)
+  [ "$n" = $NP ] || fail "$1: $n of $NP ranks said where they listen"
+  bad=$(grep -vE '^tcp://\[::1\]:[0-9]+$' <<<"$uris" || true)
+  [ -z "$bad" ] || fail "$1: published beside [::1]: $bad"
+  n=$(grep -cE 'btl ringbtl: peer .* at ' "$log" || true)
+  [ "$n" = $((NP * (NP - 1))) ] || fail "$1: $n of $((NP * (NP - 1))) peers added"
+  bad=$(grep -E 'btl ringbtl: peer .* at ' "$log" | grep -vE ' at tcp://\[::1\]:[0-9]+$' || true)
+  [ -z "$bad" ] || fail "$1: a peer beside [::1]: $bad"
+  n=$(grep -cE 'btl ringbtl: received [1-9][0-9]* frames' "$log" || true)
+  [ "$n" = $NP ] || fail "$1: $n of $NP ranks received frames over ringbtl"
+  echo "$1: every byte checked; $NP ranks published and dialed [::1] only"
+}
+
+echo "-- ringbtl_check over IPv6 only (if_include ::1/128), $NP ranks"
+timeout -k 5 120 "${MPIRUN[@]}" "${V6[@]}" -np $NP "$OMPI_OUT/ringbtl_check" >"$log" 2>&1 \
+  || fail "ringbtl_check over IPv6"
+checked_v6 "fixed sequence"
+
+echo "-- 3 s of checked rounds over IPv6 only, epoll, connections sampled with ss"
+timeout -k 5 120 "${MPIRUN[@]}" "${V6[@]}" --mca btl_ringbtl_backend epoll -np $NP \
+  "$OMPI_OUT/ringbtl_check" 3 >"$log" 2>&1 &
+job=$!
+# The sockets of the ranks (their pids, from the verbose lines) with an end on a port a
+# rank published: "LOCAL PEER" per socket.
+ranks_sockets() {
+  local pids ports
+  pids=" $(sed -n 's/^\[[^]:]*:\([0-9]*\)\] btl ringbtl: rank [0-9]* backend .*/\1/p' "$log" | tr '\n' ' ')"
+  ports=" $(sed -n 's/.* uris tcp:\/\/[^ ;]*:\([0-9]*\)[ ;].*/\1/p' "$log" | tr '\n' ' ')"
+  [ "$(wc -w <<<"$pids")" = $NP ] && [ "$(wc -w <<<"$ports")" = $NP ] || return 0
+  ss -Htnp state established | awk -v pids="$pids" -v ports="$ports" '
+    match($0, /pid=[0-9]+/) && index(pids, " " substr($0, RSTART + 4, RLENGTH - 4) " ") {
+      nl = split($3, l, ":"); nr = split($4, r, ":")
+      if (index(ports, " " l[nl] " ") || index(ports, " " r[nr] " ")) print $3, $4
+    }'
+}
+seen=
+for _ in $(seq 1 150); do # at most about 15 s
+  sleep 0.1
+  now=$(ranks_sockets)
+  if [ "$(grep -c . <<<"$now" || true)" -ge $((NP * (NP - 1))) ]; then
+    seen=$now
+    break
+  fi
+  kill -0 "$job" 2>/dev/null || break
+done
+wait "$job" || { job=; fail "timed ringbtl_check over IPv6"; }
+job=
+[ -n "$seen" ] || fail "ss never showed the $((NP * (NP - 1))) sockets of the ranks' connections"
+bad=$(grep -vE '^\[::1\]:[0-9]+ \[::1\]:[0-9]+$' <<<"$seen" || true)
+[ -z "$bad" ] || fail "connections beside [::1]: $bad"
+echo "ss: $(grep -c . <<<"$seen") sockets on the ranks' ports, every one [::1] to [::1]"
+checked_v6 "timed rounds"
