@@ -36,7 +36,8 @@ static mca_btl_ringbtl_setting_t ringbtl_settings[] = {
      "if_exclude, published through the modex) or one ip:port",
      NULL},
     {"if_include", "RINGBTL_IF_INCLUDE",
-     "Comma-separated interfaces (names or CIDR subnets) to listen and connect on", NULL},
+     "Comma-separated interfaces (names, or CIDR subnets of either family: fd00::/64 for "
+     "IPv6 only) to listen and connect on", NULL},
     {"if_exclude", "RINGBTL_IF_EXCLUDE",
      "Comma-separated interfaces (names or CIDR subnets) not to use", NULL},
     {"links", "RINGBTL_LINKS",

@@ -182,8 +182,9 @@ static WIREUP_PARAMS: [Param<WireupConfig>; 9] = [
         name: "if_include",
         var: "RINGBTL_IF_INCLUDE",
         kind: Kind::Text("interface names or subnets, comma-separated"),
-        meaning: "interfaces to use with `RINGBTL_LISTEN=auto` (`eth1,10.1.0.0/16`); \
-                  unset: physical interfaces, else loopback; not with `RINGBTL_IF_EXCLUDE`",
+        meaning: "interfaces to use with `RINGBTL_LISTEN=auto` (`eth1,10.1.0.0/16`; \
+                  `fd00::/64` for IPv6 only); unset: physical interfaces, else loopback; \
+                  not with `RINGBTL_IF_EXCLUDE`",
         site: "nodes with several networks: which ones carry the job",
         access: Access::Text {
             get: |c| list(&c.if_include),
