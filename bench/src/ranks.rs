@@ -24,7 +24,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::sync::OnceLock;
@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ringbtl::wireup::env::{node_cpus, oversubscribed, oversubscription};
-use ringbtl::wireup::{Modex, Rendezvous, Wireup};
+use ringbtl::wireup::{parse_uri_list, Modex, Rendezvous, Wireup};
 use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Tag, Transport};
 
 use crate::cli::{AlltoallArgs, BackendArg, LatencyArgs, RunArgs};
@@ -81,12 +81,18 @@ pub(crate) fn launched() -> Result<Option<Box<Wireup>>, String> {
     Ok((w.info().size > 1).then(|| Box::new(w)))
 }
 
-/// Starts ranks 1..np of a self-launched job on this host (loopback only): each gets
-/// the env + root variables and the same command line.
+/// Starts ranks 1..np of a self-launched job on this host: each gets the env + root
+/// variables and the same command line. The job runs on the address `RINGBTL_LISTEN`
+/// names (`[::1]:0`: the IPv6 loopback), else on 127.0.0.1: rank 0 listens there and
+/// serves the rendezvous on it, every other rank listens there on a port of its own.
 pub(crate) fn self_launch(np: u32, timeout: Duration) -> Result<Launch, String> {
     START.get_or_init(Instant::now);
-    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-        .map_err(|e| format!("rendezvous root on 127.0.0.1: {e}"))?;
+    let ip = std::env::var("RINGBTL_LISTEN")
+        .ok()
+        .and_then(|v| v.trim().parse::<SocketAddr>().ok())
+        .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| format!("rendezvous root on {ip}: {e}"))?;
     let root = listener
         .local_addr()
         .map_err(|e| format!("rendezvous root: {e}"))?;
@@ -109,7 +115,7 @@ pub(crate) fn self_launch(np: u32, timeout: Duration) -> Result<Launch, String> 
             .env("RINGBTL_LOCAL_SIZE", np.to_string())
             .env("RINGBTL_ROOT", root.to_string())
             .env("RINGBTL_WIREUP", "env")
-            .env("RINGBTL_LISTEN", "127.0.0.1:0")
+            .env("RINGBTL_LISTEN", SocketAddr::new(ip, 0).to_string())
             .env("RINGBTL_JOB_KEY", key.to_hex())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -261,6 +267,8 @@ pub(crate) struct Job {
     pub(crate) mode_note: String,
     /// The link counters were printed (see [`Job::report_links`]).
     links_reported: bool,
+    /// IPv4 and IPv6 addresses in every rank's published list, together.
+    published: (usize, usize),
 }
 
 impl Job {
@@ -348,6 +356,14 @@ impl Job {
                 return Err(format!("address exchange: {e}"));
             }
         };
+        let published = table
+            .iter()
+            .filter_map(|u| parse_uri_list(u).ok())
+            .flatten()
+            .fold((0, 0), |(v4, v6), a| match a {
+                SocketAddr::V4(_) => (v4 + 1, v6),
+                SocketAddr::V6(_) => (v4, v6 + 1),
+            });
         // The launcher's (or the rendezvous') job key, before any handshake.
         if let Some(k) = modex.job_key() {
             tr.set_job_key(k);
@@ -378,6 +394,7 @@ impl Job {
             how,
             mode_note,
             links_reported: false,
+            published,
         })
     }
 
@@ -1041,6 +1058,11 @@ fn header(job: &Job, what: &str) {
         ),
     );
     say(job, &format!("# rank 0 listens at {}", job.uris()));
+    let (v4, v6) = job.published;
+    say(
+        job,
+        &format!("# addresses published by all ranks: {v4} IPv4, {v6} IPv6"),
+    );
 }
 
 /// `ringbtl-bench latency` under a launcher: pairs (i, i + N/2), rank 0 prints the

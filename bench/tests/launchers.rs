@@ -2,9 +2,9 @@
 //! the default build (no cargo feature): Open MPI's `mpirun` (PMIx, the system's libpmix
 //! opened at run time; also the env + root rendezvous, and a missing libpmix), Slurm's
 //! `srun --mpi=pmix` and `srun --mpi=pmi2`, MPICH's `mpiexec.hydra` (PMI-1 over
-//! `PMI_FD`), the env + root form started by hand, and the benchmark's own `--np`. Every
-//! job stays on loopback (`RINGBTL_IF_INCLUDE=lo`, and the launchers' own traffic
-//! restricted to `lo`).
+//! `PMI_FD`), the env + root form started by hand, and the benchmark's own `--np` (over
+//! IPv4, and over IPv6 with `RINGBTL_LISTEN=[::1]:0`). Every job stays on loopback
+//! (`RINGBTL_IF_INCLUDE=lo`, and the launchers' own traffic restricted to `lo`).
 //!
 //! A launcher that is not installed, or a Slurm that is not running, skips its tests with
 //! the reason (and fails them under `RINGBTL_REQUIRE_ALL=1`). Debian: openmpi-bin, mpich,
@@ -416,6 +416,30 @@ fn self_launched_alltoall() {
     assert!(r.ok, "{}: {}\n{}", r.status, r.stdout, r.stderr);
     assert!(r.stdout.contains("48 of 48 messages"), "{}", r.stdout);
     check_loopback(&r);
+}
+
+/// `RINGBTL_LISTEN=[::1]:0` runs a self-launched job on the IPv6 loopback: rank 0
+/// publishes `tcp://[::1]:port`, every rank's list holds one IPv6 address and no IPv4 one
+/// (the other ranks listen where rank 0 does, the rendezvous too), and every message of
+/// sizes that are no powers of two is checked. Skipped where `[::1]` cannot be bound.
+#[test]
+fn self_launched_alltoall_over_ipv6_loopback() {
+    if !common::ipv6::usable() {
+        return;
+    }
+    let mut c = Command::new(BIN);
+    c.args(["alltoall", "--np", "3", "--sizes", "7,65000,3000001"])
+        .env("RINGBTL_LISTEN", "[::1]:0");
+    let r = run(c);
+    assert!(r.ok, "{}: {}\n{}", r.status, r.stdout, r.stderr);
+    for needle in [
+        "# rank 0 listens at tcp://[::1]:",
+        "# addresses published by all ranks: 0 IPv4, 3 IPv6",
+        "18 of 18 messages",
+        "all messages received and checked: OK",
+    ] {
+        assert!(r.stdout.contains(needle), "no {needle:?} in: {}", r.stdout);
+    }
 }
 
 #[test]
