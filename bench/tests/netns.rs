@@ -656,17 +656,25 @@ fn excluding_a_subnet_moves_the_traffic() {
     }
 }
 
+/// Asserts that all ranks together published `v4` IPv4 and `v6` IPv6 addresses (rank 0's
+/// count of the exchanged table, in `out`).
+fn assert_families(out: &str, v4: u32, v6: u32) {
+    let line = format!("# addresses published by all ranks: {v4} IPv4, {v6} IPv6");
+    assert!(out.contains(&line), "no {line:?} in: {out}");
+}
+
 /// The port of a published `tcp://` URI.
 fn port_of(uri: &str) -> &str {
     uri.rsplit(':').next().unwrap_or_default()
 }
 
 /// With IPv6 on as well (`tools/netns.sh up --ipv6`), every rank publishes both families
-/// on both subnets, four URIs on one port; the rendezvous runs over IPv6; a 4-rank
-/// alltoall checks every message, and the payload crossed the hosts' links. Then the same
-/// with rank 0 restricted to IPv6 (`RINGBTL_IF_INCLUDE=fd31:231:1::/64`) and the others
-/// not: they reach rank 0 over IPv6, which carries all of host 0's payload and none of
-/// it over IPv4, and every message is checked again.
+/// on both subnets, four URIs on one port (rank 0's shown, all ranks' counted); the
+/// rendezvous runs over IPv6; a 4-rank alltoall checks every message, and the payload
+/// crossed the hosts' links. Then the same with rank 0 restricted to IPv6
+/// (`RINGBTL_IF_INCLUDE=fd31:231:1::/64`) and the others not: they reach rank 0 over
+/// IPv6, which carries all of host 0's payload and none of it over IPv4, and every
+/// message is checked again.
 #[test]
 fn both_families_published_alltoall_checked() {
     let Some(_one) = prepare() else { return };
@@ -687,6 +695,7 @@ fn both_families_published_alltoall_checked() {
     uris.sort();
     want.sort();
     assert_eq!(uris, want, "rank 0 publishes both families on both subnets");
+    assert_families(&out, 8, 8);
     for (h, b) in before.into_iter().enumerate() {
         let d = net.ip_octets(h as u32).since(b);
         println!("host {h}: {d:?}");
@@ -705,11 +714,13 @@ fn both_families_published_alltoall_checked() {
         })
         .collect();
     let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
-    let uris = published(&checked(&done, 36));
+    let out = checked(&done, 36);
+    let uris = published(&out);
     assert!(
         uris.len() == 1 && uris[0].starts_with("tcp://[fd31:231:1::10]:"),
         "{uris:?}"
     );
+    assert_families(&out, 6, 7);
     // A third of each other host's payload goes to rank 0.
     let to_rank0 = ALLTOALL_BYTES_PER_RANK / 3;
     for (h, b) in before.into_iter().enumerate() {
@@ -761,6 +772,7 @@ fn ipv6_only_alltoall_across_hosts() {
             uris.len() == 1 && uris[0].starts_with("tcp://[fd31:231:1::10]:"),
             "{backend}: {uris:?}"
         );
+        assert_families(&out, 0, 4);
         for (h, (ip0, rb0)) in before.into_iter().enumerate() {
             let d = net.ip_octets(h as u32).since(ip0);
             let rb = net.counters(h as u32, "rb");
