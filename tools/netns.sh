@@ -24,9 +24,10 @@
 # touched, and the hosts reach nothing but each other. IPv6 address generation (link-local
 # addresses, router solicitations) and the bridges' multicast snooping are off, so the
 # interface counters see only the traffic the tests send. With --ipv6 each interface has
-# the IPv6 address above as well, added without duplicate address detection; its only
-# traffic of its own is then the neighbour discovery of a first contact (as ARP for IPv4)
-# and two multicast listener reports per address when the link comes up.
+# the IPv6 address above as well, added without duplicate address detection and kept while
+# the link is down (as the IPv4 one; the kernel's default drops it); its only traffic of
+# its own is then the neighbour discovery of a first contact (as ARP for IPv4) and two
+# multicast listener reports per address when the link comes up.
 #
 # up      creates the network (--subnets N: 1 to 4 subnets, default 2; --ipv6: both
 #         families on every interface); when it is already complete, does nothing; when
@@ -190,6 +191,7 @@ up() {
         # No router solicitations, no duplicate address detection: nothing on the wire
         # but the neighbour discovery of a first contact and the listener reports.
         ip netns exec "$h" sysctl -qw "net.ipv6.conf.r$s.accept_ra=0" \
+          "net.ipv6.conf.r$s.keep_addr_on_down=1" \
           "net.ipv6.conf.r$s.router_solicitations=0"
         ip -n "$h" addr add "$(addr "$i" "$s" 6)/64" dev "r$s" nodad
       fi
