@@ -24,6 +24,8 @@
 //!   `ra` comes back and rejoins as a standby link; then `rb` goes down, the stream
 //!   moves back to `ra`, and `rb` comes back and rejoins on its own route. Every message arrives once, intact and in order, every send
 //!   completes once, and each rank counts both failovers (`# rank R links: ...`).
+//! - `a_link_going_down_mid_stream_loses_nothing_over_ipv6`: the same with the ranks on
+//!   IPv6 only (`RINGBTL_IF_INCLUDE=fd31:231::/32`, both subnets).
 //! - `both_links_going_down_fail_the_sends_in_bounded_time`: the same two ranks; host 1's
 //!   `ra` and `rb` go down, at once or one after the other (the stream on `rb` by then):
 //!   with `TCP_USER_TIMEOUT` at 2 s both ranks fail every pending send, each once.
@@ -323,8 +325,14 @@ impl Net {
     }
 
     /// The established TCP connections on host `i` from address `local` to address
-    /// `peer`: each one's peer port and `ss -tni` line of `tcp_info`.
+    /// `peer` (either family): each one's peer port and `ss -tni` line of `tcp_info`.
     fn tcp_conns(&self, i: u32, local: &str, peer: &str) -> Vec<(String, String)> {
+        // ss's filters want an IPv6 address in brackets.
+        let filter = |a: &str| match a.contains(':') {
+            true => format!("[{a}]"),
+            false => a.to_owned(),
+        };
+        let (local, peer) = (filter(local), filter(peer));
         let o = ip(&[
             "netns",
             "exec",
@@ -334,9 +342,9 @@ impl Net {
             "state",
             "established",
             "src",
-            local,
+            &local,
             "dst",
-            peer,
+            &peer,
         ]);
         assert!(
             o.status.success(),
@@ -1248,7 +1256,63 @@ fn wait_rejoined(
 fn a_link_going_down_mid_stream_loses_nothing() {
     let Some(_one) = prepare() else { return };
     for backend in backends() {
-        failover(backend);
+        failover(backend, Family::V4);
+    }
+}
+
+/// [`failover`] with the ranks on IPv6 only (`RINGBTL_IF_INCLUDE=fd31:231::/32`, both
+/// subnets): the links, the stall that finds an interface down, the dial of its route
+/// once it is back, all over IPv6.
+#[test]
+fn a_link_going_down_mid_stream_loses_nothing_over_ipv6() {
+    let Some(_one) = prepare() else { return };
+    for backend in backends() {
+        failover(backend, Family::V6);
+    }
+}
+
+/// The address family a test runs its ranks on: the network it needs and the addresses
+/// its hosts have on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    /// The hosts' 10.231.S.1N, as `tools/netns.sh up` makes them.
+    V4,
+    /// The hosts' fd31:231:S::1N (`tools/netns.sh up --ipv6`), the ranks restricted to
+    /// them (`RINGBTL_IF_INCLUDE=fd31:231::/32`).
+    V6,
+}
+
+impl Family {
+    fn net(self) -> Net {
+        match self {
+            Self::V4 => Net::up(),
+            Self::V6 => Net::up_with(&["--ipv6"]),
+        }
+    }
+
+    /// Host `host`'s address on subnet `subnet` (1 for A, 2 for B).
+    fn addr(self, host: u32, subnet: u32) -> String {
+        match self {
+            Self::V4 => format!("10.231.{subnet}.1{host}"),
+            Self::V6 => format!("fd31:231:{subnet}::1{host}"),
+        }
+    }
+
+    /// `host:port` of a rendezvous on host 0's address on subnet A.
+    fn root(self, port: u16) -> String {
+        match self {
+            Self::V4 => format!("{}:{port}", self.addr(0, 1)),
+            Self::V6 => format!("[{}]:{port}", self.addr(0, 1)),
+        }
+    }
+
+    /// The ranks' environment beside `env`: on IPv6, the selection of IPv6 only.
+    fn env<'a>(self, env: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut all = env.to_vec();
+        if self == Self::V6 {
+            all.push(("RINGBTL_IF_INCLUDE", "fd31:231::/32"));
+        }
+        all
     }
 }
 
@@ -1281,37 +1345,37 @@ fn four_hosts_alltoall_survives_a_link_going_down() {
 /// rejoins on its own route. The job completes: every message
 /// arrived once, intact and in order, every send completed once, and each rank counted
 /// both failovers, at least one side of each having found its stall.
-fn failover(backend: &str) {
-    let net = Net::up();
-    let env = [("RINGBTL_BACKEND", backend)];
+fn failover(backend: &str, fam: Family) {
+    let net = fam.net();
+    let env = fam.env(&[("RINGBTL_BACKEND", backend)]);
     // About 190 MiB each way: several times what the three steps take.
     const ROUNDS: u32 = 1200;
     let rounds = ROUNDS.to_string();
     let args = ["--sizes", STREAM_SIZES, "--rounds", &rounds];
-    let root = "10.231.1.10:23007";
-    let (a0, a1) = ("10.231.1.10", "10.231.1.11");
+    let root = fam.root(23007);
+    let (a0, a1) = (fam.addr(0, 1), fam.addr(1, 1));
     let base = net.counters(1, "ra").0;
-    let mut ranks: Vec<Rank> = (0..2).map(|r| net.rank(r, 2, root, &env, &args)).collect();
+    let mut ranks: Vec<Rank> = (0..2).map(|r| net.rank(r, 2, &root, &env, &args)).collect();
     wait_flowing(&net, 1, "ra", base);
     let to_rb = cut(&net, &mut ranks, 1, "ra", "rb");
     // Connections left on ra (none expected: both sides reset the failed primary).
     let known: Vec<String> = net
-        .tcp_conns(1, a1, a0)
+        .tcp_conns(1, &a1, &a0)
         .into_iter()
         .map(|(port, _)| port)
         .collect();
     net.set_link(1, "ra", "up");
-    let rejoined = wait_rejoined(&net, &mut ranks, 1, (a1, a0), &known);
+    let rejoined = wait_rejoined(&net, &mut ranks, 1, (&a1, &a0), &known);
     let to_ra = cut(&net, &mut ranks, 1, "rb", "ra");
     // rb back: the link that carried the stream is dialed again on its own route.
-    let (b0, b1) = ("10.231.2.10", "10.231.2.11");
+    let (b0, b1) = (fam.addr(0, 2), fam.addr(1, 2));
     let known: Vec<String> = net
-        .tcp_conns(1, b1, b0)
+        .tcp_conns(1, &b1, &b0)
         .into_iter()
         .map(|(port, _)| port)
         .collect();
     net.set_link(1, "rb", "up");
-    let rejoined_b = wait_rejoined(&net, &mut ranks, 1, (b1, b0), &known);
+    let rejoined_b = wait_rejoined(&net, &mut ranks, 1, (&b1, &b0), &known);
     let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
     checked(&done, 2 * 2 * ROUNDS);
     let links: Vec<Links> = done
@@ -1320,9 +1384,9 @@ fn failover(backend: &str) {
         .map(|(r, d)| Links::of(r, &d.stderr))
         .collect();
     println!(
-        "{backend}: host 1's ra down: the stream moved to rb in {:.3} s; ra back: rejoined \
-         in {:.3} s; rb down: the stream moved to ra in {:.3} s; rb back: rejoined in \
-         {:.3} s; rank 0 links: {}; rank 1 links: {}",
+        "{backend}, {fam:?}: host 1's ra down: the stream moved to rb in {:.3} s; ra back: \
+         rejoined in {:.3} s; rb down: the stream moved to ra in {:.3} s; rb back: rejoined \
+         in {:.3} s; rank 0 links: {}; rank 1 links: {}",
         to_rb.as_secs_f64(),
         rejoined.as_secs_f64(),
         to_ra.as_secs_f64(),
