@@ -426,7 +426,7 @@ impl Core {
 
     /// The driver's answer to [`Action::Probe`](super::core::Action::Probe): the
     /// kernel's timer on `conn` fired `timeouts` times in a row without an
-    /// acknowledgement. From [`STALL_TIMEOUTS`] on, a primary with a standby link fails
+    /// acknowledgement. From 2 such timeouts on, a primary with a standby link fails
     /// over.
     pub fn probed(&mut self, now: Instant, conn: ConnKey, timeouts: u8) {
         if timeouts < STALL_TIMEOUTS {
