@@ -209,7 +209,7 @@ static int component_register(void)
     b->btl_rdma_pipeline_frag_size = RINGBTL_DEFAULT_PUT_FRAG;
     b->btl_min_rdma_pipeline_size = 0;
     /* btl_get is there (btl_ringbtl_flags send,put,get,inplace); ob1 reads large messages
-     * with it when offered, which measured no better than put (docs/performance.md). */
+     * with it when offered, which measured no better than put (docs/design/large-messages.md). */
     b->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE | MCA_BTL_FLAGS_PUT;
     b->btl_registration_handle_size = sizeof(mca_btl_base_registration_handle_t);
     b->btl_put_limit = SIZE_MAX;     /* lowered to ringbtl's max frame at init */
