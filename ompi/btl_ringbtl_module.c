@@ -821,25 +821,23 @@ void mca_btl_ringbtl_release_pending(mca_btl_ringbtl_module_t *m)
     m->nreleased = kept;
 }
 
-/* One ringbtl put: the peer's kernel writes the bytes straight into the registered
- * buffer. Completes (cbfunc) once the data is in our kernel, like a send. */
-static int btl_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
-                   void *local_address, uint64_t remote_address,
-                   struct mca_btl_base_registration_handle_t *local_handle,
-                   struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
-                   int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
-                   void *cbcontext, void *cbdata)
+/* One ringbtl put (`get` false) or get: the checks, the descriptor that completes it
+ * (cbfunc, exactly once), the call, and the flush that sends it on its way. */
+static int rdma(mca_btl_ringbtl_module_t *m, bool get, struct mca_btl_base_endpoint_t *endpoint,
+                void *local_address, uint64_t remote_address,
+                struct mca_btl_base_registration_handle_t *local_handle,
+                struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata)
 {
-    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
-    (void) flags;
-    (void) order;
     if (OPAL_UNLIKELY(endpoint->failed)) {
         return OPAL_ERR_UNREACH;
     }
-    if (OPAL_UNLIKELY(NULL == remote_handle || RINGBTL_NO_REGION == remote_handle->key)) {
+    /* A get's reply lands in a region of ours; a put's source needs none. */
+    if (OPAL_UNLIKELY(NULL == remote_handle || RINGBTL_NO_REGION == remote_handle->key ||
+                      (get && (NULL == local_handle || RINGBTL_NO_REGION == local_handle->key)))) {
         return OPAL_ERR_BAD_PARAM;
     }
-    if (OPAL_UNLIKELY(size > m->super.btl_put_limit)) {
+    if (OPAL_UNLIKELY(size > (get ? m->super.btl_get_limit : m->super.btl_put_limit))) {
         return OPAL_ERR_NOT_AVAILABLE;
     }
     mca_btl_ringbtl_put_t *p = (mca_btl_ringbtl_put_t *) opal_free_list_get(&m->puts);
@@ -852,12 +850,20 @@ static int btl_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoi
     p->cbfunc = cbfunc;
     p->cbcontext = cbcontext;
     p->cbdata = cbdata;
+    const uint64_t cookie = (uint64_t) (uintptr_t) p | PUT_COOKIE;
     ringbtl_iov_t iov = {.base = local_address, .len = size};
     RINGBTL_LOCK(m);
-    const int rc = ringbtl_put(m->rt, endpoint->peer, remote_handle->key, remote_address, &iov,
-                               1, (uint64_t) (uintptr_t) p | PUT_COOKIE);
+    const int rc = get ? ringbtl_get(m->rt, endpoint->peer, remote_handle->key, remote_address,
+                                     (uint32_t) size, local_handle->key,
+                                     (uint64_t) (uintptr_t) local_address, cookie)
+                       : ringbtl_put(m->rt, endpoint->peer, remote_handle->key, remote_address,
+                                     &iov, 1, cookie);
     if (RINGBTL_OK == rc) {
-        m->puts_sent++;
+        if (get) {
+            m->gets_sent++;
+        } else {
+            m->puts_sent++;
+        }
         flush(m);
     }
     RINGBTL_UNLOCK(m);
@@ -866,6 +872,21 @@ static int btl_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoi
         return status_to_opal(rc);
     }
     return OPAL_SUCCESS;
+}
+
+/* One ringbtl put: the peer's kernel writes the bytes straight into the registered
+ * buffer. Completes (cbfunc) once the data is in our kernel, like a send. */
+static int btl_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
+                   void *local_address, uint64_t remote_address,
+                   struct mca_btl_base_registration_handle_t *local_handle,
+                   struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                   int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
+                   void *cbcontext, void *cbdata)
+{
+    (void) flags;
+    (void) order;
+    return rdma((mca_btl_ringbtl_module_t *) btl, false, endpoint, local_address,
+                remote_address, local_handle, remote_handle, size, cbfunc, cbcontext, cbdata);
 }
 
 /* One ringbtl get: the peer reads its registered buffer straight into its socket, and our
@@ -877,44 +898,10 @@ static int btl_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoi
                    int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
                    void *cbcontext, void *cbdata)
 {
-    mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
     (void) flags;
     (void) order;
-    if (OPAL_UNLIKELY(endpoint->failed)) {
-        return OPAL_ERR_UNREACH;
-    }
-    if (OPAL_UNLIKELY(NULL == remote_handle || RINGBTL_NO_REGION == remote_handle->key ||
-                      NULL == local_handle || RINGBTL_NO_REGION == local_handle->key)) {
-        return OPAL_ERR_BAD_PARAM;
-    }
-    if (OPAL_UNLIKELY(size > m->super.btl_get_limit)) {
-        return OPAL_ERR_NOT_AVAILABLE;
-    }
-    mca_btl_ringbtl_put_t *p = (mca_btl_ringbtl_put_t *) opal_free_list_get(&m->puts);
-    if (OPAL_UNLIKELY(NULL == p)) {
-        return OPAL_ERR_OUT_OF_RESOURCE;
-    }
-    p->ep = endpoint;
-    p->local_address = local_address;
-    p->local_handle = local_handle;
-    p->cbfunc = cbfunc;
-    p->cbcontext = cbcontext;
-    p->cbdata = cbdata;
-    RINGBTL_LOCK(m);
-    const int rc = ringbtl_get(m->rt, endpoint->peer, remote_handle->key, remote_address,
-                               (uint32_t) size, local_handle->key,
-                               (uint64_t) (uintptr_t) local_address,
-                               (uint64_t) (uintptr_t) p | PUT_COOKIE);
-    if (RINGBTL_OK == rc) {
-        m->gets_sent++;
-        flush(m);
-    }
-    RINGBTL_UNLOCK(m);
-    if (RINGBTL_OK != rc) {
-        opal_free_list_return(&m->puts, &p->super);
-        return status_to_opal(rc);
-    }
-    return OPAL_SUCCESS;
+    return rdma((mca_btl_ringbtl_module_t *) btl, true, endpoint, local_address, remote_address,
+                local_handle, remote_handle, size, cbfunc, cbcontext, cbdata);
 }
 
 /* ---- blocking outside MPI ------------------------------------------------------------- */

@@ -1069,29 +1069,34 @@ fn link_down(backend: &str) {
             "rank {r} took {took:?} to fail (bound {BOUND:?}): {}",
             d.stderr
         );
-        // Every pending send failed, each once (the benchmark counts the completions of
-        // every accepted send), with the kernel's verdict on the connection: timed out,
-        // or on host 1, whose retransmissions found no route, the error they met.
-        let peer = 1 - r;
-        for needle in [
-            format!("rank {r}: send to peer {peer} failed: connection to peer {peer} lost"),
-            "pending send(s) failed".to_owned(),
-            "accepted sends completed exactly once".to_owned(),
-        ] {
-            assert!(
-                d.stderr.contains(&needle),
-                "rank {r}: no {needle:?} in: {}",
-                d.stderr
-            );
-        }
-        let why = ["Connection timed out", "Network is unreachable"];
-        let why = if r == 0 { &why[..1] } else { &why[..] };
+        sends_failed_once(r, d);
+    }
+}
+
+/// Rank `r` of two, whose peer was lost, failed every pending send, each once (the
+/// benchmark counts the completions of every accepted send), with the kernel's verdict
+/// on the connection: timed out, or on host 1, whose retransmissions found no route,
+/// the error they met.
+fn sends_failed_once(r: usize, d: &Done) {
+    let peer = 1 - r;
+    for needle in [
+        format!("rank {r}: send to peer {peer} failed: connection to peer {peer} lost"),
+        "pending send(s) failed".to_owned(),
+        "accepted sends completed exactly once".to_owned(),
+    ] {
         assert!(
-            why.iter().any(|w| d.stderr.contains(w)),
-            "rank {r}: none of {why:?} in: {}",
+            d.stderr.contains(&needle),
+            "rank {r}: no {needle:?} in: {}",
             d.stderr
         );
     }
+    let why = ["Connection timed out", "Network is unreachable"];
+    let why = if r == 0 { &why[..1] } else { &why[..] };
+    assert!(
+        why.iter().any(|w| d.stderr.contains(w)),
+        "rank {r}: none of {why:?} in: {}",
+        d.stderr
+    );
 }
 
 /// Waits until the stream flows on `iface` of host `host`: [`FLOWING`] bytes more than
@@ -1457,25 +1462,7 @@ fn both_down(backend: &str, at_once: bool) {
             "rank {r} took {took:?} to fail (bound {BOTH_DOWN_BOUND:?}): {}",
             d.stderr
         );
-        let peer = 1 - r;
-        for needle in [
-            format!("rank {r}: send to peer {peer} failed: connection to peer {peer} lost"),
-            "pending send(s) failed".to_owned(),
-            "accepted sends completed exactly once".to_owned(),
-        ] {
-            assert!(
-                d.stderr.contains(&needle),
-                "rank {r}: no {needle:?} in: {}",
-                d.stderr
-            );
-        }
-        let why = ["Connection timed out", "Network is unreachable"];
-        let why = if r == 0 { &why[..1] } else { &why[..] };
-        assert!(
-            why.iter().any(|w| d.stderr.contains(w)),
-            "rank {r}: none of {why:?} in: {}",
-            d.stderr
-        );
+        sends_failed_once(r, d);
         // One link at the start; at most one failover (to rb), after which no standby
         // link was left; one exactly when the stream had moved before rb went down.
         assert!(links.joined >= 1, "rank {r}: {links}");
