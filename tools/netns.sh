@@ -137,9 +137,13 @@ complete() {
 
 down() {
   local ns
-  # Deleting a namespace destroys its links, and with a veth end its peer.
+  # Deleting a namespace destroys its links, and with a veth end its peer. A process
+  # left inside (a rank or daemon a failed run orphaned) would keep the namespace, and
+  # a core, alive: it is killed first.
   for ns in $(all_namespaces); do
     if ns_exists "$ns"; then
+      # shellcheck disable=SC2046 # one pid per word
+      kill -9 $(ip netns pids "$ns") 2>/dev/null || true
       ip netns delete "$ns"
     fi
   done

@@ -4,7 +4,7 @@
 # 4 ranks, its fixed sequence on the default backend, then 8 s of timed rounds on epoll.
 # Asserted: each rank's published address and each peer's (verbose output) are [::1] only;
 # every rank received frames; and during the timed rounds `ss` shows the ranks' sockets
-# with an end on a published port (one per end of each connection, 12 at 4 ranks)
+# with an end on a port a rank listens on (one per end of each connection, 12 at 4 ranks)
 # established between [::1] addresses. Open MPI's own out-of-band connections, on other
 # ports, may stay IPv4. About 15 s.
 #
@@ -66,13 +66,17 @@ echo "-- 8 s of checked rounds over IPv6 only, epoll, connections sampled with s
 timeout -k 5 120 "${MPIRUN[@]}" "${V6[@]}" --mca btl_ringbtl_backend epoll -np $NP \
   "$OMPI_OUT/ringbtl_check" 8 >"$log" 2>&1 &
 job=$!
-# The sockets of the ranks (their pids, from the verbose lines) with an end on a port a
-# rank published: "LOCAL PEER" per socket.
+# The sockets of the ranks (found by name, not from the log, whose lines may come late)
+# with an end on a port a rank listens on: "LOCAL PEER" per socket.
 ranks_sockets() {
   local pids ports
-  pids=" $(sed -n 's/^\[[^]:]*:\([0-9]*\)\] btl ringbtl: rank [0-9]* backend .*/\1/p' "$log" | tr '\n' ' ')"
-  ports=" $(sed -n 's/.* uris tcp:\/\/[^ ;]*:\([0-9]*\)[ ;].*/\1/p' "$log" | tr '\n' ' ')"
-  [ "$(wc -w <<<"$pids")" = $NP ] && [ "$(wc -w <<<"$ports")" = $NP ] || return 0
+  pids=" $(pgrep -d ' ' -x ringbtl_check || true) "
+  [ "$(wc -w <<<"$pids")" = $NP ] || return 0
+  ports=" $(ss -Htlnp | awk -v pids="$pids" '
+    match($0, /pid=[0-9]+/) && index(pids, " " substr($0, RSTART + 4, RLENGTH - 4) " ") {
+      n = split($4, l, ":"); print l[n]
+    }' | tr '\n' ' ') "
+  [ "$(wc -w <<<"$ports")" -ge $NP ] || return 0
   ss -Htnp state established | awk -v pids="$pids" -v ports="$ports" '
     match($0, /pid=[0-9]+/) && index(pids, " " substr($0, RSTART + 4, RLENGTH - 4) " ") {
       nl = split($3, l, ":"); nr = split($4, r, ":")
@@ -85,8 +89,10 @@ ranks_sockets() {
 renice -n -10 -p $$ >/dev/null 2>&1 || true
 seen=
 all=
+samples=0
 for _ in $(seq 1 200); do # at most about 20 s
   sleep 0.1
+  samples=$((samples + 1))
   all=$(printf '%s\n%s\n' "$all" "$(ranks_sockets)" | grep . | sort -u || true)
   if [ "$(grep -c . <<<"$all" || true)" -ge $((NP * (NP - 1))) ]; then
     seen=$all
@@ -96,7 +102,8 @@ for _ in $(seq 1 200); do # at most about 20 s
 done
 wait "$job" || { job=; fail "timed ringbtl_check over IPv6"; }
 job=
-[ -n "$seen" ] || fail "ss never showed the $((NP * (NP - 1))) sockets of the ranks' connections"
+[ -n "$seen" ] || fail "in $samples samples ss showed $(grep -c . <<<"$all" || true) of the" \
+  "$((NP * (NP - 1))) sockets of the ranks' connections:${all:+ $(tr '\n' ' ' <<<"$all")}"
 bad=$(grep -vE '^\[::1\]:[0-9]+ \[::1\]:[0-9]+$' <<<"$seen" || true)
 [ -z "$bad" ] || fail "connections beside [::1]: $bad"
 echo "ss: $(grep -c . <<<"$seen") sockets on the ranks' ports, every one [::1] to [::1]"
