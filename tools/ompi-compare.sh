@@ -11,6 +11,11 @@
 #          [--ringbtl-env "VAR=VALUE ..."]    environment of the ringbtl runs' ranks
 #                                             (`mpirun -x`: RINGBTL_* settings)
 #          [--only ringbtl|tcp] [--name NAME]   (output files NAME.*, default compare)
+#          [--patterns xchg,halo2,halo4,a2a] [--np N] [--fresh]
+#                      the exchanges applications run (ompi/tests/ringbtl_patterns.c)
+#                      instead of the ping-pong, stream and rate: each rank's MB/s sent,
+#                      at N ranks (default 2; halo2 needs 3, halo4 5), from fresh
+#                      buffers with --fresh; with --hosts, N namespace hosts, one rank each
 #          [--hosts]   between two namespace hosts of a network made here by tools/netns.sh
 #                      (prefix rbtlmc<pid>, removed on exit; root and iproute2): one rank
 #                      in h0 and one in h1, on CPU 0 and CPU 1, both BTLs and Open MPI's
@@ -29,7 +34,7 @@ source tools/ompi-common.sh
 export LC_ALL=C
 
 runs=5; sizes="8 65536 1048576 4194304"; plot=0; extra=(); tcp_extra=(); only=""; name=compare
-hosts=0; cc=""; where=loopback; link=lo
+hosts=0; cc=""; where=loopback; link=lo; patterns=""; np=2; fresh=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift ;;
@@ -44,6 +49,9 @@ while [ $# -gt 0 ]; do
     --cc) cc="$2"; shift ;;
     --only) only="$2"; shift ;;
     --name) name="$2"; shift ;;
+    --patterns) patterns="$2"; shift ;;
+    --np) np="$2"; shift ;;
+    --fresh) fresh=(-f) ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -52,9 +60,14 @@ done
 tools/build-ompi.sh >/dev/null
 
 # Where the ranks run: bound to cores on this host (in a namespace host of its own with
-# --cc), or one per namespace host.
+# --cc; unbound when there are more ranks than cores), or one per namespace host.
+if ! [[ $np =~ ^[0-9]+$ ]] || [ "$np" -lt 2 ]; then
+  echo "--np: 2 ranks or more" >&2
+  exit 2
+fi
 place=(--bind-to core)
-NET=rbtlmc$$ NS0=rbtlmc$$-h0 NS1=rbtlmc$$-h1 IF=ra
+[ "$np" -le "$(nproc)" ] || place=(--bind-to none)
+NET=rbtlmc$$ NS0=rbtlmc$$-h0 IF=ra
 if [ "$hosts" = 1 ] || [ -n "$cc" ]; then
   [ "$(id -u)" = 0 ] || { echo "--hosts and --cc need root (network namespaces)" >&2; exit 2; }
   work=$(mktemp -d)
@@ -67,31 +80,35 @@ if [ "$hosts" = 0 ] && [ -n "$cc" ]; then
   where="loopback, congestion control $cc"
   MPIRUN=(ip netns exec "$NS0" "${MPIRUN[@]}")
 elif [ "$hosts" = 1 ]; then
-  H0=$(tools/netns.sh addr 0) H1=$(tools/netns.sh addr 1)
-  where="two namespace hosts (veth), congestion control ${cc:-system}"; link=veth
-  # mpirun's rsh agent: HOST COMMAND... runs the command in that host's namespace, on that
-  # host's CPU (each namespace is a node of its own to Open MPI, whose binding would put
-  # both ranks on its first core).
+  [ "$np" -le 4 ] || { echo "--hosts: at most 4 ranks (tools/netns.sh makes 4 hosts)" >&2; exit 2; }
+  where="$np namespace hosts (veth), congestion control ${cc:-system}"; link=veth
+  # mpirun's rsh agent: HOST COMMAND... runs the command in that host's namespace, on
+  # CPU i mod the cores (each namespace is a node of its own to Open MPI, whose binding
+  # would put every rank on its first core).
+  cases=
+  : >"$work/hosts"
+  for ((i = 0; i < np; i++)); do
+    a=$(tools/netns.sh addr "$i")
+    cases+="  $a) ns=$NET-h$i cpu=$((i % $(nproc))) ;;"$'\n'
+    printf '%s slots=1\n' "$a" >>"$work/hosts"
+  done
   cat >"$work/agent" <<AGENT
 #!/bin/sh
 host=\$1; shift
 case \$host in
-  $H0) ns=$NS0 cpu=0 ;;
-  $H1) ns=$NS1 cpu=1 ;;
-  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
+$cases  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
 esac
 TMPDIR="$work/\$ns"; export TMPDIR; mkdir -p "\$TMPDIR"
 exec ip netns exec "\$ns" taskset -c \$cpu /bin/sh -c "\$*"
 AGENT
   chmod +x "$work/agent"
-  printf '%s slots=1\n' "$H0" "$H1" >"$work/hosts"
   place=(--bind-to none --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agent"
     --mca oob_tcp_if_include "$IF")
   # shellcheck disable=SC2054 # commas are MCA lists
   BTL_ringbtl=(--mca btl self,ringbtl --mca btl_ringbtl_if_include "$IF")
   # shellcheck disable=SC2054
   BTL_tcp=(--mca btl self,tcp --mca btl_tcp_if_include "$IF")
-  # mpirun itself runs in the first host, so that it reaches both over the veth.
+  # mpirun itself runs in the first host, so that it reaches the others over the veths.
   MPIRUN=(ip netns exec "$NS0" taskset -c 0 "${MPIRUN[@]}")
 fi
 res="$PWD/target/ompi-results"
@@ -108,12 +125,18 @@ for r in $(seq 1 "$runs"); do
     else
       args=("${BTL_tcp[@]}" "${tcp_extra[@]}")
     fi
-    # shellcheck disable=SC2086
-    "${MPIRUN[@]}" "${args[@]}" -np 2 "${place[@]}" "$OMPI_OUT/ringbtl_perf" $sizes \
+    if [ -n "$patterns" ]; then
+      prog=("$OMPI_OUT/ringbtl_patterns" "${fresh[@]}" "$patterns")
+    else
+      prog=("$OMPI_OUT/ringbtl_perf")
+    fi
+    # shellcheck disable=SC2086 # one size per word
+    "${MPIRUN[@]}" "${args[@]}" -np "$np" "${place[@]}" "${prog[@]}" $sizes \
       | awk -v sys="$btl" -v run="$r" -v tcpname="btl tcp ($link)" '
           $1 == "lat"  { m = "lat_us"; b = "latency" }
           $1 == "bw"   { m = "bw_mb_s"; b = "bw" }
           $1 == "rate" { m = "rate_msg_s"; b = "rate" }
+          $1 ~ /^(xchg|halo2|halo4|a2a)(-fresh)?$/ { m = "bw_mb_s"; b = $1 }
           NF == 3 && m != "" {
             name = (sys == "ringbtl") ? "ringbtl (btl ringbtl)" : tcpname
             printf "{\"system\": \"%s\", \"bench\": \"%s\", \"metric\": \"%s\", \"size\": %d, \"run\": %d, \"value\": %s}\n", name, b, m, $2, run, $3
@@ -122,40 +145,61 @@ for r in $(seq 1 "$runs"); do
   done
 done
 
-python3 - "$jsonl" "$runs" "$where" <<'PY' | tee "$res/$name.md"
+python3 - "$jsonl" "$runs" "$where" "$np" <<'PY' | tee "$res/$name.md"
 import json, statistics, sys
 from collections import defaultdict
 vals = defaultdict(list)
+benches = []
 for line in open(sys.argv[1]):
     o = json.loads(line)
-    vals[(o["metric"], o["size"], o["system"].split()[0])].append(o["value"])
+    if o["bench"] not in benches:
+        benches.append(o["bench"])
+    vals[(o["bench"], o["size"], o["system"].split()[0])].append(o["value"])
 def fmt_size(n):
-    return f"{n // 1048576} MiB" if n >= 1048576 else (f"{n // 1024} KiB" if n >= 1024 else f"{n} B")
-rows = [("lat_us", "latency (us)", lambda r: r, "<="), ("bw_mb_s", "bandwidth (MB/s)", lambda r: r, ">="),
-        ("rate_msg_s", "message rate (msg/s)", lambda r: r, ">=")]
-target = {("lat_us", 8): 0.9, ("lat_us", 65536): 0.7, ("bw_mb_s", 65536): 1.2,
-          ("bw_mb_s", 1048576): 1.2, ("bw_mb_s", 4194304): 1.2, ("rate_msg_s", 8): 3.0}
-print(f"Medians of {sys.argv[2]} alternating runs, pml ob1, 2 ranks on two cores, {sys.argv[3]}.\n")
+    for unit, name in ((1048576, "MiB"), (1024, "KiB")):
+        if n >= unit and n % unit == 0:
+            return f"{n // unit} {name}"
+    return f"{n} B"
+# (label, larger is better); patterns: each rank's MB/s sent.
+kinds = {"latency": ("latency (us)", False), "bw": ("bandwidth (MB/s)", True),
+         "rate": ("message rate (msg/s)", True)}
+names = {"xchg": "exchange, both ways at once", "halo2": "halo, 2 neighbours",
+         "halo4": "halo, 4 neighbours", "a2a": "alltoall"}
+def label(bench):
+    if bench in kinds:
+        return kinds[bench][0]
+    base, fresh = bench.removesuffix("-fresh"), bench.endswith("-fresh")
+    return f"{names.get(base, base)}{', fresh buffers' if fresh else ''} (MB/s per rank)"
+def target(bench, size):
+    fixed = {("latency", 8): 0.9, ("latency", 65536): 0.7, ("bw", 65536): 1.2,
+             ("bw", 1048576): 1.2, ("bw", 4194304): 1.2, ("rate", 8): 3.0}
+    if bench in kinds:
+        return fixed.get((bench, size))
+    base = bench.removesuffix("-fresh")
+    # Exchanges both ways, 64 KiB to 4 MiB: 1.2; every other pattern and size: 1.0.
+    return 1.2 if base in ("xchg", "halo2", "halo4") and 65536 <= size <= 4194304 else 1.0
+print(f"Medians of {sys.argv[2]} alternating runs, pml ob1, {sys.argv[4]} ranks, {sys.argv[3]}.\n")
 print("| measure | size | btl ringbtl | btl tcp | ringbtl / tcp | target | met |")
 print("|---|---|---|---|---|---|---|")
-for metric, label, _, op in rows:
-    sizes = sorted({s for (m, s, _) in vals if m == metric})
-    for s in sizes:
-        a, b = vals.get((metric, s, "ringbtl")), vals.get((metric, s, "btl"))
+for bench in benches:
+    higher = kinds.get(bench, ("", True))[1]
+    for s in sorted({s for (b, s, _) in vals if b == bench}):
+        a, b = vals.get((bench, s, "ringbtl")), vals.get((bench, s, "btl"))
         if not a or not b:
             continue
         ma, mb = statistics.median(a), statistics.median(b)
         if mb == 0:
             # A measure too small to show (8 B bandwidth rounds to 0.0 MB/s): no ratio.
-            print(f"| {label} | {fmt_size(s)} | {ma} | {mb} | n/a |  |  |")
+            print(f"| {label(bench)} | {fmt_size(s)} | {ma} | {mb} | n/a |  |  |")
             continue
         ratio = ma / mb
-        t = target.get((metric, s))
-        met = "" if t is None else ("yes" if (ratio <= t if op == "<=" else ratio >= t) else "no")
+        t = target(bench, s)
+        op = ">=" if higher else "<="
+        met = "" if t is None else ("yes" if (ratio >= t if higher else ratio <= t) else "no")
         tt = "" if t is None else f"{op} {t}"
-        prec = 2 if metric == "lat_us" else (1 if metric == "bw_mb_s" else 0)
-        print(f"| {label} | {fmt_size(s)} | {ma:.{prec}f} | {mb:.{prec}f} | {ratio:.2f} | {tt} | {met} |")
+        prec = 2 if bench == "latency" else (0 if bench == "rate" else 1)
+        print(f"| {label(bench)} | {fmt_size(s)} | {ma:.{prec}f} | {mb:.{prec}f} | {ratio:.2f} | {tt} | {met} |")
 PY
 if [ "$plot" = 1 ]; then
-  tools/plot "$jsonl" -o "$res/$name.png" --title "MPI over btl ringbtl vs btl tcp (pml ob1, $where, 2 ranks on two cores)"
+  tools/plot "$jsonl" -o "$res/$name.png" --title "MPI over btl ringbtl vs btl tcp (pml ob1, $where, $np ranks)"
 fi

@@ -1,0 +1,180 @@
+/*
+ * The exchanges MPI applications run, timed at every rank, against any MPI library:
+ *   xchg SIZE   pairs (rank r with r ^ 1) exchange SIZE bytes both ways at once
+ *               (MPI_Sendrecv, the halo pattern of one neighbour)
+ *   halo2 SIZE  every rank exchanges SIZE bytes with its 2 ring neighbours at once
+ *   halo4 SIZE  the same with 4 neighbours (r +- 1, r +- 2; at least 5 ranks)
+ *   a2a SIZE    MPI_Alltoall of SIZE bytes per pair
+ * Each measure prints one line at rank 0: "PATTERN SIZE MBPS", the bytes one rank sends
+ * per second (MB = 10^6), the slowest rank's time (the time of the exchange: every rank
+ * waits for its slowest neighbour). Every received byte is checked after the timed loop
+ * (each message carries its sender, iteration and offset pattern); a wrong byte aborts.
+ *
+ * Usage: ringbtl_patterns [-f] PATTERN[,PATTERN...] SIZE...
+ *   -f  fresh buffers: each iteration sends from and receives into another part of an
+ *       arena of 64 MiB or 8 messages per neighbour, whichever is larger, so no buffer is
+ *       reused while it is cache-hot or still registered (default: the same buffers)
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_NB 4
+#define MAX_SIZES 32
+
+static int rank, nprocs;
+
+/* About `budget` bytes sent per measure, at least `lo` and at most `hi` iterations. */
+static int iters_for(size_t n, double budget, int lo, int hi)
+{
+    double k = budget / (double) (n + 1);
+    return k < lo ? lo : (k > hi ? hi : (int) k);
+}
+
+static unsigned char byte_of(int from, int it, size_t off)
+{
+    return (unsigned char) (from * 131 + it * 31 + off * 7 + (off >> 8));
+}
+
+static void fill(unsigned char *p, size_t n, int from, int it)
+{
+    for (size_t i = 0; i < n; i++) p[i] = byte_of(from, it, i);
+}
+
+static void check(const unsigned char *p, size_t n, int from, int it, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != byte_of(from, it, i)) {
+            fprintf(stderr, "ringbtl_patterns: %s: rank %d got byte %zu of %zu from rank %d "
+                    "wrong (iteration %d)\n", what, rank, i, n, from, it);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+}
+
+/* The neighbours of `rank` in a pattern, or 0 when the pattern cannot run at nprocs. */
+static int neighbours(const char *pat, int nb[MAX_NB])
+{
+    if (!strcmp(pat, "xchg")) {
+        if ((rank ^ 1) >= nprocs) return 0;
+        nb[0] = rank ^ 1;
+        return 1;
+    }
+    if (!strcmp(pat, "halo2") && nprocs >= 3) {
+        nb[0] = (rank + 1) % nprocs;
+        nb[1] = (rank + nprocs - 1) % nprocs;
+        return 2;
+    }
+    if (!strcmp(pat, "halo4") && nprocs >= 5) {
+        nb[0] = (rank + 1) % nprocs;
+        nb[1] = (rank + nprocs - 1) % nprocs;
+        nb[2] = (rank + 2) % nprocs;
+        nb[3] = (rank + nprocs - 2) % nprocs;
+        return 4;
+    }
+    return 0;
+}
+
+static void run(const char *pat, size_t n, int fresh)
+{
+    int nb[MAX_NB], k = 0, a2a = !strcmp(pat, "a2a");
+    if (a2a) {
+        k = nprocs;
+    } else if ((k = neighbours(pat, nb)) == 0) {
+        if (rank == 0) fprintf(stderr, "ringbtl_patterns: %s cannot run at %d ranks\n", pat, nprocs);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    /* One slot per neighbour and iteration in flight; fresh: enough slots to cycle. */
+    size_t slot = n * (size_t) k;
+    size_t nslots = 1;
+    if (fresh) {
+        nslots = (64u << 20) / (slot + 1);
+        if (nslots < 8) nslots = 8;
+    }
+    unsigned char *sb = malloc(slot * nslots + 1), *rb = malloc(slot * nslots + 1);
+    if (!sb || !rb) {
+        fprintf(stderr, "ringbtl_patterns: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int iters = iters_for(slot, 4e8, 10, 2000), warm = iters / 10 + 3;
+    /* The send data of every slot, once (the check needs each iteration's pattern: the
+     * iteration number in the pattern is the slot's). */
+    for (size_t s = 0; s < nslots; s++)
+        for (int j = 0; j < k; j++) fill(sb + s * slot + (size_t) j * n, n, rank, (int) s);
+    memset(rb, 0, slot * nslots);
+    MPI_Request rq[2 * MAX_NB];
+    double t0 = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int it = 0; it < warm + iters; it++) {
+        if (it == warm) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = MPI_Wtime();
+        }
+        size_t s = fresh ? (size_t) it % nslots : 0;
+        unsigned char *sp = sb + s * slot, *rp = rb + s * slot;
+        if (a2a) {
+            MPI_Alltoall(sp, (int) n, MPI_BYTE, rp, (int) n, MPI_BYTE, MPI_COMM_WORLD);
+        } else if (k == 1) {
+            MPI_Sendrecv(sp, (int) n, MPI_BYTE, nb[0], 7, rp, (int) n, MPI_BYTE, nb[0], 7,
+                         MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            for (int j = 0; j < k; j++)
+                MPI_Irecv(rp + (size_t) j * n, (int) n, MPI_BYTE, nb[j], 8 + j, MPI_COMM_WORLD, &rq[j]);
+            /* Neighbour j's message to us is the one it sends to its neighbour j ^ 1 (the
+             * opposite direction), so tags pair up: ours to nb[j] goes with tag 8 + (j ^ 1). */
+            for (int j = 0; j < k; j++)
+                MPI_Isend(sp + (size_t) j * n, (int) n, MPI_BYTE, nb[j], 8 + (j ^ 1), MPI_COMM_WORLD,
+                          &rq[k + j]);
+            MPI_Waitall(2 * k, rq, MPI_STATUSES_IGNORE);
+        }
+    }
+    double dt = MPI_Wtime() - t0, slowest;
+    MPI_Reduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    /* Every slot that was received: last written in iteration it, slot it % nslots. */
+    size_t used = fresh ? ((size_t) (warm + iters) < nslots ? (size_t) (warm + iters) : nslots) : 1;
+    for (size_t s = 0; s < used; s++)
+        for (int j = 0; j < k; j++) {
+            int from = a2a ? j : nb[j];
+            check(rb + s * slot + (size_t) j * n, n, from, (int) s, pat);
+        }
+    if (rank == 0) {
+        double sent = (double) iters * (double) n * (a2a ? nprocs - 1 : k);
+        printf("%s%s %zu %.1f\n", pat, fresh ? "-fresh" : "", n, sent / slowest / 1e6);
+        fflush(stdout);
+    }
+    free(sb);
+    free(rb);
+}
+
+int main(int argc, char **argv)
+{
+    int fresh = 0, a = 1, nsizes = 0;
+    size_t sizes[MAX_SIZES];
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+    if (a < argc && !strcmp(argv[a], "-f")) {
+        fresh = 1;
+        a++;
+    }
+    if (a >= argc) {
+        if (rank == 0) fprintf(stderr, "usage: ringbtl_patterns [-f] PATTERN[,PATTERN...] SIZE...\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    char *pats = argv[a++];
+    for (; a < argc && nsizes < MAX_SIZES; a++) {
+        char *end;
+        unsigned long long v = strtoull(argv[a], &end, 0);
+        if (*end || v == 0 || v > (1ull << 30)) {
+            if (rank == 0) fprintf(stderr, "ringbtl_patterns: bad size '%s'\n", argv[a]);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        sizes[nsizes++] = (size_t) v;
+    }
+    for (char *p = strtok(pats, ","); p; p = strtok(NULL, ","))
+        for (int s = 0; s < nsizes; s++) run(p, sizes[s], fresh);
+    MPI_Finalize();
+    return 0;
+}
