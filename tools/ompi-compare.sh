@@ -81,7 +81,8 @@ if [ "$hosts" = 0 ] && [ -n "$cc" ]; then
   MPIRUN=(ip netns exec "$NS0" "${MPIRUN[@]}")
 elif [ "$hosts" = 1 ]; then
   [ "$np" -le 4 ] || { echo "--hosts: at most 4 ranks (tools/netns.sh makes 4 hosts)" >&2; exit 2; }
-  where="$np namespace hosts (veth), congestion control ${cc:-system}"; link=veth
+  words=(zero one two three four)
+  where="${words[np]} namespace hosts (veth), congestion control ${cc:-system}"; link=veth
   # mpirun's rsh agent: HOST COMMAND... runs the command in that host's namespace, on
   # CPU i mod the cores (each namespace is a node of its own to Open MPI, whose binding
   # would put every rank on its first core).
