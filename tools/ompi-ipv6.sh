@@ -69,18 +69,23 @@ job=$!
 # The sockets of the ranks (found by name, not from the log, whose lines may come late)
 # with an end on a port a rank listens on: "LOCAL PEER" per socket.
 ranks_sockets() {
-  local pids ports
+  local pids
   pids=" $(pgrep -d ' ' -x ringbtl_check || true) "
   [ "$(wc -w <<<"$pids")" = $NP ] || return 0
-  ports=" $(ss -Htlnp | awk -v pids="$pids" '
-    match($0, /pid=[0-9]+/) && index(pids, " " substr($0, RSTART + 4, RLENGTH - 4) " ") {
-      n = split($4, l, ":"); print l[n]
-    }' | tr '\n' ' ') "
-  [ "$(wc -w <<<"$ports")" -ge $NP ] || return 0
-  ss -Htnp state established | awk -v pids="$pids" -v ports="$ports" '
-    match($0, /pid=[0-9]+/) && index(pids, " " substr($0, RSTART + 4, RLENGTH - 4) " ") {
-      nl = split($3, l, ":"); nr = split($4, r, ":")
-      if (index(ports, " " l[nl] " ") || index(ports, " " r[nr] " ")) print $3, $4
+  # One listing (with the state column: local $4, peer $5) gives both the ports the
+  # ranks listen on and their established sockets.
+  ss -Htanp | awk -v pids="$pids" -v np=$NP '
+    !(match($0, /pid=[0-9]+/) && index(pids, " " substr($0, RSTART + 4, RLENGTH - 4) " ")) {
+      next
+    }
+    $1 == "LISTEN" { n = split($4, l, ":"); if (!(l[n] in port)) { port[l[n]]; ports++ } }
+    $1 == "ESTAB" { est[++k] = $4 " " $5 }
+    END {
+      if (ports < np) exit
+      for (i = 1; i <= k; i++) {
+        split(est[i], e, " "); nl = split(e[1], l, ":"); nr = split(e[2], r, ":")
+        if ((l[nl] in port) || (r[nr] in port)) print est[i]
+      }
     }'
 }
 # Every socket seen in any sample counts (the union): each connection lives until the
