@@ -113,8 +113,8 @@ pub(crate) struct LatencyArgs {
     /// Exchange instead of ping-pong: in each iteration both ranks send a message at once
     /// and wait for the other's (a halo exchange, as `MPI_Sendrecv`); the columns are the
     /// time per exchange, not half of it. With the benchmark's own peer (not under a
-    /// launcher) and without the plain-socket baseline.
-    #[arg(long, conflicts_with_all = ["baseline", "baseline_only"])]
+    /// launcher); `--baseline` exchanges over a plain socket the same way.
+    #[arg(long)]
     pub(crate) exchange: bool,
 
     /// Block-mode baseline without SO_RCVLOWAT (woken per arriving segment instead of

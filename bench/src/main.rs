@@ -157,6 +157,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
             SETUP_TIMEOUT,
             phase_timeout,
             !args.baseline_no_lowat,
+            args.exchange,
         )?),
         None => None,
     };
@@ -191,6 +192,12 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
         rings: rings.iter().map(|r| r.backend_name().to_string()).collect(),
         baseline: with_socket,
         baseline_how: match (mode, args.baseline_no_lowat) {
+            (ProgressMode::Poll, _) if args.exchange => {
+                "TCP_NODELAY, send and recv in one loop, spun with MSG_DONTWAIT"
+            }
+            (_, _) if args.exchange => {
+                "TCP_NODELAY, send and recv in one loop, MSG_DONTWAIT, poll(2) when neither moves"
+            }
             (ProgressMode::Poll, _) => "TCP_NODELAY, send/recv spun with MSG_DONTWAIT",
             (ProgressMode::Block | ProgressMode::SpinThenBlock(_), false) => {
                 "TCP_NODELAY, blocking send, recv MSG_WAITALL + SO_RCVLOWAT"
@@ -323,6 +330,7 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
                     parse(addr, &line)?,
                     phase_timeout,
                     !args.baseline_no_lowat,
+                    args.exchange,
                 )?);
             }
             ["RUN", kind, rest @ ..] => {

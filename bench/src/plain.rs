@@ -12,6 +12,14 @@
 //!
 //! Large messages go out in one call; each side receives the whole message before replying.
 //! TCP has no empty message, so a 0-byte size moves 1 byte.
+//!
+//! With `--exchange` both processes send their message of each iteration at once and wait
+//! for the other's, as the ringbtl series does: each side sends and receives on the same
+//! non-blocking socket in one loop (a blocking send of a message larger than the socket
+//! buffers would wait for a reader that is itself blocked sending). Poll mode spins on
+//! `send`/`recv` with `MSG_DONTWAIT`; block mode waits in `poll(2)` for whichever of the
+//! two can move, without `SO_RCVLOWAT` (a mark above the bytes still to come would leave
+//! the last message's tail waiting for bytes that are never sent).
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -32,12 +40,19 @@ pub(crate) struct Plain {
     sock: TcpStream,
     /// Block mode: SO_RCVLOWAT = message size, one wake-up per message.
     lowat: bool,
+    /// Both sides send each message at once (`--exchange`).
+    exchange: bool,
     tx: Vec<u8>,
     rx: Vec<u8>,
 }
 
 impl Plain {
-    fn setup(sock: TcpStream, timeout: Duration, lowat: bool) -> Result<Self, String> {
+    fn setup(
+        sock: TcpStream,
+        timeout: Duration,
+        lowat: bool,
+        exchange: bool,
+    ) -> Result<Self, String> {
         sock.set_nodelay(true)
             .map_err(|e| format!("baseline socket: TCP_NODELAY: {e}"))?;
         sys::congestion_like_ringbtl(&sock)?;
@@ -49,7 +64,8 @@ impl Plain {
             .map_err(|e| format!("baseline socket: timeouts: {e}"))?;
         Ok(Self {
             sock,
-            lowat,
+            lowat: lowat && !exchange,
+            exchange,
             tx: Vec::new(),
             rx: Vec::new(),
         })
@@ -60,8 +76,14 @@ impl Plain {
         addr: SocketAddr,
         timeout: Duration,
         lowat: bool,
+        exchange: bool,
     ) -> Result<Self, String> {
-        Self::setup(control::connect_baseline(addr, timeout)?, timeout, lowat)
+        Self::setup(
+            control::connect_baseline(addr, timeout)?,
+            timeout,
+            lowat,
+            exchange,
+        )
     }
 
     /// Rank 0 side: accepts the one connection of rank 1 (already in the backlog).
@@ -70,8 +92,9 @@ impl Plain {
         wait: Duration,
         timeout: Duration,
         lowat: bool,
+        exchange: bool,
     ) -> Result<Self, String> {
-        Self::setup(control::accept_baseline(l, wait)?, timeout, lowat)
+        Self::setup(control::accept_baseline(l, wait)?, timeout, lowat, exchange)
     }
 
     fn set_size(&mut self, size: usize, mode: ProgressMode) -> Result<(), String> {
@@ -86,7 +109,8 @@ impl Plain {
         Ok(())
     }
 
-    /// Rank 0: `warmup + iters` round trips, the last `iters` timed into `rec`.
+    /// Rank 0: `warmup + iters` round trips (exchanges, with `exchange`), the last `iters`
+    /// timed into `rec`.
     pub(crate) fn ping(
         &mut self,
         size: usize,
@@ -100,17 +124,23 @@ impl Plain {
         let fd = self.sock.as_raw_fd();
         for i in 0..warmup + iters {
             let t0 = Instant::now();
-            send_all(fd, &self.tx, mode, deadline)?;
-            recv_all(fd, &mut self.rx, mode, deadline)?;
+            if self.exchange {
+                exchange(fd, &self.tx, &mut self.rx, mode, deadline)?;
+            } else {
+                send_all(fd, &self.tx, mode, deadline)?;
+                recv_all(fd, &mut self.rx, mode, deadline)?;
+            }
             let rtt = t0.elapsed();
             if i >= warmup {
-                rec.record(rtt);
+                // The recorder halves round trips; an exchange is reported whole.
+                rec.record(if self.exchange { rtt * 2 } else { rtt });
             }
         }
         Ok(())
     }
 
-    /// Rank 1: receives and returns `count` messages.
+    /// Rank 1: receives and returns `count` messages, or exchanges `count` messages with
+    /// rank 0 (`exchange`).
     pub(crate) fn pong(
         &mut self,
         size: usize,
@@ -121,8 +151,12 @@ impl Plain {
         self.set_size(size, mode)?;
         let fd = self.sock.as_raw_fd();
         for _ in 0..count {
-            recv_all(fd, &mut self.rx, mode, deadline)?;
-            send_all(fd, &self.tx, mode, deadline)?;
+            if self.exchange {
+                exchange(fd, &self.tx, &mut self.rx, mode, deadline)?;
+            } else {
+                recv_all(fd, &mut self.rx, mode, deadline)?;
+                send_all(fd, &self.tx, mode, deadline)?;
+            }
         }
         Ok(())
     }
@@ -156,6 +190,52 @@ fn recv_all(fd: i32, buf: &mut [u8], mode: ProgressMode, deadline: Instant) -> R
             Ok(0) => return Err("the peer closed the connection".into()),
             Ok(n) => got += n,
             Err(e) => again(e, "recv", mode, deadline, &mut spins)?,
+        }
+    }
+    Ok(())
+}
+
+/// Sends `tx` and receives `rx.len()` bytes at once on `fd`: every pass moves what the
+/// socket takes and what it holds, both without blocking; in block mode a pass that moved
+/// nothing waits in `poll(2)` (at most a second, for the deadline check) for either side.
+fn exchange(
+    fd: i32,
+    tx: &[u8],
+    rx: &mut [u8],
+    mode: ProgressMode,
+    deadline: Instant,
+) -> Result<(), String> {
+    let (mut sent, mut got) = (0, 0);
+    let mut spins = 0u32;
+    while sent < tx.len() || got < rx.len() {
+        let mut moved = false;
+        if sent < tx.len() {
+            match sys::send(fd, &tx[sent..], libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) {
+                Ok(n) => {
+                    sent += n;
+                    moved |= n > 0;
+                }
+                Err(e) => again(e, "send", ProgressMode::Poll, deadline, &mut spins)?,
+            }
+        }
+        if got < rx.len() {
+            match sys::recv(fd, &mut rx[got..], libc::MSG_DONTWAIT) {
+                Ok(0) => return Err("the peer closed the connection".into()),
+                Ok(n) => {
+                    got += n;
+                    moved = true;
+                }
+                Err(e) => again(e, "recv", ProgressMode::Poll, deadline, &mut spins)?,
+            }
+        }
+        if !moved && mode != ProgressMode::Poll {
+            let want_out = sent < tx.len();
+            let want_in = got < rx.len();
+            sys::wait_fd(fd, want_in, want_out, SOCKET_TIMEOUT)
+                .map_err(|e| format!("poll: {e}"))?;
+            if Instant::now() >= deadline {
+                return Err("exchange timed out".into());
+            }
         }
     }
     Ok(())

@@ -168,17 +168,18 @@ impl<'a> Table<'a> {
                 i.rounds
             );
         }
+        let pattern = if i.exchange { "exchange" } else { "ping-pong" };
         if i.baseline && !i.baseline_only() {
             let _ = writeln!(
                 s,
-                "# baseline: plain TCP socket ping-pong ({}), same processes and cores",
+                "# baseline: plain TCP socket {pattern} ({}), same processes and cores",
                 i.baseline_how
             );
         }
         if i.baseline_only() {
             let _ = writeln!(
                 s,
-                "# plain TCP socket ping-pong only ({}); a 0-byte message moves 1 byte",
+                "# plain TCP socket {pattern} only ({}); a 0-byte message moves 1 byte",
                 i.baseline_how
             );
         }

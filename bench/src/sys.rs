@@ -71,6 +71,41 @@ pub(crate) fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<
     }
 }
 
+/// Waits in `poll(2)` until `fd` is readable (`read`) or writable (`write`), an error or
+/// hang-up is pending, or `timeout` has passed; EINTR counts as a return.
+pub(crate) fn wait_fd(
+    fd: RawFd,
+    read: bool,
+    write: bool,
+    timeout: std::time::Duration,
+) -> io::Result<()> {
+    let mut events = 0;
+    if read {
+        events |= libc::POLLIN;
+    }
+    if write {
+        events |= libc::POLLOUT;
+    }
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `p` is one live, writable `pollfd` for the whole call and the count passed
+    // is 1; the kernel writes only its `revents` and keeps no reference afterwards.
+    let rc = unsafe { libc::poll(&raw mut p, 1, ms) };
+    if rc >= 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.kind() == io::ErrorKind::Interrupted {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
 /// Sets SO_RCVLOWAT: a blocked reader is woken once `bytes` are queued, not before.
 pub(crate) fn set_rcvlowat(fd: RawFd, bytes: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);

@@ -275,7 +275,6 @@ fn bad_arguments_are_errors_not_panics() {
         (&["--iters", "0"][..], "--iters"),
         (&["--baseline-only", "--baseline"][..], "--baseline"),
         (&["latency", "--timeout", "0"][..], "--timeout"),
-        (&["latency", "--exchange", "--baseline"][..], "--exchange"),
     ] {
         let out = run(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -432,7 +431,9 @@ fn ringbtl_latency_both_backends() {
 }
 
 /// `--exchange`: both ranks send each iteration's message at once (small, copied large and
-/// lent large payloads); one `exchange` object per size, with sane statistics.
+/// lent large payloads, sizes off the powers of two); one `exchange` object per size, with
+/// sane statistics, and with `--baseline` the plain socket's exchange beside it, spun
+/// (poll) and waited for in `poll(2)` (block).
 #[test]
 fn exchange_json() {
     let out = run_ok(&[
@@ -446,6 +447,46 @@ fn exchange_json() {
     let objs = check_bench_lines(&out, "exchange", "poll");
     let sizes: Vec<f64> = objs.iter().map(|o| num(o, "size")).collect();
     assert_eq!(sizes, [8.0, 524288.0, 2097152.0], "{out}");
+    for mode in ["poll", "block"] {
+        let out = run_ok(&[
+            "latency",
+            "--exchange",
+            "--baseline",
+            "--rounds",
+            "2",
+            "--iters",
+            "20",
+            "--warmup",
+            "2",
+            "--sizes",
+            "1,65535,1000000,3145728",
+            "--mode",
+            mode,
+            "--json",
+        ]);
+        let objs = check_bench_lines(&out, "exchange", mode);
+        let sizes: Vec<f64> = objs.iter().map(|o| num(o, "size")).collect();
+        assert_eq!(sizes, [1.0, 65535.0, 1e6, 3145728.0], "{out}");
+        for o in &objs {
+            let base = num(o, "baseline_p50_us");
+            assert!(base > 0.0 && base < 1e6, "{o:?}");
+            assert!(num(o, "ratio_p50") > 0.0, "{o:?}");
+        }
+    }
+    let table = run_ok(&[
+        "latency",
+        "--exchange",
+        "--baseline",
+        "--quick",
+        "--sizes",
+        "8",
+    ]);
+    assert!(
+        table.contains(
+            "# baseline: plain TCP socket exchange (TCP_NODELAY, send and recv in one loop"
+        ),
+        "{table}"
+    );
 }
 
 /// `--rounds`: the series take turns in rounds; the JSON line pools them (every measured
