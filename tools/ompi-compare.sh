@@ -11,6 +11,8 @@
 #          [--ringbtl-env "VAR=VALUE ..."]    environment of the ringbtl runs' ranks
 #                                             (`mpirun -x`: RINGBTL_* settings)
 #          [--only ringbtl|tcp] [--name NAME]   (output files NAME.*, default compare)
+#          [--ucx]     also pml ucx over UCX's TCP transport (UCX_TLS=tcp,self, the same
+#                      interface), in the same alternating runs: a column and a ratio more
 #          [--patterns xchg,halo2,halo4,a2a] [--np N] [--fresh]
 #                      the exchanges applications run (ompi/tests/ringbtl_patterns.c)
 #                      instead of the ping-pong, stream and rate: each rank's MB/s sent,
@@ -34,6 +36,7 @@ source tools/ompi-common.sh
 export LC_ALL=C
 
 runs=5; sizes="8 65536 1048576 4194304"; plot=0; extra=(); tcp_extra=(); only=""; name=compare
+ucx=0
 hosts=0; cc=""; where=loopback; link=lo; patterns=""; np=2; fresh=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
     --hosts) hosts=1 ;;
     --cc) cc="$2"; shift ;;
     --only) only="$2"; shift ;;
+    --ucx) ucx=1 ;;
     --name) name="$2"; shift ;;
     --patterns) patterns="$2"; shift ;;
     --np) np="$2"; shift ;;
@@ -59,6 +63,10 @@ done
 # Always through make: a component left from an older tree would be measured otherwise.
 tools/build-ompi.sh >/dev/null
 
+if [ "$ucx" = 1 ] && ! ompi_info | grep -q 'MCA pml: ucx '; then
+  echo "--ucx: this Open MPI has no pml ucx (ompi_info lists none)" >&2
+  exit 2
+fi
 # Where the ranks run: bound to cores on this host (in a namespace host of its own with
 # --cc; unbound when there are more ranks than cores), or one per namespace host.
 if ! [[ $np =~ ^[0-9]+$ ]] || [ "$np" -lt 2 ]; then
@@ -67,7 +75,7 @@ if ! [[ $np =~ ^[0-9]+$ ]] || [ "$np" -lt 2 ]; then
 fi
 place=(--bind-to core)
 [ "$np" -le "$(nproc)" ] || place=(--bind-to none)
-NET=rbtlmc$$ NS0=rbtlmc$$-h0 IF=ra
+NET=rbtlmc$$ NS0=rbtlmc$$-h0 IF=ra IF_UCX=lo
 if [ "$hosts" = 1 ] || [ -n "$cc" ]; then
   [ "$(id -u)" = 0 ] || { echo "--hosts and --cc need root (network namespaces)" >&2; exit 2; }
   work=$(mktemp -d)
@@ -83,6 +91,7 @@ elif [ "$hosts" = 1 ]; then
   [ "$np" -le 4 ] || { echo "--hosts: at most 4 ranks (tools/netns.sh makes 4 hosts)" >&2; exit 2; }
   words=(zero one two three four)
   where="${words[np]} namespace hosts (veth), congestion control ${cc:-system}"; link=veth
+  IF_UCX=$IF
   # mpirun's rsh agent: HOST COMMAND... runs the command in that host's namespace, on
   # CPU i mod the cores (each namespace is a node of its own to Open MPI, whose binding
   # would put every rank on its first core).
@@ -118,28 +127,39 @@ jsonl="$res/$name.jsonl"
 : >"$jsonl"
 for r in $(seq 1 "$runs"); do
   # Alternate which transport goes first, so a drift in the machine's load hits both.
-  order="ringbtl tcp"; [ $((r % 2)) = 0 ] && order="tcp ringbtl"
+  systems=(ringbtl tcp)
+  [ "$ucx" = 0 ] || systems+=(ucx)
+  # Rotate the order run by run, so a drift in the machine's load hits every system.
+  k=$(((r - 1) % ${#systems[@]}))
+  order="${systems[*]:k} ${systems[*]:0:k}"
   for btl in $order; do
     [ -n "$only" ] && [ "$btl" != "$only" ] && continue
-    if [ "$btl" = ringbtl ]; then
-      args=("${BTL_ringbtl[@]}" "${extra[@]}")
-    else
-      args=("${BTL_tcp[@]}" "${tcp_extra[@]}")
-    fi
+    run=("${MPIRUN[@]}")
+    case $btl in
+      ringbtl) args=("${BTL_ringbtl[@]}" "${extra[@]}") ;;
+      tcp) args=("${BTL_tcp[@]}" "${tcp_extra[@]}") ;;
+      ucx)
+        # Open MPI 4.1's pml ucx takes only the transports of pml_ucx_tls (InfiniBand's by
+        # default): any, and UCX itself held to TCP on the interface the BTLs use.
+        run=("${MPIRUN[@]/#ob1/ucx}")
+        args=(--mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self
+          -x "UCX_NET_DEVICES=$IF_UCX")
+        ;;
+    esac
     if [ -n "$patterns" ]; then
       prog=("$OMPI_OUT/ringbtl_patterns" "${fresh[@]}" "$patterns")
     else
       prog=("$OMPI_OUT/ringbtl_perf")
     fi
     # shellcheck disable=SC2086 # one size per word
-    "${MPIRUN[@]}" "${args[@]}" -np "$np" "${place[@]}" "${prog[@]}" $sizes \
+    "${run[@]}" "${args[@]}" -np "$np" "${place[@]}" "${prog[@]}" $sizes \
       | awk -v sys="$btl" -v run="$r" -v tcpname="btl tcp ($link)" '
           $1 == "lat"  { m = "lat_us"; b = "latency" }
           $1 == "bw"   { m = "bw_mb_s"; b = "bw" }
           $1 == "rate" { m = "rate_msg_s"; b = "rate" }
           $1 ~ /^(xchg|halo2|halo4|a2a)(-fresh)?$/ { m = "bw_mb_s"; b = $1 }
           NF == 3 && m != "" {
-            name = (sys == "ringbtl") ? "ringbtl (btl ringbtl)" : tcpname
+            name = (sys == "ringbtl") ? "ringbtl (btl ringbtl)" : (sys == "ucx") ? "ucx (pml ucx, tcp)" : tcpname
             printf "{\"system\": \"%s\", \"bench\": \"%s\", \"metric\": \"%s\", \"size\": %d, \"run\": %d, \"value\": %s}\n", name, b, m, $2, run, $3
             m = "" }' >>"$jsonl"
     echo "run $r $btl done" >&2
@@ -180,8 +200,11 @@ def target(bench, size):
     # Exchanges both ways, 64 KiB to 4 MiB: 1.2; every other pattern and size: 1.0.
     return 1.2 if base in ("xchg", "halo2", "halo4") and 65536 <= size <= 4194304 else 1.0
 print(f"Medians of {sys.argv[2]} alternating runs, pml ob1, {sys.argv[4]} ranks, {sys.argv[3]}.\n")
-print("| measure | size | btl ringbtl | btl tcp | ringbtl / tcp | target | met |")
-print("|---|---|---|---|---|---|---|")
+# pml ucx (--ucx): two columns more, its figure and ringbtl / ucx.
+has_ucx = any(k[2] == "ucx" for k in vals)
+more = " pml ucx (tcp) | ringbtl / ucx |" if has_ucx else ""
+print(f"| measure | size | btl ringbtl | btl tcp | ringbtl / tcp | target | met |{more}")
+print("|---|---|---|---|---|---|---|" + ("---|---|" if has_ucx else ""))
 for bench in benches:
     higher = kinds.get(bench, ("", True))[1]
     for s in sorted({s for (b, s, _) in vals if b == bench}):
@@ -189,17 +212,21 @@ for bench in benches:
         if not a or not b:
             continue
         ma, mb = statistics.median(a), statistics.median(b)
+        prec = 2 if bench == "latency" else (0 if bench == "rate" else 1)
+        u, tail = vals.get((bench, s, "ucx")), ""
+        if has_ucx:
+            mu = statistics.median(u) if u else None
+            tail = (f" {mu:.{prec}f} | {ma / mu:.2f} |" if mu else " - | - |")
         if mb == 0:
             # A measure too small to show (8 B bandwidth rounds to 0.0 MB/s): no ratio.
-            print(f"| {label(bench)} | {fmt_size(s)} | {ma} | {mb} | n/a |  |  |")
+            print(f"| {label(bench)} | {fmt_size(s)} | {ma} | {mb} | n/a |  |  |{tail}")
             continue
         ratio = ma / mb
         t = target(bench, s)
         op = ">=" if higher else "<="
         met = "" if t is None else ("yes" if (ratio >= t if higher else ratio <= t) else "no")
         tt = "" if t is None else f"{op} {t}"
-        prec = 2 if bench == "latency" else (0 if bench == "rate" else 1)
-        print(f"| {label(bench)} | {fmt_size(s)} | {ma:.{prec}f} | {mb:.{prec}f} | {ratio:.2f} | {tt} | {met} |")
+        print(f"| {label(bench)} | {fmt_size(s)} | {ma:.{prec}f} | {mb:.{prec}f} | {ratio:.2f} | {tt} | {met} |{tail}")
 PY
 if [ "$plot" = 1 ]; then
   tools/plot "$jsonl" -o "$res/$name.png" --title "MPI over btl ringbtl vs btl tcp (pml ob1, $where, $np ranks)"

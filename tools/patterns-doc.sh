@@ -6,7 +6,8 @@
 #      other's) beside a plain socket's exchange in the same two processes, interleaved
 #      in rounds (`ringbtl-bench latency --exchange --baseline`), both backends, on
 #      loopback inside a namespace host whose congestion control is each of --cc;
-#   2. MPI over btl ringbtl beside btl tcp (tools/ompi-compare.sh --patterns): the
+#   2. MPI over btl ringbtl beside btl tcp and pml ucx over UCX's TCP transport
+#      (tools/ompi-compare.sh --patterns --ucx): the
 #      exchange at 2 ranks from reused and from fresh buffers, the halo exchange with 2
 #      neighbours and alltoall at 4 ranks, with 4 neighbours at 5 and 8 ranks, alltoall at
 #      8 ranks, on loopback (ranks unbound beyond the cores), under each of --cc;
@@ -132,9 +133,9 @@ fi
 # 2. MPI: the patterns over btl ringbtl and btl tcp.
 mpi() {
   local title=$1; shift
-  section "MPI over btl ringbtl and btl tcp: $title" tools/ompi-compare.sh "$@"
+  section "MPI over btl ringbtl, btl tcp and pml ucx: $title" tools/ompi-compare.sh "$@" --ucx
   local name="patterns-doc-$$"
-  tools/ompi-compare.sh "$@" --name "$name" >/dev/null 2>"$work/err" \
+  tools/ompi-compare.sh "$@" --ucx --name "$name" >/dev/null 2>"$work/err" \
     || { cat "$work/err" >&2; exit 1; }
   cat "target/ompi-results/$name.md" >>"$doc"
   rm -f "target/ompi-results/$name".*
