@@ -108,7 +108,8 @@ out=$(mktemp -d /tmp/ringbtl-ci-compare.XXXXXX)
 tools/perf-compare.sh --quick --cc reno --skip ompi,ucx --out "$out" >"$out/log" 2>&1 \
   || { cat "$out/log"; exit 1; }
 for place in loopback "two namespace hosts (veth)"; do
-  for row in "latency 8 B / floor" "latency 8 B / plain socket" "latency 64 KiB / plain socket"; do
+  for row in "latency 8 B / floor" "latency 8 B / plain socket" "latency 64 KiB / plain socket" \
+    "exchange 1000000 B / plain socket"; do
     grep -A12 "^#### $place: ringbtl / .*medians\|^#### $place: ringbtl / plain socket" "$out/summary.md" \
       | grep -qE "^\| $row \| [0-9]" \
       || { echo "no '$row' numbers for $place in:"; cat "$out/summary.md"; exit 1; }

@@ -36,6 +36,8 @@
 # ping-pong interleaved with a plain socket's in the same two processes (`ringbtl-bench
 # latency --baseline --rounds 20`, between hosts with its peer on the other host through
 # `--peer-cmd`), whose ratio does not depend on the speed the machine had during the run;
+# the exchange (both processes send a message at once, each waits for the other's, at 8 B,
+# 64 KiB, 1,000,000 B and 3 MiB) interleaved the same way with a plain socket's exchange;
 # bandwidth (osu_bw windows of 64) at 1 MiB and 4 MiB; message rate at 8 B (windows of 64,
 # OSU's 100 of them, against Open MPI and UCX; on loopback also against the coalesced floor,
 # tools/rate-floor.c, at windows of 64 and of 256, both programs with the same number of
@@ -134,19 +136,20 @@ for where in wheres:
     table(where, best)
     # ringbtl against a plain socket in the same processes, interleaved in rounds: the
     # median of the runs' ratios (lowest-highest).
-    prow = [s for s in (8, 65536, 1048576)
-            if any(k[2:] == (where, "paired", s) for k in vals)]
-    if prow:
-        print(f"\n#### {place}: ringbtl / plain socket, the same processes, interleaved in rounds "
-              f"(p50; median of the runs' ratios, lowest-highest)\n")
+    for metric, what in (("paired", "latency"), ("pairedx", "exchange")):
+        prow = sorted({k[4] for k in vals if k[2:4] == (where, metric)})
+        if not prow:
+            continue
+        print(f"\n#### {place}: ringbtl / plain socket, the same processes, interleaved in rounds, "
+              f"{what} (p50; median of the runs' ratios, lowest-highest)\n")
         print("| measure | " + " | ".join(f"{cc}, {b}" for cc, b in cols) + " |")
         print("|---" * (len(cols) + 1) + "|")
         for s in prow:
             cells = []
             for cc, b in cols:
-                v = vals.get((f"ringbtl-{b}", cc, where, "paired", s))
+                v = vals.get((f"ringbtl-{b}", cc, where, metric, s))
                 cells.append(f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" if v else "-")
-            print(f"| latency {size_name(s)} / plain socket | " + " | ".join(cells) + " |")
+            print(f"| {what} {size_name(s)} / plain socket | " + " | ".join(cells) + " |")
     # How far apart a system's runs were: slowest / fastest.
     spread_rows = [("lat", 8), ("lat", 1048576), ("bw", 4194304), ("rate256", 8)]
     systems = sorted({k[0] for k in vals if k[2] == where})
@@ -256,6 +259,8 @@ chmod +x "$AGENT"
 DIV=1 Q="" OSUQ=""
 if [ "$QUICK" = 1 ]; then DIV=10; Q="--quick"; OSUQ="-q"; fi
 LAT_SIZES=8,65536,1048576 BW_SIZES=1048576,4194304 RATE_SIZES=8
+# The exchange: sizes off the powers of two as well.
+XCHG_SIZES=8,65536,1000000,3145728
 # Message rate against the coalesced floor (loopback): windows of 64 (osu_mbw_mr's) and 256,
 # RATE_RUN of them after a tenth as many unmeasured, for both programs (the rate of TCP on
 # loopback drops after the first thousand windows or so: a run of OSU's 100 windows is not
@@ -409,6 +414,12 @@ run_ringbtl() { # backend cc where run
         --rounds "$ROUNDS" --sizes "$LAT_SIZES" "${peer[@]}" 2>"$TMP/paired.err" \
         | jsonpick ratio_p50 latency | record "ringbtl-$be" "$cc" "$where" paired "$run" \
         || echo "  ringbtl-$be interleaved ($cc, $where) failed: $(head -c 300 "$TMP/paired.err")" >&2
+    # The exchange (both processes send at once, each waits for the other's message: a
+    # halo exchange), interleaved the same way with a plain socket's exchange.
+    in_ns "$ns" 0 "${pre[@]}" "$BENCH" latency --exchange --pin --json $Q --backend "$be" \
+        --baseline --rounds "$ROUNDS" --sizes "$XCHG_SIZES" "${peer[@]}" 2>"$TMP/pairedx.err" \
+        | jsonpick ratio_p50 exchange | record "ringbtl-$be" "$cc" "$where" pairedx "$run" \
+        || echo "  ringbtl-$be exchange ($cc, $where) failed: $(head -c 300 "$TMP/pairedx.err")" >&2
     unset RINGBTL_TCP_CONGESTION RINGBTL_BACKEND
 }
 
