@@ -57,6 +57,11 @@ pub(crate) struct AlltoallArgs {
     #[arg(long, value_name = "LIST|MIN:MAX", value_parser = parse_sizes)]
     pub(crate) sizes: Option<SizeList>,
 
+    /// A halo exchange instead: each rank sends to and receives from its N ring
+    /// neighbours only (N even: the N/2 ranks on each side), all at once.
+    #[arg(long, value_name = "N", value_parser = parse_neighbours)]
+    pub(crate) neighbours: Option<u32>,
+
     /// Messages of each size from every rank to every other rank.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) rounds: u32,
@@ -89,6 +94,14 @@ impl AlltoallArgs {
             Some(s) => s.0.clone(),
             None => vec![8, 64 << 10, 1 << 20],
         }
+    }
+}
+
+/// `--neighbours`: an even count from 2.
+fn parse_neighbours(v: &str) -> Result<u32, String> {
+    match v.parse::<u32>() {
+        Ok(n) if n >= 2 && n % 2 == 0 && n <= 1024 => Ok(n),
+        _ => Err(format!("{v:?}: an even number of neighbours, 2 to 1024")),
     }
 }
 

@@ -223,6 +223,9 @@ struct Shared {
     reports: Vec<(u32, Vec<u8>)>,
     /// Alltoall: the size of each sequence number.
     plan: Vec<usize>,
+    /// Alltoall: the ranks this one exchanges with (every other, or its halo
+    /// neighbours).
+    targets: Vec<u32>,
     /// Alltoall: completions of each data send (index: peer * messages + sequence
     /// number), which must be exactly one, and their sum.
     data_done: Vec<u8>,
@@ -571,9 +574,20 @@ impl Job {
         Ok(got.into_iter().map(|(_, d)| d).collect())
     }
 
-    /// All-to-all: one checked message of each size (per round) to every other rank,
-    /// after a barrier. Returns the messages and bytes this rank received and checked.
-    pub(crate) fn alltoall(&mut self, sizes: &[usize], rounds: u32) -> Result<(u64, u64), String> {
+    /// All-to-all: one checked message of each size (per round) to every other rank, or
+    /// with `neighbours` (a halo exchange) to the ranks `rank +- 1 ..= neighbours / 2`
+    /// around the ring, after a barrier. Returns the messages and bytes this rank
+    /// received and checked.
+    pub(crate) fn alltoall(
+        &mut self,
+        sizes: &[usize],
+        rounds: u32,
+        neighbours: Option<u32>,
+    ) -> Result<(u64, u64), String> {
+        let targets = match neighbours {
+            None => self.peers().collect(),
+            Some(k) => halo(self.rank, self.size, k),
+        };
         {
             let mut s = self.st.borrow_mut();
             s.plan = sizes
@@ -582,10 +596,11 @@ impl Job {
                 .collect();
             s.data_done = vec![0; self.size as usize * s.plan.len()];
             s.data_completed = 0;
+            s.targets = targets;
         }
         // Every rank knows the plan before anyone sends.
         self.barrier()?;
-        let peers: Vec<u32> = self.peers().collect();
+        let peers = self.st.borrow().targets.clone();
         let deadline = Instant::now() + self.timeout;
         // Data sends accepted, per peer (sequence numbers 0..accepted).
         let mut accepted = vec![0u32; self.size as usize];
@@ -596,11 +611,17 @@ impl Job {
         };
         self.check_sends_once()?;
         let s = self.st.borrow();
-        // Every other rank delivered every sequence number exactly once, in order.
+        // Every rank exchanged with delivered every sequence number exactly once, in
+        // order, and no other rank sent anything.
         for (r, &n) in s.next_seq.iter().enumerate() {
-            if r as u32 != self.rank && n != seq_end {
+            let want = if s.targets.contains(&(r as u32)) {
+                seq_end
+            } else {
+                0
+            };
+            if r as u32 != self.rank && n != want {
                 return Err(format!(
-                    "rank {}: received {n} of {seq_end} messages from rank {r}",
+                    "rank {}: received {n} of {want} messages from rank {r}",
                     self.rank
                 ));
             }
@@ -662,7 +683,7 @@ impl Job {
             .unwrap_or(false);
         let s = self.st.borrow();
         let n = s.plan.len();
-        let wrong = self.peers().find_map(|p| {
+        let wrong = s.targets.iter().find_map(|&p| {
             let done = &s.data_done[p as usize * n..(p as usize + 1) * n];
             let a = accepted[p as usize] as usize;
             done.iter()
@@ -688,7 +709,7 @@ impl Job {
     pub(crate) fn check_sends_once(&self) -> Result<(), String> {
         let s = self.st.borrow();
         let n = s.plan.len();
-        for p in self.peers() {
+        for &p in &s.targets {
             let done = &s.data_done[p as usize * n..(p as usize + 1) * n];
             if let Some(seq) = done.iter().position(|&d| d != 1) {
                 return Err(format!(
@@ -1151,17 +1172,21 @@ pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
     say(
         &job,
         &format!(
-            "# every rank sends {} checked message(s) of each size ({}) to every other rank",
+            "# every rank sends {} checked message(s) of each size ({}) to {}",
             args.rounds,
             sizes
                 .iter()
                 .map(|s| format!("{s} B"))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            match args.neighbours {
+                None => "every other rank".to_string(),
+                Some(k) => format!("its halo: the ranks within {} on each side", k / 2),
+            }
         ),
     );
     let t0 = Instant::now();
-    let (checked, bytes) = job.alltoall(&sizes, args.rounds)?;
+    let (checked, bytes) = job.alltoall(&sizes, args.rounds, args.neighbours)?;
     job.barrier()?;
     // No send completed a second time since.
     job.check_sends_once()?;
@@ -1189,7 +1214,13 @@ pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
         let max = |i: usize| cols.iter().map(|c| c[i]).max().unwrap_or(0);
         let sum = |i: usize| cols.iter().map(|c| c[i]).sum::<u64>();
         let n = u64::from(job.size());
-        let expect = n * (n - 1) * sizes.len() as u64 * u64::from(args.rounds);
+        let partners: u64 = (0..job.size())
+            .map(|r| match args.neighbours {
+                None => n - 1,
+                Some(k) => halo(r, job.size(), k).len() as u64,
+            })
+            .sum();
+        let expect = partners * sizes.len() as u64 * u64::from(args.rounds);
         say(
             &job,
             &format!(
@@ -1208,10 +1239,12 @@ pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
         say(
             &job,
             &format!(
-                "exchange time: {:.3} ms (slowest rank); {} of {expect} messages, {} bytes checked",
+                "exchange time: {:.3} ms (slowest rank); {} of {expect} messages, {} bytes checked; \
+                 {:.1} MB/s received per rank over the slowest rank's time",
                 max(1) as f64 / 1e6,
                 sum(2),
-                sum(3)
+                sum(3),
+                sum(3) as f64 / n as f64 / (max(1).max(1) as f64 / 1e9) / 1e6
             ),
         );
         if sum(2) != expect || cols.len() as u64 != n {
@@ -1224,6 +1257,20 @@ pub(crate) fn run_alltoall(args: &AlltoallArgs) -> Result<(), String> {
         say(&job, "all messages received and checked: OK");
     }
     job.finish()
+}
+
+/// The halo of `rank` among `size` ranks in a ring: the ranks `rank +- d` for `d` in
+/// `1..=neighbours / 2`, each once, without `rank` itself (fewer when the ring is small).
+fn halo(rank: u32, size: u32, neighbours: u32) -> Vec<u32> {
+    let mut v = Vec::new();
+    for d in 1..=neighbours / 2 {
+        for r in [(rank + d) % size, (rank + size - d % size) % size] {
+            if r != rank && !v.contains(&r) {
+                v.push(r);
+            }
+        }
+    }
+    v
 }
 
 /// `ringbtl-bench bw` / `rate` under a launcher: pairs `i <-> i + N/2`, summed over the

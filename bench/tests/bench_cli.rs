@@ -275,6 +275,8 @@ fn bad_arguments_are_errors_not_panics() {
         (&["--iters", "0"][..], "--iters"),
         (&["--baseline-only", "--baseline"][..], "--baseline"),
         (&["latency", "--timeout", "0"][..], "--timeout"),
+        (&["alltoall", "--neighbours", "3"][..], "--neighbours"),
+        (&["alltoall", "--neighbours", "0"][..], "--neighbours"),
     ] {
         let out = run(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -487,6 +489,37 @@ fn exchange_json() {
         ),
         "{table}"
     );
+}
+
+/// `alltoall --neighbours N`: a halo exchange, each rank with its N ring neighbours only;
+/// every message checked, the count of messages that of the halo (5 ranks with 4
+/// neighbours: 4 each; 4 ranks with 2: 2 each; 3 ranks with 4: the 2 others), with a rate.
+#[test]
+fn halo_exchange() {
+    for (np, k, partners) in [("5", "4", 4), ("4", "2", 2), ("3", "4", 2)] {
+        let out = run_ok(&[
+            "alltoall",
+            "--np",
+            np,
+            "--neighbours",
+            k,
+            "--sizes",
+            "1000,65537",
+            "--rounds",
+            "3",
+        ]);
+        let n: usize = np.parse().unwrap();
+        let want = n * partners * 2 * 3;
+        assert!(
+            out.contains(&format!(" {want} of {want} messages")),
+            "np {np}, {k} neighbours: {out}"
+        );
+        assert!(
+            out.contains("all messages received and checked: OK"),
+            "{out}"
+        );
+        assert!(out.contains("MB/s received per rank"), "{out}");
+    }
 }
 
 /// `--rounds`: the series take turns in rounds; the JSON line pools them (every measured
