@@ -1,6 +1,8 @@
 /*
- * mca_btl_ringbtl: an Open MPI 4.1 BTL (interface 3.1) over ringbtl, the io_uring TCP
- * transport of this repository, through its C ABI (ffi/include/ringbtl.h).
+ * mca_btl_ringbtl: an Open MPI BTL over ringbtl, the io_uring TCP transport of this
+ * repository, through its C ABI (ffi/include/ringbtl.h). One source for Open MPI 4.1 (BTL
+ * interface 3.1) and 5.0 (3.3, built with RINGBTL_OMPI5); what differs is confined to
+ * btl_ringbtl_compat.[ch].
  *
  * One module per process. The module owns one ringbtl transport whose process id is
  * this process's vpid; peers are the processes of the same job (same jobid), addressed
@@ -11,15 +13,11 @@
 #ifndef MCA_BTL_RINGBTL_H
 #define MCA_BTL_RINGBTL_H
 
-#include "opal_config.h"
-
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "opal/class/opal_free_list.h"
-#include "opal/mca/btl/btl.h"
-#include "opal/util/proc.h"
+#include "btl_ringbtl_compat.h"
 
 #include "ringbtl.h"
 
@@ -75,9 +73,9 @@ typedef struct {
     /* Endpoints indexed by vpid (NULL = not added). */
     mca_btl_ringbtl_endpoint_t **endpoints;
     uint32_t nendpoints;
-    opal_free_list_t eager_frags; /* capacity: btl_eager_limit */
-    opal_free_list_t max_frags;   /* capacity: btl_max_send_size */
-    opal_free_list_t puts;        /* mca_btl_ringbtl_put_t, for puts and gets */
+    ringbtl_pool_t eager_frags; /* capacity: btl_eager_limit */
+    ringbtl_pool_t max_frags;   /* capacity: btl_max_send_size */
+    ringbtl_pool_t puts;        /* mca_btl_ringbtl_put_t, for puts and gets */
     uint64_t puts_sent, gets_sent, regions_registered; /* btl_ringbtl_verbose */
     /* Regions ob1 released inside a progress callback while the reply to a peer's get still
      * held them (its send's completion not yet reaped): taken back after that progress. */
@@ -128,7 +126,7 @@ typedef struct mca_btl_ringbtl_frag {
     mca_btl_base_descriptor_t base;
     mca_btl_base_segment_t segs[2];
     mca_btl_ringbtl_endpoint_t *ep;
-    opal_free_list_t *list;
+    ringbtl_pool_t *list;
     size_t cap;
     unsigned char *buf;
 } mca_btl_ringbtl_frag_t;

@@ -8,11 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "opal/mca/base/mca_base_var.h"
-#include "opal/mca/btl/base/base.h"
-#include "opal/mca/pmix/pmix.h"
-#include "opal/runtime/opal.h"
-#include "opal/util/output.h"
 
 static int component_register(void);
 static int component_open(void);
@@ -116,29 +111,13 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
 #define RINGBTL_DEFAULT_LATENCY 90
 #define RINGBTL_DEFAULT_BANDWIDTH 10000
 
-/* Open MPI's internal structures may change between minor versions: only the series the
- * component was built against is accepted. */
-static bool component_version_ok(void)
-{
-    int major = -1, minor = -1;
-    const char *v = opal_version_string;
-    if (2 != sscanf(v, "%d.%d", &major, &minor) || major != OPAL_MAJOR_VERSION
-        || minor != OPAL_MINOR_VERSION) {
-        opal_output(0,
-                    "btl ringbtl: built against Open MPI %s but running under Open MPI %s; "
-                    "the component declines to load (rebuild it with tools/build-ompi.sh "
-                    "against the installed headers)",
-                    OPAL_IDENT_STRING, v);
-        return false;
-    }
-    return true;
-}
-
 static int component_register(void)
 {
     mca_base_component_t *c = &mca_btl_ringbtl_component.super.btl_version;
 
-    if (!component_version_ok()) {
+    /* The running Open MPI must be the one the component was built for (in 5.0 also the
+     * layouts it shares with it); otherwise it declines, having said what differs. */
+    if (!ringbtl_compat_check()) {
         return OPAL_ERR_NOT_SUPPORTED;
     }
     if (ringbtl_abi_version() != RINGBTL_ABI_VERSION) {
@@ -226,11 +205,12 @@ static int component_register(void)
 
 static int component_open(void)
 {
-    return OPAL_SUCCESS;
+    return ringbtl_compat_check() ? OPAL_SUCCESS : OPAL_ERR_NOT_SUPPORTED;
 }
 
 static int component_close(void)
 {
+    ringbtl_compat_fini();
     return OPAL_SUCCESS;
 }
 
@@ -257,8 +237,11 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
 
     (void) enable_progress_threads;
     *num_btls = 0;
+    if (!ringbtl_compat_check()) {
+        return NULL;
+    }
 
-    const opal_process_name_t me = OPAL_PROC_MY_NAME;
+    const opal_process_name_t me = ringbtl_compat_my_name();
     rc = ringbtl_config_new((uint32_t) me.vpid, &cfg);
     if (RINGBTL_OK != rc) {
         opal_output(0, "btl ringbtl: no configuration: %s", ringbtl_last_error());
@@ -285,8 +268,7 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
             char key[65];
             rc = ringbtl_generate_job_key(key);
             if (RINGBTL_OK == rc) {
-                OPAL_MODEX_SEND_VALUE(rc, OPAL_PMIX_GLOBAL, RINGBTL_MODEX_JOB_KEY, key,
-                                      OPAL_STRING);
+                rc = ringbtl_compat_modex_send_string(RINGBTL_MODEX_JOB_KEY, key);
                 if (OPAL_SUCCESS == rc) {
                     rc = ringbtl_config_set(cfg, "RINGBTL_JOB_KEY", key) == RINGBTL_OK
                              ? OPAL_SUCCESS
@@ -357,7 +339,7 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
     }
 
     const char *uris = ringbtl_uris(rt);
-    OPAL_MODEX_SEND(rc, OPAL_PMIX_GLOBAL, &c->super.btl_version, uris, strlen(uris) + 1);
+    rc = ringbtl_compat_modex_send_uris(&c->super.btl_version, uris);
     if (OPAL_SUCCESS != rc) {
         opal_output(0, "btl ringbtl: publishing the address through the modex failed (%d)",
                     rc);

@@ -10,10 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "opal/datatype/opal_convertor.h"
-#include "opal/mca/pmix/pmix.h"
-#include "opal/util/error.h"
-#include "opal/util/output.h"
 
 static void frag_construct(mca_btl_ringbtl_frag_t *f)
 {
@@ -62,7 +58,7 @@ static double now_s(void)
 static int frag_item_init(opal_free_list_item_t *item, void *ctx)
 {
     mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) item;
-    opal_free_list_t *list = ctx;
+    ringbtl_pool_t *list = ctx;
     f->list = list;
     f->cap = (list == &mca_btl_ringbtl_module.eager_frags)
                  ? mca_btl_ringbtl_module.super.btl_eager_limit
@@ -73,7 +69,7 @@ static int frag_item_init(opal_free_list_item_t *item, void *ctx)
 /* A fragment with room for `size` bytes, or NULL (too large, or no memory). */
 static mca_btl_ringbtl_frag_t *frag_get(mca_btl_ringbtl_module_t *m, size_t size)
 {
-    opal_free_list_t *list;
+    ringbtl_pool_t *list;
     if (size <= m->super.btl_eager_limit) {
         list = &m->eager_frags;
     } else if (size <= m->super.btl_max_send_size) {
@@ -81,7 +77,7 @@ static mca_btl_ringbtl_frag_t *frag_get(mca_btl_ringbtl_module_t *m, size_t size
     } else {
         return NULL;
     }
-    mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) opal_free_list_get(list);
+    mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) ringbtl_pool_get(list);
     if (NULL == f) {
         return NULL;
     }
@@ -102,7 +98,7 @@ static mca_btl_ringbtl_frag_t *frag_get(mca_btl_ringbtl_module_t *m, size_t size
 
 static void frag_return(mca_btl_ringbtl_frag_t *f)
 {
-    opal_free_list_return(f->list, (opal_free_list_item_t *) f);
+    ringbtl_pool_return(f->list, (opal_free_list_item_t *) f);
 }
 
 /* ---- callbacks from ringbtl ----------------------------------------------------------- */
@@ -128,7 +124,7 @@ static void complete_put(mca_btl_ringbtl_module_t *m, mca_btl_ringbtl_put_t *p, 
         p->cbfunc(&m->super, p->ep, p->local_address, p->local_handle, p->cbcontext,
                   p->cbdata, status_to_opal(status));
     }
-    opal_free_list_return(&m->puts, &p->super);
+    ringbtl_pool_return(&m->puts, &p->super);
 }
 
 /* A put's or get's cookie is its descriptor's address with the low bit set (descriptors
@@ -232,11 +228,7 @@ static void on_recv(void *ctx, uint32_t src, uint8_t tag, const void *data, size
 static void deliver(mca_btl_ringbtl_module_t *m, uint32_t src, uint8_t tag, const void *data,
                     size_t len)
 {
-    const mca_btl_active_message_callback_t *reg = &mca_btl_base_active_message_trigger[tag];
-    mca_btl_base_segment_t seg;
-    mca_btl_base_descriptor_t des;
-
-    if (NULL == reg->cbfunc) {
+    if (NULL == mca_btl_base_active_message_trigger[tag].cbfunc) {
         opal_output(0, "btl ringbtl: message with tag %u from rank %u has no receiver; dropped",
                     (unsigned) tag, (unsigned) src);
         return;
@@ -260,13 +252,8 @@ static void deliver(mca_btl_ringbtl_module_t *m, uint32_t src, uint8_t tag, cons
         memcpy(m->scratch, data, len);
         data = m->scratch;
     }
-    memset(&des, 0, sizeof(des));
-    seg.seg_addr.pval = (void *) data;
-    seg.seg_len = len;
-    des.des_segments = &seg;
-    des.des_segment_count = 1;
-    des.order = MCA_BTL_NO_ORDER;
-    reg->cbfunc(&m->super, tag, &des, reg->cbdata);
+    (void) ringbtl_compat_deliver(&m->super, src < m->nendpoints ? m->endpoints[src] : NULL, tag,
+                                  data, len);
 }
 
 /* Once per failed peer, after the completions of its failed operations, which are held
@@ -343,8 +330,8 @@ static mca_btl_ringbtl_endpoint_t *add_proc(mca_btl_ringbtl_module_t *m, opal_pr
         char *uris = NULL;
         size_t len = 0;
         int mrc;
-        OPAL_MODEX_RECV(mrc, &mca_btl_ringbtl_component.super.btl_version, &p->proc_name,
-                        (void **) &uris, &len);
+        mrc = ringbtl_compat_modex_recv_uris(&mca_btl_ringbtl_component.super.btl_version,
+                                             &p->proc_name, &uris, &len);
         if (OPAL_SUCCESS != mrc || NULL == uris || 0 == len || '\0' != uris[len - 1]) {
             if (verbose > 0) {
                 opal_output(0, "btl ringbtl: %s published no ringbtl address: unreachable",
@@ -390,11 +377,10 @@ int mca_btl_ringbtl_ensure_key(mca_btl_ringbtl_module_t *m)
         return m->key_failed ? OPAL_ERR_NOT_FOUND : OPAL_SUCCESS;
     }
     m->key_pending = false;
-    opal_process_name_t root = OPAL_PROC_MY_NAME;
+    opal_process_name_t root = ringbtl_compat_my_name();
     root.vpid = 0;
     char *key = NULL;
-    int rc;
-    OPAL_MODEX_RECV_VALUE(rc, RINGBTL_MODEX_JOB_KEY, &root, &key, OPAL_STRING);
+    int rc = ringbtl_compat_modex_recv_string(RINGBTL_MODEX_JOB_KEY, &root, &key);
     if (OPAL_SUCCESS == rc && NULL != key) {
         int frc = ringbtl_set_job_key(m->rt, key);
         memset(key, 0, strlen(key));
@@ -468,7 +454,7 @@ static int btl_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
 static int on_unknown_peer(void *ctx, uint32_t peer)
 {
     mca_btl_ringbtl_module_t *m = ctx;
-    opal_process_name_t name = OPAL_PROC_MY_NAME;
+    opal_process_name_t name = ringbtl_compat_my_name();
     int rc;
 
     if (m->closing || (opal_vpid_t) peer == name.vpid
@@ -558,7 +544,7 @@ static mca_btl_base_descriptor_t *btl_prepare_src(struct mca_btl_base_module_t *
     if (max_data > m->super.btl_max_send_size - reserve) {
         max_data = m->super.btl_max_send_size - reserve;
     }
-    if (0 != max_data && !opal_convertor_need_buffers(convertor)) {
+    if (0 != max_data && ringbtl_compat_inplace(convertor)) {
         f = frag_get(m, reserve);
         if (NULL == f) {
             return NULL;
@@ -840,7 +826,7 @@ static int rdma(mca_btl_ringbtl_module_t *m, bool get, struct mca_btl_base_endpo
     if (OPAL_UNLIKELY(size > (get ? m->super.btl_get_limit : m->super.btl_put_limit))) {
         return OPAL_ERR_NOT_AVAILABLE;
     }
-    mca_btl_ringbtl_put_t *p = (mca_btl_ringbtl_put_t *) opal_free_list_get(&m->puts);
+    mca_btl_ringbtl_put_t *p = (mca_btl_ringbtl_put_t *) ringbtl_pool_get(&m->puts);
     if (OPAL_UNLIKELY(NULL == p)) {
         return OPAL_ERR_OUT_OF_RESOURCE;
     }
@@ -868,7 +854,7 @@ static int rdma(mca_btl_ringbtl_module_t *m, bool get, struct mca_btl_base_endpo
     }
     RINGBTL_UNLOCK(m);
     if (RINGBTL_OK != rc) {
-        opal_free_list_return(&m->puts, &p->super);
+        ringbtl_pool_return(&m->puts, &p->super);
         return status_to_opal(rc);
     }
     return OPAL_SUCCESS;
@@ -914,19 +900,10 @@ static int btl_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoi
  * PMIx_Connect, which the others reach only once they have that data. Every blocking PMIx
  * call of the client API that Open MPI makes after start-up (fence, connect, disconnect,
  * publish, lookup, unpublish, spawn) therefore first progresses ringbtl until every send
- * accepted so far has left (at most btl_ringbtl_block_flush_ms): the entries of opal_pmix
- * (Open MPI's table of PMIx functions) are wrapped while the module lives, and put back at
- * finalize. */
-static struct {
-    bool active;
-    opal_pmix_base_module_fence_fn_t fence;
-    opal_pmix_base_module_connect_fn_t connect;
-    opal_pmix_base_module_disconnect_fn_t disconnect;
-    opal_pmix_base_module_publish_fn_t publish;
-    opal_pmix_base_module_lookup_fn_t lookup;
-    opal_pmix_base_module_unpublish_fn_t unpublish;
-    opal_pmix_base_module_spawn_fn_t spawn;
-} pmix_orig;
+ * accepted so far has left (at most btl_ringbtl_block_flush_ms): in Open MPI 4.1 the
+ * entries of opal_pmix (its table of PMIx functions) are wrapped while the module lives,
+ * and put back at finalize (ringbtl_compat_wrap_blocking). Open MPI 5.0 calls PMIx
+ * directly: there, nothing is wrapped. */
 
 /* Sends accepted and not completed yet, over every peer. */
 static size_t unsent(mca_btl_ringbtl_module_t *m)
@@ -968,68 +945,6 @@ static void flush_before_blocking(void)
     RINGBTL_UNLOCK(m);
 }
 
-static int wrap_fence(opal_list_t *procs, int collect_data)
-{
-    flush_before_blocking();
-    return pmix_orig.fence(procs, collect_data);
-}
-static int wrap_connect(opal_list_t *procs)
-{
-    flush_before_blocking();
-    return pmix_orig.connect(procs);
-}
-static int wrap_disconnect(opal_list_t *procs)
-{
-    flush_before_blocking();
-    return pmix_orig.disconnect(procs);
-}
-static int wrap_publish(opal_list_t *info)
-{
-    flush_before_blocking();
-    return pmix_orig.publish(info);
-}
-static int wrap_lookup(opal_list_t *data, opal_list_t *info)
-{
-    flush_before_blocking();
-    return pmix_orig.lookup(data, info);
-}
-static int wrap_unpublish(char **keys, opal_list_t *info)
-{
-    flush_before_blocking();
-    return pmix_orig.unpublish(keys, info);
-}
-static int wrap_spawn(opal_list_t *job_info, opal_list_t *apps, opal_jobid_t *jobid)
-{
-    flush_before_blocking();
-    return pmix_orig.spawn(job_info, apps, jobid);
-}
-
-/* Wraps (or, with `on` false, puts back) each entry that is set. */
-static void pmix_wrap(bool on)
-{
-#define RINGBTL_WRAP(name)                                                               \
-    do {                                                                                 \
-        if (on && NULL != opal_pmix.name) {                                              \
-            pmix_orig.name = opal_pmix.name;                                             \
-            opal_pmix.name = wrap_##name;                                                \
-        } else if (!on && NULL != pmix_orig.name && wrap_##name == opal_pmix.name) {     \
-            opal_pmix.name = pmix_orig.name;                                             \
-        }                                                                                \
-    } while (0)
-    if (on == pmix_orig.active) {
-        return;
-    }
-    RINGBTL_WRAP(fence);
-    RINGBTL_WRAP(connect);
-    RINGBTL_WRAP(disconnect);
-    RINGBTL_WRAP(publish);
-    RINGBTL_WRAP(lookup);
-    RINGBTL_WRAP(unpublish);
-    RINGBTL_WRAP(spawn);
-#undef RINGBTL_WRAP
-    pmix_orig.active = on;
-}
-
 /* ---- finalize ------------------------------------------------------------------------- */
 
 static int btl_finalize(struct mca_btl_base_module_t *btl)
@@ -1047,7 +962,7 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
     m->error_cb = NULL;
     /* Held completions only recycle their fragments now. */
     mca_btl_ringbtl_release_held(m);
-    pmix_wrap(false);
+    ringbtl_compat_wrap_blocking(false, NULL);
     if (mca_btl_ringbtl_component.verbose > 0) {
         opal_output(0, "btl ringbtl: received %llu frames, %llu bytes; copied for alignment: "
                        "%llu frames, %llu bytes",
@@ -1087,9 +1002,9 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
     free(m->scratch);
     m->scratch = NULL;
     m->scratch_len = 0;
-    OBJ_DESTRUCT(&m->eager_frags);
-    OBJ_DESTRUCT(&m->max_frags);
-    OBJ_DESTRUCT(&m->puts);
+    ringbtl_pool_destruct(&m->eager_frags);
+    ringbtl_pool_destruct(&m->max_frags);
+    ringbtl_pool_destruct(&m->puts);
     if (m->threads) {
         pthread_mutex_destroy(&m->lock);
     }
@@ -1174,33 +1089,30 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
         pthread_mutexattr_destroy(&attr);
     }
 
-    OBJ_CONSTRUCT(&m->eager_frags, opal_free_list_t);
-    OBJ_CONSTRUCT(&m->max_frags, opal_free_list_t);
-    OBJ_CONSTRUCT(&m->puts, opal_free_list_t);
-    rc = opal_free_list_init(&m->eager_frags,
-                             sizeof(mca_btl_ringbtl_frag_t) + m->super.btl_eager_limit,
-                             opal_cache_line_size, OBJ_CLASS(mca_btl_ringbtl_frag_t), 0,
-                             opal_cache_line_size, c->free_list_num, c->free_list_max,
-                             c->free_list_inc, NULL, 0, NULL, frag_item_init, &m->eager_frags);
+    ringbtl_pool_construct(&m->eager_frags);
+    ringbtl_pool_construct(&m->max_frags);
+    ringbtl_pool_construct(&m->puts);
+    rc = ringbtl_pool_init(&m->eager_frags,
+                           sizeof(mca_btl_ringbtl_frag_t) + m->super.btl_eager_limit,
+                           OBJ_CLASS(mca_btl_ringbtl_frag_t), c->free_list_num,
+                           c->free_list_max, c->free_list_inc, frag_item_init, &m->eager_frags);
     if (OPAL_SUCCESS == rc) {
-        rc = opal_free_list_init(&m->max_frags,
-                                 sizeof(mca_btl_ringbtl_frag_t) + m->super.btl_max_send_size,
-                                 opal_cache_line_size, OBJ_CLASS(mca_btl_ringbtl_frag_t), 0,
-                                 opal_cache_line_size, c->free_list_num, c->free_list_max,
-                                 c->free_list_inc, NULL, 0, NULL, frag_item_init,
-                                 &m->max_frags);
+        rc = ringbtl_pool_init(&m->max_frags,
+                               sizeof(mca_btl_ringbtl_frag_t) + m->super.btl_max_send_size,
+                               OBJ_CLASS(mca_btl_ringbtl_frag_t), c->free_list_num,
+                               c->free_list_max, c->free_list_inc, frag_item_init,
+                               &m->max_frags);
     }
     if (OPAL_SUCCESS == rc) {
-        rc = opal_free_list_init(&m->puts, sizeof(mca_btl_ringbtl_put_t), opal_cache_line_size,
-                                 OBJ_CLASS(mca_btl_ringbtl_put_t), 0, opal_cache_line_size,
-                                 c->free_list_num, c->free_list_max, c->free_list_inc, NULL, 0,
-                                 NULL, NULL, NULL);
+        rc = ringbtl_pool_init(&m->puts, sizeof(mca_btl_ringbtl_put_t),
+                               OBJ_CLASS(mca_btl_ringbtl_put_t), c->free_list_num,
+                               c->free_list_max, c->free_list_inc, NULL, NULL);
     }
     if (OPAL_SUCCESS != rc) {
         opal_output(0, "btl ringbtl: fragment lists not created (%d)", rc);
-        OBJ_DESTRUCT(&m->eager_frags);
-        OBJ_DESTRUCT(&m->max_frags);
-        OBJ_DESTRUCT(&m->puts);
+        ringbtl_pool_destruct(&m->eager_frags);
+        ringbtl_pool_destruct(&m->max_frags);
+        ringbtl_pool_destruct(&m->puts);
         m->rt = NULL;
         return rc;
     }
@@ -1214,6 +1126,6 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     ringbtl_on_complete(rt, on_complete, m);
     ringbtl_on_error(rt, on_error, m);
     ringbtl_on_unknown_peer(rt, on_unknown_peer, m);
-    pmix_wrap(true);
+    ringbtl_compat_wrap_blocking(true, flush_before_blocking);
     return OPAL_SUCCESS;
 }
