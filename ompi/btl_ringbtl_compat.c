@@ -1,6 +1,9 @@
 /*
  * The series-specific part of the component (btl_ringbtl_compat.h says what differs).
  */
+#if RINGBTL_OMPI5 && !defined(_GNU_SOURCE)
+#    define _GNU_SOURCE 1 /* dladdr1 */
+#endif
 #include "btl_ringbtl.h"
 
 #include <stdio.h>
