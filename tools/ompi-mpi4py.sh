@@ -11,6 +11,8 @@
 #   (`ip netns exec NS`), --mpirun-args "ARGS" adds to mpirun's arguments (hostfile, rsh
 #   agent), --ringbtl-args / --tcp-args "ARGS" replace each BTL's loopback arguments,
 #   --tag NAME names the results directory
+#   --ompi5: under the Open MPI 5 of tools/ompi5-setup.sh and its mpi4py, the component
+#   built by tools/build-ompi.sh --ompi5 (tools/ompi5-common.sh)
 # Output: target/ompi-results/mpi4py[-spawn]/<btl>-<n>.{log,tsv}, summary on stdout.
 # Exit status: 1 when a test that passes on tcp does not pass on ringbtl.
 set -euo pipefail
@@ -19,7 +21,7 @@ source tools/ompi-common.sh
 export LC_ALL=C
 
 ranks="2 4"; select=(-e spawn); tag=mpi4py; timeout_s=900; tag_set=""
-launch=(); extra=()
+launch=(); extra=(); ompi5=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks="$2"; shift ;;
@@ -27,6 +29,7 @@ while [ $# -gt 0 ]; do
     --spawn) select=(-i spawn); tag=mpi4py-spawn ;;
     --timeout) timeout_s="$2"; shift ;;
     --tag) tag_set="$2"; shift ;;
+    --ompi5) ompi5=1 ;;
     --launch) read -ra launch <<<"$2"; shift ;;
     --mpirun-args) read -ra extra <<<"$2"; shift ;;
     --ringbtl-args) read -ra BTL_ringbtl <<<"$2"; shift ;;
@@ -35,20 +38,27 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+py=/usr/bin/python3
+if [ "$ompi5" = 1 ]; then
+  source tools/ompi5-common.sh
+  MPIRUN=("${MPIRUN5[@]}")
+  py="$OMPI5_PREFIX/bin/python3"
+  tag="${tag/mpi4py/mpi4py5}"
+fi
 [ -n "$tag_set" ] && tag=$tag_set
 
-py=/usr/bin/python3
 ver=$($py -c 'import mpi4py; print(mpi4py.__version__)' 2>/dev/null) || {
   echo "python3-mpi4py is not installed: cannot run mpi4py's suite"
   [ "${RINGBTL_REQUIRE_ALL:-0}" = 1 ] && exit 1; exit 0; }
-src="$PWD/target/mpi4py-$ver"
+srcdir="$PWD/target"; [ "$ompi5" = 1 ] && srcdir="$OMPI5_OUT"
+src="$srcdir/mpi4py-$ver"
 if [ ! -f "$src/test/runtests.py" ]; then
   mkdir -p "$src.dl"
   $py -m pip download "mpi4py==$ver" --no-deps --no-binary :all: -d "$src.dl" -q
-  tar -xzf "$src.dl/mpi4py-$ver.tar.gz" -C "$PWD/target"
+  tar -xzf "$src.dl/mpi4py-$ver.tar.gz" -C "$srcdir"
 fi
 # Always through make: a component left from an older tree would be measured otherwise.
-tools/build-ompi.sh >/dev/null
+if [ "$ompi5" = 1 ]; then tools/build-ompi.sh --ompi5 >/dev/null; else tools/build-ompi.sh >/dev/null; fi
 
 res="$PWD/target/ompi-results/$tag"
 mkdir -p "$res"
@@ -60,7 +70,10 @@ rank = {"ok": 0, "skipped": 1, "expected failure": 1, "FAIL": 3, "ERROR": 3,
         "unexpected success": 3}
 res = {}
 pat = re.compile(r"^(test\S*) \(([^)]+)\)(?:\s.*)? \.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)")
-for f in glob.glob(os.path.join(sys.argv[1], "**", "stderr"), recursive=True):
+# Open MPI 4.1 writes DIR/1/rank.N/stderr, Open MPI 5 DIR.<job>.N.err.
+files = glob.glob(os.path.join(sys.argv[1], "**", "stderr"), recursive=True)
+files += glob.glob(sys.argv[1] + ".*.err")
+for f in files:
     for line in open(f, errors="replace"):
         m = pat.match(line.strip())
         if not m:
@@ -79,7 +92,7 @@ for n in $ranks; do
   for btl in tcp ringbtl; do
     if [ "$btl" = ringbtl ]; then args=("${BTL_ringbtl[@]}"); else args=("${BTL_tcp[@]}"); fi
     out="$res/$btl-$n"
-    rm -rf "$out.d"
+    rm -rf "$out.d" "$out.d".*.err "$out.d".*.out
     start=$(date +%s)
     set +e
     timeout -k 10 "$timeout_s" ${launch[@]+"${launch[@]}"} "${MPIRUN[@]}" \
