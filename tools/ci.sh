@@ -75,6 +75,13 @@ fi
 step "Open MPI component (tools/ompi-ci.sh)"
 tools/ompi-ci.sh
 
+# The same component built for Open MPI 5.0 (BTL interface 3.3), under PyPI's Open MPI
+# 5.0.11 (tools/ompi5-setup.sh, run by .ci/run): its load-time layout checks against
+# stand-ins, every byte checked at 2 and 4 ranks on both backends, put and get, and
+# mpi4py's p2p, collective and communicator tests beside btl tcp.
+step "Open MPI 5 component (tools/ompi5-check.sh)"
+tools/ompi5-check.sh
+
 # The component across four network-namespace hosts (root): mpirun in one, an rsh agent
 # entering the others; if_include and if_exclude checked with the interfaces' counters,
 # and an interface taken down mid-job (ringbtl completes, btl tcp must not).
