@@ -47,14 +47,14 @@ if [ "$ompi5" = 1 ]; then
 fi
 [ -n "$tag_set" ] && tag=$tag_set
 
-ver=$($py -c 'import mpi4py; print(mpi4py.__version__)' 2>/dev/null) || {
+ver=$("$py" -c 'import mpi4py; print(mpi4py.__version__)' 2>/dev/null) || {
   echo "python3-mpi4py is not installed: cannot run mpi4py's suite"
   [ "${RINGBTL_REQUIRE_ALL:-0}" = 1 ] && exit 1; exit 0; }
 srcdir="$PWD/target"; [ "$ompi5" = 1 ] && srcdir="$OMPI5_OUT"
 src="$srcdir/mpi4py-$ver"
 if [ ! -f "$src/test/runtests.py" ]; then
   mkdir -p "$src.dl"
-  $py -m pip download "mpi4py==$ver" --no-deps --no-binary :all: -d "$src.dl" -q
+  "$py" -m pip download "mpi4py==$ver" --no-deps --no-binary :all: -d "$src.dl" -q
   tar -xzf "$src.dl/mpi4py-$ver.tar.gz" -C "$srcdir"
 fi
 # Always through make: a component left from an older tree would be measured otherwise.
@@ -64,7 +64,7 @@ res="$PWD/target/ompi-results/$tag"
 mkdir -p "$res"
 # One line per test: name<TAB>outcome, the worst outcome over the ranks.
 parse() {
-  $py - "$1" <<'PY'
+  "$py" - "$1" <<'PY'
 import re, sys, glob, os
 rank = {"ok": 0, "skipped": 1, "expected failure": 1, "FAIL": 3, "ERROR": 3,
         "unexpected success": 3}
@@ -97,7 +97,7 @@ for n in $ranks; do
     set +e
     timeout -k 10 "$timeout_s" ${launch[@]+"${launch[@]}"} "${MPIRUN[@]}" \
       ${extra[@]+"${extra[@]}"} "${args[@]}" -np "$n" --output-filename "$out.d" \
-      $py "$src/test/runtests.py" --no-builddir -v "${select[@]}" >"$out.log" 2>&1
+      "$py" "$src/test/runtests.py" --no-builddir -v "${select[@]}" >"$out.log" 2>&1
     rc=$?
     set -e
     secs=$(( $(date +%s) - start ))

@@ -23,6 +23,7 @@ undef=$(nm -D --undefined-only "$so" | awk '{print $2}' | grep -v @)
 checked="opal_object_t_class opal_list_item_t_class opal_free_list_item_t_class
 mca_btl_base_descriptor_t_class opal_proc_t_class mca_btl_base_active_message_trigger
 opal_version_string opal_output opal_class_init_epoch opal_cache_line_size PMIx_Get_version"
+checked=" ${checked//$'\n'/ } "
 
 # standin NAME VERSION OBJ LIST_ITEM FREE_ITEM DESCRIPTOR PROC TAGS TCP PMIX
 standin() {
@@ -45,7 +46,7 @@ standin() {
     echo 'void opal_output(int id, const char *f, ...) { va_list a; (void) id;'
     echo '  va_start(a, f); vprintf(f, a); va_end(a); putchar(10); }'
     for s in $undef; do
-      case " $(echo $checked) " in *" $s "*) continue ;; esac
+      case "$checked" in *" $s "*) continue ;; esac
       case "$s" in opal_*|mca_*) echo "long $s(void) { return 0; }" ;; esac
     done
   } >"$d/pal.c"
@@ -65,7 +66,7 @@ expect() {
   local d="$work/$1" got
   got=$("$work/ompi5_load" "$d/libopen-pal.so.80" "$d/libpmix.so.2" "$so" 2>&1) || true
   if ! grep -qx "$2" <<<"$got" || { [ -n "${3:-}" ] && ! grep -qF "$3" <<<"$got"; }; then
-    echo "$got" | sed 's/^/    /'
+    printf '    %s\n' "${got//$'\n'/$'\n'    }"
     echo "FAILED: $1: expected $2${3:+ naming \"$3\"}"
     fails=$((fails + 1))
     return
