@@ -30,13 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export LC_ALL=C
 
-shown() {
-  local a words=()
-  for a in "$@"; do
-    if [[ $a =~ [[:space:]] ]]; then words+=("'$a'"); else words+=("$a"); fi
-  done
-  echo "${words[*]}"
-}
+source tools/doc-common.sh
 cmdline=$(shown tools/patterns-doc.sh "$@")
 runs=5 quick=0 ccs=cubic,reno,bbr out=docs/patterns.md where=lo,hosts
 die() { echo "patterns-doc.sh: $*" >&2; exit 2; }
@@ -70,18 +64,7 @@ cargo build --release --quiet --bin ringbtl-bench
 bench="$PWD/target/release/ringbtl-bench"
 
 header() {
-  local commit cpu
-  commit=$(git rev-parse --short HEAD)
-  if [ -n "$(git status --porcelain --untracked-files=no | grep -v ' docs/patterns\.md$' || true)" ]
-  then
-    commit+="+dirty"
-  fi
-  cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)
-  printf -- '- date (UTC): %s\n' "$(date -u '+%Y-%m-%d %H:%M')"
-  printf -- '- commit: %s\n' "$commit"
-  printf -- '- machine: %s CPUs (%s), Linux %s, load average before the run %s\n' "$(nproc)" \
-    "${cpu:-unknown model}" "$(uname -r)" "$(cut -d' ' -f1-3 /proc/loadavg)"
-  printf -- "- command: \`%s\`\n\n" "$(shown "$@")"
+  doc_header docs/patterns.md "load average before the run $(cut -d' ' -f1-3 /proc/loadavg)" "$@"
 }
 
 section() {

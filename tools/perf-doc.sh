@@ -27,14 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export LC_ALL=C
 
-# shown ARGS...: the arguments as one would type them ('quoted' when they hold a space).
-shown() {
-  local a words=()
-  for a in "$@"; do
-    if [[ $a =~ [[:space:]] ]]; then words+=("'$a'"); else words+=("$a"); fi
-  done
-  echo "${words[*]}"
-}
+source tools/doc-common.sh
 cmdline=$(shown tools/perf-doc.sh "$@")
 runs="" quick=0 ccs=cubic,reno,bbr out=docs/performance.md where=lo,hosts pass=()
 die() { echo "perf-doc.sh: $*" >&2; exit 2; }
@@ -69,19 +62,8 @@ doc="$work/performance.md"
 
 # The header of one table: when, what code, which machine, which command.
 header() {
-  local commit cpu
-  commit=$(git rev-parse --short HEAD)
-  # Tracked files other than this output that differ from the commit.
-  if [ -n "$(git status --porcelain --untracked-files=no | grep -v ' docs/performance\.md$' || true)" ]
-  then
-    commit+="+dirty"
-  fi
-  cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)
-  printf -- '- date (UTC): %s\n' "$(date -u '+%Y-%m-%d %H:%M')"
-  printf -- '- commit: %s\n' "$commit"
-  printf -- '- machine: %s CPUs (%s), Linux %s, system congestion control %s\n' "$(nproc)" \
-    "${cpu:-unknown model}" "$(uname -r)" "$(cat /proc/sys/net/ipv4/tcp_congestion_control)"
-  printf -- "- command: \`%s\`\n\n" "$(shown "$@")"
+  doc_header docs/performance.md \
+    "system congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control)" "$@"
 }
 
 {
