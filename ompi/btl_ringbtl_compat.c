@@ -96,15 +96,6 @@ static bool check_once(void)
     return ok;
 }
 
-bool ringbtl_compat_check(void)
-{
-    static int answer = -1;
-    if (answer < 0) {
-        answer = check_once() ? 1 : 0;
-    }
-    return 1 == answer;
-}
-
 opal_process_name_t ringbtl_compat_my_name(void)
 {
     return opal_proc_local_get()->proc_name;
@@ -358,15 +349,6 @@ static bool check_once(void)
     return true;
 }
 
-bool ringbtl_compat_check(void)
-{
-    static int answer = -1;
-    if (answer < 0) {
-        answer = check_once() ? 1 : 0;
-    }
-    return 1 == answer;
-}
-
 opal_process_name_t ringbtl_compat_my_name(void)
 {
     return OPAL_PROC_MY_NAME;
@@ -520,3 +502,14 @@ void ringbtl_compat_wrap_blocking(bool on, void (*flush)(void))
 }
 
 #endif
+
+/* The check of the running Open MPI (check_once, above), made once: its answer holds
+ * for the life of the process. */
+bool ringbtl_compat_check(void)
+{
+    static int answer = -1;
+    if (answer < 0) {
+        answer = check_once() ? 1 : 0;
+    }
+    return 1 == answer;
+}
