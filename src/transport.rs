@@ -1094,6 +1094,7 @@ impl Transport {
             match a {
                 Action::Transmit { conn, batch } => self.backend.send(conn_id(conn), batch),
                 Action::Receive { conn, buf } => self.backend.recv(conn_id(conn), buf),
+                Action::Walk { conn, buf } => self.on_recv(Instant::now(), conn, buf),
                 Action::ArmProvided(k) => self.arm_provided(k),
                 Action::PauseProvided(k) => self.pause_provided(k),
                 Action::Close(k) => self.backend.close(conn_id(k)),

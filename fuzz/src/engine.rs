@@ -491,6 +491,12 @@ impl Driver {
                 assert!(!s.ended, "read armed on {k:?} after its end");
                 s.rx = Some(rx);
             }
+            Action::Walk { conn: k, buf } => {
+                let s = self.sock(k);
+                assert!(s.rx.is_none(), "a walk on {k:?} beside a read");
+                assert_eq!(k, ACCEPTED, "a walk on {k:?}, which read nothing");
+                self.walk(buf);
+            }
             Action::ArmProvided(k) => {
                 let s = self.sock(k);
                 assert!(s.rx.is_none(), "multishot armed on {k:?} beside a read");
@@ -572,6 +578,11 @@ impl Driver {
             *d = b;
         }
         rx.commit(n);
+        self.walk(rx);
+    }
+
+    /// Walks the bytes of `rx`, read on the accepted connection, to their end.
+    fn walk(&mut self, rx: RxBuf) {
         let now = self.now();
         let mut walk = Walk {
             core: &mut self.core,

@@ -435,6 +435,7 @@ impl Driver {
                 self.closed = true;
             }
             Action::Probe(_) => panic!("no link to probe here"),
+            Action::Walk { .. } => panic!("no reading held here"),
         }
     }
 

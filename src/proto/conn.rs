@@ -147,6 +147,13 @@ pub(super) struct Conn {
     pub(super) confirms: bool,
     /// A failed primary whose batch was with the driver when it failed over.
     pub(super) failed_over: bool,
+    /// Reading is held ([`Core::hold_reading`]): the walk stops before the next frame,
+    /// and the receive buffer stays here, with the bytes it holds, instead of going back
+    /// to a read.
+    pub(super) hold_rx: bool,
+    /// While `hold_rx`: the buffer in `rx` waits for [`Core::resume_reading`], which
+    /// walks it again before the next read.
+    pub(super) rx_parked: bool,
 }
 
 impl Conn {
@@ -183,6 +190,8 @@ impl Conn {
             rx_frames: 0,
             confirms: false,
             failed_over: false,
+            hold_rx: false,
+            rx_parked: false,
         }
     }
 

@@ -26,6 +26,11 @@
 //!   [`Core::rearm_now`], straight to the driver's next read. (The walk's steps are
 //!   [`Core::recv_step`]'s until [`Step::Rearm`]; `walk_read` takes the plain messages
 //!   of a read as one run.)
+//! - [`Action::Walk`] hands back a receive buffer whose bytes were read but not walked:
+//!   the engine held that connection's reading (`Core::hold_reading`: the walk stopped
+//!   before a frame, the buffer stayed with the engine, and no read was armed, so that
+//!   the rest waits in the socket) and resumed it. The driver walks it with
+//!   [`walk_read`] as after a read.
 //! - With [`CoreConfig::multishot`], receives are armed once with
 //!   [`Action::ArmProvided`] on buffers the driver provides; each such buffer is walked
 //!   in place with [`Core::input_step`], between [`Core::input_begin`] and
@@ -221,6 +226,16 @@ pub enum Action {
         /// The connection.
         conn: ConnKey,
         /// The buffer to read into.
+        buf: RxBuf,
+    },
+    /// Walk the bytes `buf` holds already with [`walk_read`], without reading first: a
+    /// connection whose reading was held comes back to the bytes it kept
+    /// (`Core::resume_reading`). The walk's end starts the next read as after a
+    /// [`Receive`](Action::Receive).
+    Walk {
+        /// The connection.
+        conn: ConnKey,
+        /// The buffer, with the bytes read before the hold.
         buf: RxBuf,
     },
     /// Arm (or keep armed) the multishot receive of `conn` on provided buffers; walk each
@@ -497,6 +512,7 @@ pub(super) enum Todo {
     },
     Transmit(ConnKey),
     Receive(ConnKey),
+    Walk(ConnKey),
     PauseProvided(ConnKey),
     Close(ConnKey),
     Reset(ConnKey),
@@ -528,7 +544,8 @@ pub struct Core {
     /// Largest payload of a small message ([`FRAG_INLINE`], the configured inline limit
     /// and the largest frame, whichever is least): one comparison at each send.
     pub(super) small_max: usize,
-    /// Connections ended so far (an end stops a [`Run`]).
+    /// Connections ended, or held ([`hold_reading`](Self::hold_reading)), so far (either
+    /// stops a [`Run`]).
     pub(super) ended: u64,
     /// The job key of the handshake's MACs ([`PUBLIC_KEY`] without one).
     pub(super) key: JobKey,
@@ -722,6 +739,14 @@ impl Core {
                     c.solo = batch.frames() == 1;
                     Action::Transmit { conn: k, batch }
                 }
+                Todo::Walk(k) => {
+                    let Some(c) = self.conn_mut(k) else { continue };
+                    if c.stage == Stage::Dead || c.hold_rx {
+                        continue;
+                    }
+                    let Some(buf) = c.rx.take() else { continue };
+                    Action::Walk { conn: k, buf }
+                }
                 Todo::Receive(k) => {
                     let multishot = self.cfg.multishot;
                     let ask_unknown = self.ask_unknown;
@@ -731,6 +756,13 @@ impl Core {
                     // socket until the connection is adopted (`resolve_unknown` reads
                     // again) or refused.
                     if matches!(c.stage, Stage::Dead | Stage::Resolving) {
+                        continue;
+                    }
+                    if c.hold_rx {
+                        // Held: the buffer stays, and the read waits for the resume.
+                        if c.rx.is_some() {
+                            c.rx_parked = true;
+                        }
                         continue;
                     }
                     let Some(buf) = c.rx.take() else { continue };

@@ -376,6 +376,14 @@ impl Deframer {
         !self.big && !rx.wants_all()
     }
 
+    /// Whether the walk of `rx` stands between two frames: no payload is being read
+    /// into a whole buffer (or the one read there was handed out already), so the
+    /// unread bytes, if any, start with a frame's header.
+    #[inline]
+    pub fn between_frames(&self, rx: &RxBuf) -> bool {
+        !rx.wants_all() || self.large_delivered
+    }
+
     /// Whether `rx` is used up with nothing for [`frame`](Self::frame) to do about it
     /// (it would only answer that more bytes are needed): no byte pending, no payload
     /// being read whole, no big cache to leave.

@@ -3,6 +3,7 @@
 //! large payload (when to pause the multishot receive and read straight into the
 //! payload's buffer), and the end of a receive stream. No I/O here.
 
+use std::mem;
 use std::time::Instant;
 
 use crate::buf::{Regions, RxBuf};
@@ -80,7 +81,12 @@ impl Core {
         // `walk`; a frame larger than the buffer is not whole in it, and goes there too).
         let grow = rx.capacity() < cache && (multishot || rx.pending() >= rx.capacity());
         let c = slot(&mut self.conns, conn.0)?;
-        if c.stage != Stage::Open || c.unconfirmed || c.awaiting_first_bytes || grow || c.link != 0
+        if c.stage != Stage::Open
+            || c.unconfirmed
+            || c.awaiting_first_bytes
+            || grow
+            || c.link != 0
+            || c.hold_rx
         {
             return None;
         }
@@ -123,7 +129,7 @@ impl Core {
     #[inline]
     pub fn rearm_now(&mut self, conn: ConnKey, rx: RxBuf) -> Option<RxBuf> {
         let c = slot(&mut self.conns, conn.0)?;
-        let open = c.stage == Stage::Open;
+        let open = c.stage == Stage::Open && !c.hold_rx;
         if c.confirms {
             // What this read consumed is confirmed with the next flush.
             if let Some(p) = c.peer {
@@ -145,7 +151,12 @@ impl Core {
         }
         c.rx = Some(for_next_read(rx));
         let confirms = c.confirms.then_some(c.peer).flatten();
-        self.todo.push_back(Todo::Receive(conn));
+        if c.hold_rx {
+            // Held: the buffer waits here, with what it holds, for the resume.
+            c.rx_parked = true;
+        } else {
+            self.todo.push_back(Todo::Receive(conn));
+        }
         if let Some(p) = confirms {
             self.mark_dirty(p);
         }
@@ -218,6 +229,51 @@ impl Core {
             self.counters.recv_direct += 1;
         }
         self.todo.push_back(Todo::Receive(conn));
+    }
+
+    /// Holds the reading of `conn` (own-cache mode only; nothing happens with
+    /// [`CoreConfig::multishot`](crate::CoreConfig::multishot)): from the next frame
+    /// boundary on, no frame of it is walked, its receive buffer stays with the engine
+    /// with the bytes it holds, and no read is armed on it, so that what follows waits in
+    /// the socket (and flow control holds its sender). A read in flight completes into
+    /// the buffer and is kept. [`resume_reading`](Self::resume_reading) walks the kept
+    /// bytes, then reads again.
+    #[cfg_attr(not(test), allow(dead_code))] // the stream's runs use it (docs/design/links.md)
+    pub(super) fn hold_reading(&mut self, conn: ConnKey) {
+        if self.cfg.multishot {
+            return;
+        }
+        let Some(c) = self.conn_mut(conn) else { return };
+        if c.stage == Stage::Dead || c.hold_rx {
+            return;
+        }
+        c.hold_rx = true;
+        // A run of plain messages in progress stops, as at the end of a connection.
+        self.ended += 1;
+    }
+
+    /// Ends a hold of `conn` ([`hold_reading`](Self::hold_reading)): a kept buffer goes
+    /// to the driver to be walked ([`Action::Walk`](super::core::Action::Walk)), and the
+    /// reads follow; a read in flight goes on as if nothing happened.
+    #[cfg_attr(not(test), allow(dead_code))] // the stream's runs use it (docs/design/links.md)
+    pub(super) fn resume_reading(&mut self, conn: ConnKey) {
+        let Some(c) = self.conn_mut(conn) else { return };
+        if !c.hold_rx {
+            return;
+        }
+        c.hold_rx = false;
+        if mem::take(&mut c.rx_parked) && c.stage != Stage::Dead {
+            self.todo.push_back(Todo::Walk(conn));
+        }
+    }
+
+    /// Whether the reading of `conn` is held.
+    #[cfg(test)]
+    pub(super) fn reading_held(&self, conn: ConnKey) -> bool {
+        self.conns
+            .get(conn.0 as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|c| c.hold_rx)
     }
 
     /// A receive failed (`Some`: the OS error) or hit end of stream (`None`).
@@ -336,6 +392,12 @@ impl Core {
                 }
                 Stage::Open => {
                     let peer = c.peer.expect("open conn knows its peer");
+                    if c.hold_rx && c.deframer.between_frames(rx) {
+                        // Held: the next frame waits, unread, in the buffer (and what
+                        // follows in the socket); nothing is stalled meanwhile.
+                        c.deadline = None;
+                        return InputStep::Done;
+                    }
                     if c.link > 0 && standby_unread(rx, input, *at) < HEADER_LEN {
                         // A standby link: the header of what comes is not whole yet.
                         return InputStep::Done;

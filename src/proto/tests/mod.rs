@@ -34,6 +34,7 @@ mod connect;
 mod direct;
 mod early;
 mod garbage;
+mod hold;
 mod input;
 mod lazy;
 mod lent;
@@ -167,6 +168,8 @@ struct Sock {
     /// The path is gone without a word (an interface down): nothing written arrives,
     /// nothing ends, and the kernel's retransmission timer keeps firing.
     silent: bool,
+    /// Reads armed on this end ([`Action::Receive`]).
+    reads: usize,
 }
 
 impl Sock {
@@ -192,6 +195,7 @@ impl Sock {
             head: Vec::new(),
             src: None,
             silent: false,
+            reads: 0,
         }
     }
 
@@ -317,6 +321,8 @@ struct Net {
     listeners: HashMap<SocketAddr, Listener>,
     /// Raw ends created by dials to a raw listener.
     raw_accepted: Vec<usize>,
+    /// Buffers walked without a read ([`Action::Walk`]).
+    walks: usize,
 }
 
 impl Net {
@@ -380,6 +386,7 @@ impl Net {
             socks: Vec::new(),
             listeners,
             raw_accepted: Vec::new(),
+            walks: 0,
         }
     }
 
@@ -836,6 +843,17 @@ impl Net {
                     self.seed
                 );
                 self.socks[s].rx = Some(buf);
+                self.socks[s].reads += 1;
+            }
+            Action::Walk { conn: k, buf } => {
+                let s = self.sock_of(n, k);
+                assert!(
+                    self.socks[s].rx.is_none() && !self.socks[s].provided,
+                    "seed {}: node {n}: a walk on {k:?} beside a read",
+                    self.seed
+                );
+                self.walks += 1;
+                self.walk(n, k, buf);
             }
             Action::ArmProvided(k) => {
                 let s = self.sock_of(n, k);
@@ -870,6 +888,25 @@ impl Net {
                 let now = self.now();
                 self.nodes[n].core.probed(now, k, retransmits);
             }
+        }
+    }
+
+    /// Node `n` walks the bytes of `rx`, read on `key`, as the transport does.
+    fn walk(&mut self, n: usize, key: ConnKey, rx: RxBuf) {
+        let now = self.now();
+        let (seed, end_at) = (self.seed, self.knobs.end_at_delivery);
+        let mut walk = Walk {
+            node: &mut self.nodes[n],
+            left: 1_000_000,
+            seed,
+            end_at: end_at.map(|d| (d, now, key)),
+            delivered: 0,
+            rearmed: None,
+        };
+        walk_read(&mut walk, now, key, rx);
+        // The next read, started by the walk's end as the transport does.
+        if let Some(buf) = walk.rearmed.take() {
+            self.apply(n, Action::Receive { conn: key, buf });
         }
     }
 
@@ -1010,20 +1047,7 @@ impl Net {
                     *d = b;
                 }
                 rx.commit(want);
-                let (seed, end_at) = (self.seed, self.knobs.end_at_delivery);
-                let mut walk = Walk {
-                    node: &mut self.nodes[n],
-                    left: 1_000_000,
-                    seed,
-                    end_at: end_at.map(|d| (d, now, key)),
-                    delivered: 0,
-                    rearmed: None,
-                };
-                walk_read(&mut walk, now, key, rx);
-                // The next read, started by the walk's end as the transport does.
-                if let Some(buf) = walk.rearmed.take() {
-                    self.apply(n, Action::Receive { conn: key, buf });
-                }
+                self.walk(n, key, rx);
                 self.pump(n);
             }
             Item::ReadProvided(s) => {
