@@ -74,6 +74,9 @@ pub enum ProtoError {
     /// link than the one this side resumed on).
     #[error("RESUME where no failover can take it")]
     UnexpectedResume,
+    /// A RUN frame arrived on an endpoint whose stream is not spread over links.
+    #[error("RUN frame on an endpoint whose stream is not spread")]
+    UnexpectedRun,
     /// A REPLY arrived that answers none of our GETs, or not as that GET asked.
     #[error("REPLY that answers no GET of ours")]
     UnexpectedReply,

@@ -138,6 +138,30 @@
 //! again, on that link, its frames from the count it read. Counts start at 0 on the
 //! endpoint's first connection and go on across RESUMEs.
 //!
+//! # Runs: RUN
+//!
+//! ```text
+//!  0        8                16       20       24
+//!  +--------+----------------+--------+--------+
+//!  | header | offset         | epoch  | length |
+//!  | 0x30   | u64            | u32    | u32    |
+//!  | tag 0  |                |        |        |
+//!  +--------+----------------+--------+--------+
+//! ```
+//!
+//! A stream spread over several links is cut into *runs*: consecutive bytes of the
+//! stream (its counted frames, headers and payloads, as one link would carry them), each
+//! written on one link behind a RUN frame (kind 0x30, tag 0, no flags, length
+//! [`RUN_LEN`]; [`RunFrame`]), which is not counted, like CONFIRM and RESUME. `offset`
+//! is where the run starts in the stream of its epoch, in bytes; `length` how many bytes
+//! of the stream follow on that link (at least 1). A run may start or end inside a
+//! frame, so that a large payload is spread too. The *epoch* of a stream is 0 from the
+//! endpoint's first connection and grows by one at each RESUME; offsets count from the
+//! epoch's first frame (frame 0, or the count the RESUME carried). The receiver takes
+//! the bytes of the link whose run starts at the offset it has reached, and drops a run
+//! of an older epoch whole (its length says how much). An endpoint with one link sends
+//! no RUN.
+//!
 //! # Put (one-sided write into registered memory)
 //!
 //! ```text
@@ -250,6 +274,15 @@ pub enum WireError {
         /// Tag byte.
         tag: u8,
     },
+    /// A RUN frame whose length is not [`RUN_LEN`], with a tag or flags, or that carries
+    /// no byte of the stream.
+    #[error("RUN frame with a {len}-byte payload and tag {tag}, or an empty run")]
+    BadRun {
+        /// Announced length.
+        len: u32,
+        /// Tag byte.
+        tag: u8,
+    },
     /// A GET frame whose length is not that of its request, or with a tag or flags.
     #[error("GET frame with a {len}-byte payload and tag {tag} (a request of 36 bytes and tag 0 expected)")]
     BadGet {
@@ -262,13 +295,14 @@ pub enum WireError {
 
 /// The magic that opens every ringbtl handshake record.
 pub const MAGIC: [u8; 8] = *b"RINGBTL\0";
-/// Protocol version this build speaks (8: GET and REPLY frames; 7: the link byte of the
+/// Protocol version this build speaks (9: RUN frames; 8: GET and REPLY frames; 7: the link
+/// byte of the
 /// handshake, in the MACs;
 /// 6: padding before copied payloads; 5: the line
 /// offset of lent payloads; 4: the ACK
 /// flag and frame; 3: PUT frames; 2: the authenticated handshake; 1 had a 24-byte record
 /// that carried the job token).
-pub const VERSION: u16 = 0x0008;
+pub const VERSION: u16 = 0x0009;
 /// Length of the handshake record.
 pub const HELLO_LEN: usize = 84;
 /// Bytes of a handshake record that identify its protocol: magic and version.
@@ -525,6 +559,9 @@ pub enum FrameKind {
     Get,
     /// The answer to a GET: a [`PutTarget`] (the GET's reply target), then the data.
     Reply,
+    /// The bytes that follow on this connection are a run of the stream: a
+    /// [`RunFrame`] (see "Runs" in the module docs).
+    Run,
 }
 
 impl FrameKind {
@@ -536,12 +573,13 @@ impl FrameKind {
     const RESUME: u8 = 0x20;
     const GET: u8 = 0x40;
     const REPLY: u8 = 0x80;
+    const RUN: u8 = 0x30;
 
     /// Whether frames of this kind are counted in their stream's position (every kind
-    /// but the two that carry positions).
+    /// but the three that carry positions).
     #[inline]
     pub const fn counted(self) -> bool {
-        !matches!(self, Self::Confirm | Self::Resume)
+        !matches!(self, Self::Confirm | Self::Resume | Self::Run)
     }
 
     /// Whether frames of this kind carry a [`PutTarget`] and data placed in a region of
@@ -554,6 +592,58 @@ impl FrameKind {
 
 /// Payload bytes of a CONFIRM or RESUME frame: a count, big-endian.
 pub const COUNT_LEN: usize = 8;
+
+/// Payload bytes of a RUN frame: a [`RunFrame`].
+pub const RUN_LEN: usize = 16;
+
+/// What a RUN frame says of the bytes that follow it on its connection (see "Runs" in the
+/// module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunFrame {
+    /// Where the run starts in its epoch's stream, in bytes.
+    pub offset: u64,
+    /// The stream's epoch.
+    pub epoch: u32,
+    /// Bytes of the stream the run carries (at least 1).
+    pub len: u32,
+}
+
+impl RunFrame {
+    /// The whole frame: header and payload.
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN + RUN_LEN] {
+        let hdr = Header {
+            kind: FrameKind::Run,
+            tag: Tag(0),
+            len: RUN_LEN as u32,
+            ack: false,
+            line: 0,
+        };
+        let mut b = [0; HEADER_LEN + RUN_LEN];
+        b[..HEADER_LEN].copy_from_slice(&hdr.to_bytes());
+        b[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&self.offset.to_be_bytes());
+        b[HEADER_LEN + 8..HEADER_LEN + 12].copy_from_slice(&self.epoch.to_be_bytes());
+        b[HEADER_LEN + 12..].copy_from_slice(&self.len.to_be_bytes());
+        b
+    }
+
+    /// Parses a RUN frame's payload (the first [`RUN_LEN`] bytes of `buf`); a run of no
+    /// byte is [`WireError::BadRun`].
+    pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
+        let b = buf.get(..RUN_LEN).ok_or(WireError::Truncated)?;
+        let r = Self {
+            offset: u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
+            epoch: u32::from_be_bytes(b[8..12].try_into().expect("4 bytes")),
+            len: u32::from_be_bytes(b[12..].try_into().expect("4 bytes")),
+        };
+        if r.len == 0 {
+            return Err(WireError::BadRun {
+                len: RUN_LEN as u32,
+                tag: 0,
+            });
+        }
+        Ok(r)
+    }
+}
 
 /// Header flag of a SEND or PUT frame: the sender lent the payload's pages to the kernel
 /// and completes the send only once the receiver answers with an ACK frame.
@@ -718,6 +808,7 @@ impl Header {
             FrameKind::RESUME => FrameKind::Resume,
             FrameKind::GET => FrameKind::Get,
             FrameKind::REPLY => FrameKind::Reply,
+            FrameKind::RUN => FrameKind::Run,
             k => return Err(WireError::BadFrameKind(k)),
         };
         let flags = u16::from_be_bytes([b[2], b[3]]);
@@ -736,6 +827,19 @@ impl Header {
             || (!ack && !padded && flags != 0)
         {
             return Err(WireError::BadFlags(flags));
+        }
+        if kind == FrameKind::Run {
+            // A run's place, whatever the maximum frame size.
+            if len as usize != RUN_LEN || b[1] != 0 || flags != 0 {
+                return Err(WireError::BadRun { len, tag: b[1] });
+            }
+            return Ok(Self {
+                kind,
+                tag: Tag(0),
+                len,
+                ack: false,
+                line: 0,
+            });
         }
         if !kind.counted() {
             // A count, whatever the maximum frame size.
@@ -800,6 +904,7 @@ impl Header {
             FrameKind::Resume => FrameKind::RESUME,
             FrameKind::Get => FrameKind::GET,
             FrameKind::Reply => FrameKind::REPLY,
+            FrameKind::Run => FrameKind::RUN,
         };
         let line = ((self.line as u16) << 8) & FLAG_LINE_MASK;
         let f = if self.ack {
@@ -1094,7 +1199,61 @@ mod tests {
         assert!(Header::parse(&x, u32::MAX - 1).is_err());
     }
 
+    #[test]
+    fn run_frames_are_checked() {
+        let r = RunFrame {
+            offset: 0x0102_0304_0506_0708,
+            epoch: 3,
+            len: 65536,
+        };
+        let b = r.to_bytes();
+        assert_eq!(
+            &b[..HEADER_LEN],
+            &[0x30, 0, 0, 0, 0, 0, 0, RUN_LEN as u8],
+            "kind 0x30, tag 0, no flags, length 16"
+        );
+        let h = Header::parse(&b, 0).expect("a RUN whatever the maximum frame");
+        assert!(h.kind == FrameKind::Run && h.len as usize == RUN_LEN && !h.kind.counted());
+        assert_eq!(RunFrame::parse(&b[HEADER_LEN..]), Ok(r));
+        assert_eq!(
+            RunFrame::parse(&b[HEADER_LEN..b.len() - 1]),
+            Err(WireError::Truncated)
+        );
+        let empty = RunFrame { len: 0, ..r }.to_bytes();
+        assert_eq!(
+            RunFrame::parse(&empty[HEADER_LEN..]),
+            Err(WireError::BadRun {
+                len: RUN_LEN as u32,
+                tag: 0
+            }),
+            "a run of no byte"
+        );
+        let mut x = b;
+        x[1] = 5;
+        assert_eq!(
+            Header::parse(&x, 100),
+            Err(WireError::BadRun { len: 16, tag: 5 })
+        );
+        let mut x = b;
+        x[7] = 8;
+        assert_eq!(
+            Header::parse(&x, 100),
+            Err(WireError::BadRun { len: 8, tag: 0 })
+        );
+        let mut x = b;
+        x[3] = 1;
+        assert_eq!(Header::parse(&x, 100), Err(WireError::BadFlags(1)));
+    }
+
     proptest! {
+        #[test]
+        fn run_frame_round_trip(offset: u64, epoch: u32, len in 1..=u32::MAX) {
+            let r = RunFrame { offset, epoch, len };
+            let b = r.to_bytes();
+            prop_assert_eq!(Header::parse(&b, 0).map(|h| h.kind), Ok(FrameKind::Run));
+            prop_assert_eq!(RunFrame::parse(&b[HEADER_LEN..]), Ok(r));
+        }
+
         #[test]
         fn header_round_trip(tag: u8, len: u32, kind in 0..6u8, ack: bool, line in 0..64u8) {
             let line = if ack { line } else { 0 };

@@ -1,16 +1,16 @@
-//! `Header::parse` and `Hello::parse` on arbitrary bytes.
+//! `Header::parse`, `Hello::parse` and `RunFrame::parse` on arbitrary bytes.
 //!
 //! Properties: parsing never panics; a short buffer is `Truncated`; whatever parses is
 //! within the bounds it was parsed against (padding included), encodes back to the bytes
 //! it came from (the only byte a parse ignores is a non-REJECT record's reason byte) and
 //! parses again to the same value; a header built from arbitrary fields parses back
-//! exactly when it is valid.
+//! exactly when it is valid. `RunFrame::parse` likewise, on the same bytes.
 
 use arbitrary::Arbitrary;
 use ringbtl::error::WireError;
 use ringbtl::wire::{
-    FrameKind, Header, Hello, HelloKind, Tag, HEADER_LEN, HELLO_LEN, PAD_ALIGN, PREFIX_LEN,
-    PUT_TARGET_LEN,
+    FrameKind, Header, Hello, HelloKind, RunFrame, Tag, HEADER_LEN, HELLO_LEN, PAD_ALIGN,
+    PREFIX_LEN, PUT_TARGET_LEN, RUN_LEN,
 };
 
 /// One fuzz case.
@@ -28,6 +28,7 @@ pub struct Input {
 pub fn run(input: &Input) {
     check_header_bytes(&input.bytes, input.max_len);
     check_hello_bytes(&input.bytes);
+    check_run_bytes(&input.bytes);
     check_header_fields(input.fields, input.max_len);
 }
 
@@ -46,6 +47,10 @@ fn check_header_bytes(b: &[u8], max_len: u32) {
     assert!(
         h.kind != FrameKind::Put || (h.len as usize >= PUT_TARGET_LEN && h.tag == Tag(0)),
         "PUT without its target or with a tag: {h:?}"
+    );
+    assert!(
+        h.kind != FrameKind::Run || (h.len as usize == RUN_LEN && h.tag == Tag(0) && !h.ack),
+        "RUN of another length, with a tag or a flag: {h:?}"
     );
     // With FLAG_ACK: a line offset; without, on a SEND: the padding (FLAG_PAD), a multiple
     // of 8 from 8 up to the length; on every other frame nothing.
@@ -71,6 +76,25 @@ fn check_header_bytes(b: &[u8], max_len: u32) {
         Ok(h),
         "its own length must be enough"
     );
+}
+
+/// A RUN's payload: short is `Truncated`; what parses carries a byte at least and encodes
+/// back to the bytes it came from.
+fn check_run_bytes(b: &[u8]) {
+    let parsed = RunFrame::parse(b);
+    if b.len() < RUN_LEN {
+        assert_eq!(parsed, Err(WireError::Truncated), "{b:02x?}");
+        return;
+    }
+    let Ok(r) = parsed else { return };
+    assert!(r.len > 0, "an empty run: {r:?}");
+    let enc = r.to_bytes();
+    assert_eq!(
+        &enc[HEADER_LEN..],
+        &b[..RUN_LEN],
+        "encoding differs from the input"
+    );
+    assert_eq!(Header::parse(&enc, 0).map(|h| h.kind), Ok(FrameKind::Run));
 }
 
 fn check_hello_bytes(b: &[u8]) {

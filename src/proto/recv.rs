@@ -495,6 +495,11 @@ impl Core {
                                         return InputStep::Drop;
                                     }
                                 }
+                                // This engine spreads no stream, so it asks for no run.
+                                FrameKind::Run => {
+                                    self.fail_protocol(peer, ProtoError::UnexpectedRun);
+                                    return InputStep::Drop;
+                                }
                             }
                         }
                         Ok(None) if c.unconfirmed => return InputStep::Done,

@@ -139,6 +139,29 @@ fn an_ack_for_nothing_fails_the_endpoint() {
     assert!(net.raw_eof(r));
 }
 
+/// An endpoint whose stream is not spread (one link) asks for no run: a RUN fails it, and
+/// the messages before it were delivered.
+#[test]
+fn a_run_on_one_link_fails_the_endpoint() {
+    let mut net = Net::pair(1);
+    let r = confirmed_raw_peer(&mut net);
+    net.raw_write(r, &frame(FrameKind::Send, 4, b"before"));
+    let run = crate::wire::RunFrame {
+        offset: 0,
+        epoch: 0,
+        len: 1,
+    };
+    net.raw_write(r, &run.to_bytes());
+    net.raw_write(r, &frame(FrameKind::Send, 5, b"after"));
+    net.drive();
+    assert_failed_with(&net, &ProtoError::UnexpectedRun);
+    assert_eq!(
+        net.received(0, 1),
+        [(9, b"hi".to_vec()), (4, b"before".to_vec())]
+    );
+    assert!(net.raw_eof(r));
+}
+
 #[test]
 fn acks_may_follow_a_fin_and_nothing_else_may() {
     for then_data in [false, true] {
