@@ -898,6 +898,18 @@ impl Transport {
         }
     }
 
+    /// Test hook: holds (`hold`) or resumes the reading of `peer`'s connection. While
+    /// held, nothing of it is delivered and no read is armed on it (its bytes wait in the
+    /// socket); the resume walks what was read before the hold, then reads again. False
+    /// when nothing is held: no connection, or the multishot receive, which holds none.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn hold_reading(&mut self, peer: PeerId, hold: bool) -> bool {
+        let held = self.core.hold_primary(peer, hold);
+        self.run_actions();
+        held
+    }
+
     /// Connections open to `peer`: its first and its links (0 when not connected).
     pub fn links_open(&self, peer: PeerId) -> usize {
         self.core.links_open(peer)

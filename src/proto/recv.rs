@@ -11,6 +11,8 @@ use crate::error::{Cause, Errno, FailReason, ProtoError, WireError};
 use crate::proto::conn::{Conn, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, InputStep, RunHead, Step, Todo};
 use crate::proto::deframe::Source;
+#[cfg(feature = "testing")]
+use crate::proto::endpoint::EpState;
 use crate::wire::{FrameKind, GetRequest, Header, Hello, PeerId, HEADER_LEN};
 
 impl Core {
@@ -238,7 +240,7 @@ impl Core {
     /// the socket (and flow control holds its sender). A read in flight completes into
     /// the buffer and is kept. [`resume_reading`](Self::resume_reading) walks the kept
     /// bytes, then reads again.
-    #[cfg_attr(not(test), allow(dead_code))] // the stream's runs use it (docs/design/links.md)
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))] // see links.md
     pub(super) fn hold_reading(&mut self, conn: ConnKey) {
         if self.cfg.multishot {
             return;
@@ -255,7 +257,7 @@ impl Core {
     /// Ends a hold of `conn` ([`hold_reading`](Self::hold_reading)): a kept buffer goes
     /// to the driver to be walked ([`Action::Walk`](super::core::Action::Walk)), and the
     /// reads follow; a read in flight goes on as if nothing happened.
-    #[cfg_attr(not(test), allow(dead_code))] // the stream's runs use it (docs/design/links.md)
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))] // see links.md
     pub(super) fn resume_reading(&mut self, conn: ConnKey) {
         let Some(c) = self.conn_mut(conn) else { return };
         if !c.hold_rx {
@@ -265,6 +267,23 @@ impl Core {
         if mem::take(&mut c.rx_parked) && c.stage != Stage::Dead {
             self.todo.push_back(Todo::Walk(conn));
         }
+    }
+
+    /// Holds (`hold`) or resumes the reading of `peer`'s primary connection
+    /// ([`hold_reading`](Self::hold_reading)); false when nothing is held: `peer` has no
+    /// open connection, or the receive is multishot.
+    #[cfg(feature = "testing")]
+    pub(crate) fn hold_primary(&mut self, peer: PeerId, hold: bool) -> bool {
+        let Some(EpState::Connected { conn }) = self.ep(peer).map(|e| &e.state) else {
+            return false;
+        };
+        let conn = *conn;
+        if hold {
+            self.hold_reading(conn);
+        } else {
+            self.resume_reading(conn);
+        }
+        hold && !self.cfg.multishot
     }
 
     /// Whether the reading of `conn` is held.
