@@ -5,7 +5,8 @@
 #   1. ringbtl-bench's exchange (both ranks send a message at once, each waits for the
 #      other's) beside a plain socket's exchange in the same two processes, interleaved
 #      in rounds (`ringbtl-bench latency --exchange --baseline`), both backends, on
-#      loopback inside a namespace host whose congestion control is each of --cc;
+#      loopback inside a namespace host whose congestion control is each of --cc, and
+#      from fresh buffers (`--fresh`) under the first of --cc;
 #   2. MPI over btl ringbtl beside btl tcp and pml ucx over UCX's TCP transport
 #      (tools/ompi-compare.sh --patterns --ucx): the
 #      exchange at 2 ranks from reused and from fresh buffers, the halo exchange with 2
@@ -84,32 +85,42 @@ section() {
   echo "reference measured in the same run. MB = 10^6 bytes."
 } >"$doc"
 
-# 1. The benchmark's exchange beside a plain socket's, per congestion control.
-if [[ ",$where," == *",lo,"* ]]; then
-  tools/netns.sh up $NET --cc "${ccs%%,*}" >/dev/null
-  for cc in ${ccs//,/ }; do
-    ip netns exec $NET-h0 sysctl -qw net.ipv4.tcp_congestion_control="$cc"
-    args=(latency --exchange --baseline --backend both --pin --rounds $((4 * runs))
-      --sizes "$bench_sizes" --json)
-    [ "$quick" = 0 ] || args+=(--quick)
-    section "ringbtl-bench's exchange beside a plain socket's, loopback, $cc" \
-      ringbtl-bench "${args[@]}"
-    RINGBTL_TCP_CONGESTION=system ip netns exec $NET-h0 "$bench" "${args[@]}" >"$work/x.jsonl"
-    python3 - "$work/x.jsonl" >>"$doc" <<'PY'
+# 1. The benchmark's exchange beside a plain socket's, per congestion control, and from
+#    fresh buffers under the first.
+bench_exchange() {
+  local cc=$1 what=$2; shift 2
+  ip netns exec $NET-h0 sysctl -qw net.ipv4.tcp_congestion_control="$cc"
+  local args=(latency --exchange --baseline --backend both --pin --rounds $((4 * runs))
+    --sizes "$bench_sizes" --json "$@")
+  [ "$quick" = 0 ] || args+=(--quick)
+  section "ringbtl-bench's exchange beside a plain socket's, loopback, $cc$what" \
+    ringbtl-bench "${args[@]}"
+  RINGBTL_TCP_CONGESTION=system ip netns exec $NET-h0 "$bench" "${args[@]}" >"$work/x.jsonl"
+  python3 - "$work/x.jsonl" >>"$doc" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 print("Each iteration both processes send a message of the size and wait for the other's;")
 print("MB/s = size / time per exchange (p50), per rank and direction. The plain socket sends")
 print("and receives in one loop on a non-blocking socket, copying on both sides; ringbtl")
 print("lends payloads above its copy threshold. Ratio = ringbtl MB/s / plain socket MB/s")
-print("(higher is better).\n")
+print("(higher is better).", end="")
+if rows and rows[0].get("fresh"):
+    print(" Fresh buffers: each iteration sends (and the plain socket also receives)")
+    print("from another slice of a 64 MiB arena.", end="")
+print("\n")
 print("| size | backend | ringbtl (us) | plain socket (us) | ringbtl MB/s | plain socket MB/s | ratio |")
 print("|---|---|---|---|---|---|---|")
 for o in rows:
     s, a, b = o["size"], o["p50_us"], o["baseline_p50_us"]
     print(f"| {s} | {o['backend']} | {a:.1f} | {b:.1f} | {s / a:.0f} | {s / b:.0f} | {b / a:.2f} |")
 PY
+}
+if [[ ",$where," == *",lo,"* ]]; then
+  tools/netns.sh up $NET --cc "${ccs%%,*}" >/dev/null
+  for cc in ${ccs//,/ }; do
+    bench_exchange "$cc" ""
   done
+  bench_exchange "${ccs%%,*}" ", fresh buffers" --fresh
   tools/netns.sh down $NET >/dev/null
 fi
 

@@ -97,6 +97,32 @@ impl AlltoallArgs {
     }
 }
 
+/// `--fresh`: the arena of `size`-byte messages that the iterations cycle through holds
+/// this many, 64 MiB worth and at least 8.
+pub(crate) fn fresh_slots(size: usize) -> usize {
+    ((64 << 20) / size.max(1)).max(8)
+}
+
+/// How each iteration of `latency` moves its messages.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Pattern {
+    /// `--exchange`: both ranks send at once.
+    pub(crate) exchange: bool,
+    /// `--fresh`: every iteration sends from another slice of an arena
+    /// ([`fresh_slots`]).
+    pub(crate) fresh: bool,
+}
+
+impl LatencyArgs {
+    /// The pattern `--exchange` and `--fresh` choose.
+    pub(crate) fn pattern(&self) -> Pattern {
+        Pattern {
+            exchange: self.exchange,
+            fresh: self.fresh,
+        }
+    }
+}
+
 /// `--neighbours`: an even count from 2.
 fn parse_neighbours(v: &str) -> Result<u32, String> {
     match v.parse::<u32>() {
@@ -129,6 +155,14 @@ pub(crate) struct LatencyArgs {
     /// launcher); `--baseline` exchanges over a plain socket the same way.
     #[arg(long)]
     pub(crate) exchange: bool,
+
+    /// Send from fresh buffers: each iteration's message is another slice of an arena of
+    /// 64 MiB (at least 8 messages), as `ringbtl_patterns -f` does under MPI, so that no
+    /// payload is sent again while it is cache-hot. The plain-socket baseline also
+    /// receives into the arena's slices; ringbtl receives into buffers of its own either
+    /// way. Default: every iteration sends the same buffer.
+    #[arg(long)]
+    pub(crate) fresh: bool,
 
     /// Block-mode baseline without SO_RCVLOWAT (woken per arriving segment instead of
     /// once per message).

@@ -81,6 +81,7 @@ fn main() -> ExitCode {
     } else {
         match ranks::launched() {
             Ok(Some(_)) if args.exchange => Err(OWN_PEER_ONLY.replace("{}", "--exchange")),
+            Ok(Some(_)) if args.fresh => Err(OWN_PEER_ONLY.replace("{}", "--fresh")),
             Ok(Some(_)) if args.rounds > 1 => Err(OWN_PEER_ONLY.replace("{}", "--rounds")),
             Ok(Some(_)) if args.run.peer_cmd.is_some() => {
                 Err(OWN_PEER_ONLY.replace("{}", "--peer-cmd"))
@@ -143,7 +144,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
 
     let mut rings = Vec::new();
     for &k in &kinds {
-        rings.push(Ring::new(0, k, mode, args.exchange)?);
+        rings.push(Ring::new(0, k, mode, args.pattern())?);
     }
     let first = rings.first().map(Ring::local_addr);
     let listener = control::baseline_listener(with_socket, first)?;
@@ -157,7 +158,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
             SETUP_TIMEOUT,
             phase_timeout,
             !args.baseline_no_lowat,
-            args.exchange,
+            args.pattern(),
         )?),
         None => None,
     };
@@ -189,6 +190,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
         kernel: kernel_release(),
         pinned: args.run.pin,
         exchange: args.exchange,
+        fresh: args.fresh,
         rings: rings.iter().map(|r| r.backend_name().to_string()).collect(),
         baseline: with_socket,
         baseline_how: match (mode, args.baseline_no_lowat) {
@@ -320,7 +322,7 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
     if args.run.pin {
         pin(1)?;
     }
-    let mut r1 = Rank1::start(ctl, &kinds, |k| Ring::new(1, k, mode, args.exchange))?;
+    let mut r1 = Rank1::start(ctl, &kinds, |k| Ring::new(1, k, mode, args.pattern()))?;
     let mut plain: Option<Plain> = None;
     while let Some(line) = r1.next(ctl)? {
         let w: Vec<&str> = line.split_whitespace().collect();
@@ -330,7 +332,7 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
                     parse(addr, &line)?,
                     phase_timeout,
                     !args.baseline_no_lowat,
-                    args.exchange,
+                    args.pattern(),
                 )?);
             }
             ["RUN", kind, rest @ ..] => {

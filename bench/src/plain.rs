@@ -20,6 +20,9 @@
 //! `send`/`recv` with `MSG_DONTWAIT`; block mode waits in `poll(2)` for whichever of the
 //! two can move, without `SO_RCVLOWAT` (a mark above the bytes still to come would leave
 //! the last message's tail waiting for bytes that are never sent).
+//!
+//! With `--fresh` each iteration sends from and receives into another slice of an arena
+//! on each side ([`cli::fresh_slots`] messages).
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -28,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use ringbtl::ProgressMode;
 
+use crate::cli::{self, Pattern};
 use crate::report::Recorder;
 use crate::{control, sys};
 
@@ -42,6 +46,11 @@ pub(crate) struct Plain {
     lowat: bool,
     /// Both sides send each message at once (`--exchange`).
     exchange: bool,
+    /// Iterations cycle through arenas of messages (`--fresh`).
+    fresh: bool,
+    /// The current size, and the arenas' message count (1 without `--fresh`).
+    size: usize,
+    slots: usize,
     tx: Vec<u8>,
     rx: Vec<u8>,
 }
@@ -51,8 +60,9 @@ impl Plain {
         sock: TcpStream,
         timeout: Duration,
         lowat: bool,
-        exchange: bool,
+        pat: Pattern,
     ) -> Result<Self, String> {
+        let Pattern { exchange, fresh } = pat;
         sock.set_nodelay(true)
             .map_err(|e| format!("baseline socket: TCP_NODELAY: {e}"))?;
         sys::congestion_like_ringbtl(&sock)?;
@@ -66,6 +76,9 @@ impl Plain {
             sock,
             lowat: lowat && !exchange,
             exchange,
+            fresh,
+            size: 0,
+            slots: 1,
             tx: Vec::new(),
             rx: Vec::new(),
         })
@@ -76,13 +89,13 @@ impl Plain {
         addr: SocketAddr,
         timeout: Duration,
         lowat: bool,
-        exchange: bool,
+        pat: Pattern,
     ) -> Result<Self, String> {
         Self::setup(
             control::connect_baseline(addr, timeout)?,
             timeout,
             lowat,
-            exchange,
+            pat,
         )
     }
 
@@ -92,9 +105,9 @@ impl Plain {
         wait: Duration,
         timeout: Duration,
         lowat: bool,
-        exchange: bool,
+        pat: Pattern,
     ) -> Result<Self, String> {
-        Self::setup(control::accept_baseline(l, wait)?, timeout, lowat, exchange)
+        Self::setup(control::accept_baseline(l, wait)?, timeout, lowat, pat)
     }
 
     fn set_size(&mut self, size: usize, mode: ProgressMode) -> Result<(), String> {
@@ -102,11 +115,21 @@ impl Plain {
         if mode != ProgressMode::Poll && self.lowat {
             sys::set_rcvlowat(self.sock.as_raw_fd(), n).map_err(|e| format!("SO_RCVLOWAT: {e}"))?;
         }
+        self.size = n;
+        self.slots = if self.fresh { cli::fresh_slots(n) } else { 1 };
         self.tx.clear();
-        self.tx.resize(n, 0x5a);
+        self.tx.resize(n * self.slots, 0x5a);
         self.rx.clear();
-        self.rx.resize(n, 0);
+        self.rx.resize(n * self.slots, 0);
         Ok(())
+    }
+
+    /// Iteration `i`'s send and receive buffers.
+    #[inline]
+    fn bufs(&mut self, i: u64) -> (&[u8], &mut [u8]) {
+        let at = (i % self.slots as u64) as usize * self.size;
+        let n = self.size;
+        (&self.tx[at..at + n], &mut self.rx[at..at + n])
     }
 
     /// Rank 0: `warmup + iters` round trips (exchanges, with `exchange`), the last `iters`
@@ -122,18 +145,20 @@ impl Plain {
     ) -> Result<(), String> {
         self.set_size(size, mode)?;
         let fd = self.sock.as_raw_fd();
+        let exchanging = self.exchange;
         for i in 0..warmup + iters {
             let t0 = Instant::now();
-            if self.exchange {
-                exchange(fd, &self.tx, &mut self.rx, mode, deadline)?;
+            let (tx, rx) = self.bufs(i);
+            if exchanging {
+                exchange(fd, tx, rx, mode, deadline)?;
             } else {
-                send_all(fd, &self.tx, mode, deadline)?;
-                recv_all(fd, &mut self.rx, mode, deadline)?;
+                send_all(fd, tx, mode, deadline)?;
+                recv_all(fd, rx, mode, deadline)?;
             }
             let rtt = t0.elapsed();
             if i >= warmup {
                 // The recorder halves round trips; an exchange is reported whole.
-                rec.record(if self.exchange { rtt * 2 } else { rtt });
+                rec.record(if exchanging { rtt * 2 } else { rtt });
             }
         }
         Ok(())
@@ -150,12 +175,14 @@ impl Plain {
     ) -> Result<(), String> {
         self.set_size(size, mode)?;
         let fd = self.sock.as_raw_fd();
-        for _ in 0..count {
-            if self.exchange {
-                exchange(fd, &self.tx, &mut self.rx, mode, deadline)?;
+        let exchanging = self.exchange;
+        for i in 0..count {
+            let (tx, rx) = self.bufs(i);
+            if exchanging {
+                exchange(fd, tx, rx, mode, deadline)?;
             } else {
-                recv_all(fd, &mut self.rx, mode, deadline)?;
-                send_all(fd, &self.tx, mode, deadline)?;
+                recv_all(fd, rx, mode, deadline)?;
+                send_all(fd, tx, mode, deadline)?;
             }
         }
         Ok(())

@@ -97,6 +97,8 @@ pub(crate) struct RunInfo {
     pub(crate) pinned: bool,
     /// `--exchange`: the statistics are of whole exchanges.
     pub(crate) exchange: bool,
+    /// `--fresh`: each iteration sent from another slice of an arena.
+    pub(crate) fresh: bool,
     /// Labels of the ringbtl series, in run order (empty with `--baseline-only`).
     pub(crate) rings: Vec<String>,
     /// A plain-socket series runs too.
@@ -161,6 +163,12 @@ impl<'a> Table<'a> {
             "one-way latency = round trip / 2"
         };
         let _ = writeln!(s, "# iterations: {counts}; {what}");
+        if i.fresh {
+            let _ = writeln!(
+                s,
+                "# fresh buffers: each iteration sends from another slice of a 64 MiB arena"
+            );
+        }
         if i.rounds > 1 {
             let _ = writeln!(
                 s,
@@ -441,7 +449,10 @@ impl RunInfo {
             pinned: self.pinned,
             kernel: &self.kernel,
             rings: &self.rings,
-            run_fields: vec![("rounds".into(), self.rounds.to_string())],
+            run_fields: vec![
+                ("rounds".into(), self.rounds.to_string()),
+                ("fresh".into(), self.fresh.to_string()),
+            ],
         }
     }
 }
@@ -470,6 +481,7 @@ mod tests {
             kernel: "6.1\"x".into(),
             pinned: true,
             exchange: false,
+            fresh: false,
             rings: rings.iter().map(|s| s.to_string()).collect(),
             baseline,
             baseline_how: "x",

@@ -1,7 +1,8 @@
 //! The ringbtl ping-pong: rank 0 sends `size` bytes on [`TAG`], rank 1's handler sends the
 //! same number of bytes back from inside the handler, rank 0's handler counts the reply.
 //! Or, with `--exchange`, both ranks send each iteration's message at once and wait for
-//! the other's (no reply from a handler).
+//! the other's (no reply from a handler). With `--fresh` every iteration sends another
+//! slice of an arena ([`cli::fresh_slots`]); the receiver's buffers are ringbtl's own.
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use ringbtl::{BackendKind, PeerId, ProgressMode, Tag, Transport};
 
+use crate::cli::{self, Pattern};
 use crate::control::BenchTransport;
 use crate::flow::{self, Deferred};
 use crate::report::Recorder;
@@ -29,14 +31,58 @@ pub(crate) struct Ring {
     completed: Rc<Cell<u64>>,
     /// First failure reported by a callback; ends the run.
     failure: Rc<RefCell<Option<String>>>,
-    /// The current size's payload (one pre-built segment; rank 1 replies with it).
-    payload: Rc<RefCell<Vec<Bytes>>>,
+    /// The current size's payloads (rank 1 replies with them).
+    payload: Rc<RefCell<Slots>>,
     /// Length every received message must have.
     expect: Rc<Cell<usize>>,
     /// Replies that met a full send queue, sent by [`wait_for`](Self::wait_for).
     deferred: Rc<RefCell<Deferred>>,
     /// `--exchange`: both ranks send, no handler replies.
     exchange: bool,
+    /// `--fresh`: iterations cycle through an arena.
+    fresh: bool,
+}
+
+/// The payloads of the current size: one pre-built segment every iteration sends, or
+/// with `--fresh` an arena of [`cli::fresh_slots`] messages that iteration `i` takes
+/// slice `i % count` of.
+#[derive(Debug, Default)]
+struct Slots {
+    one: Vec<Bytes>,
+    arena: Bytes,
+    size: usize,
+    count: usize,
+}
+
+impl Slots {
+    fn new(size: usize, fresh: bool) -> Self {
+        let count = if fresh && size > 0 {
+            cli::fresh_slots(size)
+        } else {
+            1
+        };
+        let arena = if size == 0 {
+            Bytes::new()
+        } else {
+            Bytes::from(vec![0xa5u8; size * count])
+        };
+        Self {
+            one: vec![arena.slice(..size)],
+            arena,
+            size,
+            count,
+        }
+    }
+
+    /// Calls `f` with the segments of iteration `i`.
+    #[inline]
+    fn with_segs<R>(&self, i: u64, f: impl FnOnce(&[Bytes]) -> R) -> R {
+        if self.count <= 1 {
+            return f(&self.one);
+        }
+        let at = (i % self.count as u64) as usize * self.size;
+        f(&[self.arena.slice(at..at + self.size)])
+    }
 }
 
 impl Ring {
@@ -46,13 +92,14 @@ impl Ring {
         rank: u32,
         backend: BackendKind,
         mode: ProgressMode,
-        exchange: bool,
+        pat: Pattern,
     ) -> Result<Self, String> {
-        let mut tr = crate::cli::transport(rank, backend, mode)?;
+        let Pattern { exchange, fresh } = pat;
+        let mut tr = cli::transport(rank, backend, mode)?;
         let received: Rc<Cell<u64>> = Rc::default();
         let completed: Rc<Cell<u64>> = Rc::default();
         let failure: Rc<RefCell<Option<String>>> = Rc::default();
-        let payload = Rc::new(RefCell::new(vec![Bytes::new()]));
+        let payload: Rc<RefCell<Slots>> = Rc::default();
         let expect: Rc<Cell<usize>> = Rc::default();
         let deferred: Rc<RefCell<Deferred>> = Rc::default();
 
@@ -78,8 +125,10 @@ impl Ring {
             }
             rx.set(rx.get() + 1);
             if reply {
-                let segs = pay.borrow();
-                let sent = def.borrow_mut().send(t, am.src, TAG, &segs[..], rx.get());
+                let n = rx.get();
+                let sent = pay
+                    .borrow()
+                    .with_segs(n, |segs| def.borrow_mut().send(t, am.src, TAG, segs, n));
                 if let Err(e) = sent {
                     fail.borrow_mut()
                         .get_or_insert_with(|| format!("reply to {}: {e}", am.src));
@@ -111,17 +160,13 @@ impl Ring {
             expect,
             deferred,
             exchange,
+            fresh,
         })
     }
 
-    /// Builds the payload of `size` bytes once; every iteration reuses it.
+    /// Builds the payloads of `size` bytes once (the arena with `--fresh`).
     fn set_size(&mut self, size: usize) {
-        let seg = if size == 0 {
-            Bytes::new()
-        } else {
-            Bytes::from(vec![0xa5u8; size])
-        };
-        *self.payload.borrow_mut() = vec![seg];
+        *self.payload.borrow_mut() = Slots::new(size, self.fresh);
         self.expect.set(size);
     }
 
@@ -162,13 +207,15 @@ impl Ring {
         rec: &mut Recorder,
     ) -> Result<(), String> {
         self.set_size(size);
-        let segs: Vec<Bytes> = self.payload.borrow().clone();
         let peer = PeerId(1);
         let rx0 = self.received.get();
         let done0 = self.completed.get();
         for i in 0..warmup + iters {
             let t0 = Instant::now();
-            flow::send(&mut self.tr, peer, TAG, &segs, i, deadline)?;
+            let tr = &mut self.tr;
+            self.payload
+                .borrow()
+                .with_segs(i, |segs| flow::send(tr, peer, TAG, segs, i, deadline))?;
             // The reply to message i is the (i + 1)-th message received in this phase.
             self.wait_for(rx0 + i + 1, 0, deadline)?;
             let rtt = t0.elapsed();
@@ -194,9 +241,11 @@ impl Ring {
         let rx0 = self.received.get();
         let done0 = self.completed.get();
         if self.exchange {
-            let segs: Vec<Bytes> = self.payload.borrow().clone();
             for i in 0..count {
-                flow::send(&mut self.tr, PeerId(0), TAG, &segs, i, deadline)?;
+                let tr = &mut self.tr;
+                self.payload
+                    .borrow()
+                    .with_segs(i, |segs| flow::send(tr, PeerId(0), TAG, segs, i, deadline))?;
                 self.wait_for(rx0 + i + 1, 0, deadline)?;
             }
         }
@@ -224,5 +273,36 @@ impl BenchTransport for Ring {
         self.tr
             .shutdown(SHUTDOWN_TIMEOUT)
             .map_err(|e| format!("shutdown: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fresh: consecutive iterations send disjoint slices, the arena is cycled whole;
+    /// otherwise every iteration sends the one segment.
+    #[test]
+    fn fresh_slots_cycle_disjoint_slices() {
+        let size = 1_000_000;
+        let s = Slots::new(size, true);
+        let n = cli::fresh_slots(size) as u64;
+        assert_eq!(n, 67);
+        let at = |i: u64| {
+            s.with_segs(i, |segs| {
+                (segs.len(), segs[0].as_ptr() as usize, segs[0].len())
+            })
+        };
+        let base = at(0).1;
+        for i in 0..2 * n {
+            let (count, ptr, len) = at(i);
+            assert_eq!((count, len), (1, size));
+            assert_eq!(ptr - base, (i % n) as usize * size, "iteration {i}");
+        }
+        let same = Slots::new(size, false);
+        let p0 = same.with_segs(0, |segs| segs[0].as_ptr());
+        assert!((0..5).all(|i| same.with_segs(i, |segs| segs[0].as_ptr()) == p0));
+        assert_eq!(cli::fresh_slots(32 << 20), 8);
+        assert_eq!(Slots::new(0, true).with_segs(3, |segs| segs[0].len()), 0);
     }
 }

@@ -491,6 +491,57 @@ fn exchange_json() {
     );
 }
 
+/// `--fresh`: iterations send from the slices of an arena (ping-pong and exchange, with the
+/// plain socket's baseline cycling its own arenas); every object says so, and a run
+/// without it says it was not.
+#[test]
+fn fresh_buffers_json() {
+    for pattern in [&["--exchange"][..], &[]] {
+        let mut args = vec![
+            "latency",
+            "--fresh",
+            "--baseline",
+            "--iters",
+            "80",
+            "--warmup",
+            "2",
+            "--sizes",
+            "65537,1000000,3145728",
+            "--json",
+        ];
+        args.extend_from_slice(pattern);
+        let out = run_ok(&args);
+        let bench = if pattern.is_empty() {
+            "latency"
+        } else {
+            "exchange"
+        };
+        let objs = check_bench_lines(&out, bench, "poll");
+        let sizes: Vec<f64> = objs.iter().map(|o| num(o, "size")).collect();
+        assert_eq!(sizes, [65537.0, 1e6, 3145728.0], "{out}");
+        for o in &objs {
+            assert_eq!(o.get("fresh"), Some(&Val::Bool(true)), "{o:?}");
+            assert!(num(o, "baseline_p50_us") > 0.0, "{o:?}");
+        }
+    }
+    let out = run_ok(&["latency", "--quick", "--sizes", "8", "--json"]);
+    for o in check_lines(&out, "poll") {
+        assert_eq!(o.get("fresh"), Some(&Val::Bool(false)), "{o:?}");
+    }
+    let table = run_ok(&[
+        "latency",
+        "--fresh",
+        "--exchange",
+        "--quick",
+        "--sizes",
+        "8",
+    ]);
+    assert!(
+        table.contains("# fresh buffers: each iteration sends from another slice"),
+        "{table}"
+    );
+}
+
 /// `alltoall --neighbours N`: a halo exchange, each rank with its N ring neighbours only;
 /// every message checked, the count of messages that of the halo (5 ranks with 4
 /// neighbours: 4 each; 4 ranks with 2: 2 each; 3 ranks with 4: the 2 others), with a rate.
