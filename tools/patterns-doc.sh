@@ -13,7 +13,9 @@
 #      neighbours and alltoall at 4 ranks, with 4 neighbours at 5 and 8 ranks, alltoall at
 #      8 ranks, on loopback (ranks unbound beyond the cores), under each of --cc;
 #      the exchange, the 2-neighbour halo and alltoall across namespace hosts (2 and 4
-#      hosts, one rank each) under the first of --cc.
+#      hosts, one rank each) under the first of --cc; an exchange of 64 KiB to 4 MiB
+#      hidden behind computation (the share, %), on loopback and between two hosts under
+#      the first of --cc, beside btl tcp without and with its progress thread.
 # Sizes off the powers of two as well as on them: 1,000,000, 2^20 - 1, 3 x 2^20.
 #
 # Usage: tools/patterns-doc.sh [--runs N] [--quick] [--cc cubic,reno,bbr] [--out FILE]
@@ -50,11 +52,13 @@ done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs wants a positive integer"
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
 sizes="65536 1000000 1048575 1048576 3145728 4194304"
+# The exchange behind computation (ovl): 64 KiB to 4 MiB.
+ovl_sizes="65536 1048576 4194304"
 bench_sizes="8,65536,1000000,1048575,1048576,3145728,4194304"
 # RANKS:PATTERNS of the loopback jobs beyond 2 ranks.
 jobs_lo="4:halo2,a2a 5:halo4 8:halo4,a2a"
 if [ "$quick" = 1 ]; then
-  runs=1 sizes="65536 1000000" bench_sizes="8,1000000" jobs_lo=4:halo2,a2a ccs=${ccs%%,*}
+  runs=1 sizes="65536 1000000" ovl_sizes=1048576 bench_sizes="8,1000000" jobs_lo=4:halo2,a2a ccs=${ccs%%,*}
 fi
 
 work=$(mktemp -d /tmp/ringbtl-patterns-doc.XXXXXX)
@@ -125,6 +129,15 @@ if [[ ",$where," == *",lo,"* ]]; then
 fi
 
 # 2. MPI: the patterns over btl ringbtl and btl tcp.
+# The exchange behind computation, beside btl tcp without and with its progress thread.
+overlap() {
+  local where=$1 cc=$2 at=()
+  [ "$where" = loopback ] || at=(--hosts)
+  local base=("${at[@]}" --runs "$runs" --cc "$cc" --sizes "$ovl_sizes" --patterns ovl)
+  mpi "an exchange behind computation, $where, $cc" "${base[@]}"
+  mpi "an exchange behind computation, $where, $cc, btl tcp with its progress thread" \
+    "${base[@]}" --tcp-mca "btl_tcp_progress_thread 1"
+}
 mpi() {
   local title=$1; shift
   section "MPI over btl ringbtl, btl tcp and pml ucx: $title" tools/ompi-compare.sh "$@" --ucx
@@ -144,12 +157,14 @@ if [[ ",$where," == *",lo,"* ]]; then
       mpi "$pats at $np ranks, loopback, $cc" "${base[@]}" --np "$np" --patterns "$pats"
     done
   done
+  overlap loopback "${ccs%%,*}"
 fi
 if [[ ",$where," == *",hosts,"* ]]; then
   cc=${ccs%%,*}
   base=(--hosts --runs "$runs" --cc "$cc" --sizes "$sizes")
   mpi "exchange, two namespace hosts, $cc" "${base[@]}" --patterns xchg
   mpi "halo2,a2a, four namespace hosts, $cc" "${base[@]}" --np 4 --patterns halo2,a2a
+  overlap "two namespace hosts" "$cc"
 fi
 
 mkdir -p "$(dirname "$out")"

@@ -5,6 +5,11 @@
  *   halo2 SIZE  every rank exchanges SIZE bytes with its 2 ring neighbours at once
  *   halo4 SIZE  the same with 4 neighbours (r +- 1, r +- 2; at least 5 ranks)
  *   a2a SIZE    MPI_Alltoall of SIZE bytes per pair
+ *   ovl SIZE    overlap: pairs (r with r ^ 1) post MPI_Irecv and MPI_Isend of SIZE bytes,
+ *               compute (spin on the clock, no MPI call) for 1.5 times the exchange's own
+ *               time, then MPI_Waitall; prints "ovl SIZE PCT", the share of the exchange's
+ *               time hidden behind the computation, (t_xchg + t_compute - t_total) / t_xchg
+ *               in per cent (0-100), medians of the iterations, the lowest of the ranks
  * Each measure prints one line at rank 0: "PATTERN SIZE MBPS", the bytes one rank sends
  * per second (MB = 10^6), the slowest rank's time (the time of the exchange: every rank
  * waits for its slowest neighbour). Every received byte is checked after the timed loop
@@ -20,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_NB 4
 #define MAX_SIZES 32
@@ -77,8 +83,83 @@ static int neighbours(const char *pat, int nb[MAX_NB])
     return 0;
 }
 
+/* Seconds on the monotonic clock, read without entering MPI. */
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
+}
+
+/* The median time of `iters` exchanges with `peer` (after 3 unmeasured), each: a
+ * barrier, MPI_Irecv and MPI_Isend of n bytes, `secs` of computation, MPI_Waitall. */
+static double overlap_round(unsigned char *sb, unsigned char *rb, size_t n, int peer,
+                            double secs, int iters, double *t)
+{
+    for (int it = 0; it < iters + 3; it++) {
+        MPI_Request rq[2];
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now();
+        MPI_Irecv(rb, (int) n, MPI_BYTE, peer, 9, MPI_COMM_WORLD, &rq[0]);
+        MPI_Isend(sb, (int) n, MPI_BYTE, peer, 9, MPI_COMM_WORLD, &rq[1]);
+        if (secs > 0) {
+            volatile unsigned long spins = 0;
+            while (now() - t0 < secs) spins++;
+        }
+        MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+        if (it >= 3) t[it - 3] = now() - t0;
+        check(rb, n, peer, 0, "ovl");
+        memset(rb, 0, n);
+    }
+    qsort(t, (size_t) iters, sizeof(double), cmp_double);
+    return t[iters / 2];
+}
+
+static void overlap(size_t n)
+{
+    int peer = rank ^ 1;
+    if (peer >= nprocs) {
+        if (rank == 0) fprintf(stderr, "ringbtl_patterns: ovl needs an even number of ranks\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    unsigned char *sb = malloc(n), *rb = malloc(n);
+    int iters = iters_for(n, 2e8, 20, 400);
+    double *t = malloc(sizeof(double) * (size_t) iters);
+    if (!sb || !rb || !t) {
+        fprintf(stderr, "ringbtl_patterns: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fill(sb, n, rank, 0);
+    memset(rb, 0, n);
+    /* Every rank computes as long: 1.5 times the slowest rank's exchange. */
+    double xchg = overlap_round(sb, rb, n, peer, 0, iters, t), slowest;
+    MPI_Allreduce(&xchg, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double secs = 1.5 * slowest;
+    double total = overlap_round(sb, rb, n, peer, secs, iters, t);
+    double pct = 100.0 * (xchg + secs - total) / xchg, lowest;
+    pct = pct < 0 ? 0 : (pct > 100 ? 100 : pct);
+    MPI_Reduce(&pct, &lowest, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("ovl %zu %.1f\n", n, lowest);
+        fflush(stdout);
+    }
+    free(t);
+    free(sb);
+    free(rb);
+}
+
 static void run(const char *pat, size_t n, int fresh)
 {
+    if (!strcmp(pat, "ovl")) {
+        overlap(n);
+        return;
+    }
     int nb[MAX_NB], k = 0, a2a = !strcmp(pat, "a2a");
     if (a2a) {
         k = nprocs;
