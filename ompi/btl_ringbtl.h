@@ -4,9 +4,12 @@
  * interface 3.1) and 5.0 (3.3, built with RINGBTL_OMPI5); what differs is confined to
  * btl_ringbtl_compat.[ch].
  *
- * One module per process. The module owns one ringbtl transport whose process id is
- * this process's vpid; peers are the processes of the same job (same jobid), addressed
- * by vpid. Send (in place) and put: ob1 sends eager and rendezvous headers as messages,
+ * One module per process (the default). The module owns one ringbtl transport whose process
+ * id is this process's vpid; peers are the processes of the same job (same jobid),
+ * addressed by vpid. With btl_ringbtl_if_modules 1 (a measurement switch: see
+ * docs/design/links.md, "One module or one per interface") there is one module per
+ * interface instead, as btl tcp does, each with a transport of its own bound to its
+ * interface, and ob1 stripes large messages across them. Send (in place) and put: ob1 sends eager and rendezvous headers as messages,
  * and moves the body of a large message with puts straight into the receiver's buffer,
  * which it registered with us (ringbtl_register_region); no get.
  */
@@ -66,9 +69,23 @@ typedef struct {
     int status;
 } mca_btl_ringbtl_held_t;
 
+/* A subnet of a module's interface: a peer address on it is reached through that module. */
+typedef struct {
+    int family; /* AF_INET or AF_INET6 */
+    uint8_t addr[16];
+    unsigned prefix;
+} mca_btl_ringbtl_net_t;
+#define RINGBTL_MAX_NETS 8
+
 typedef struct {
     mca_btl_base_module_t super;
     ringbtl_t *rt;
+    /* Module per interface: this module's place among the component's modules, its
+     * interface and that interface's subnets (nnets 0: the one module, every address). */
+    unsigned index;
+    char ifname[32];
+    mca_btl_ringbtl_net_t nets[RINGBTL_MAX_NETS];
+    unsigned nnets;
     mca_btl_base_module_error_cb_fn_t error_cb;
     /* Endpoints indexed by vpid (NULL = not added). */
     mca_btl_ringbtl_endpoint_t **endpoints;
@@ -116,6 +133,10 @@ typedef struct {
     unsigned int flush_batch;
     unsigned int block_flush_ms;
     mca_btl_ringbtl_setting_t *settings; /* terminated by mca == NULL */
+    int if_modules; /* btl_ringbtl_if_modules: one module per interface */
+    /* The modules created by btl_init (a finalized one is taken out: NULL). */
+    mca_btl_ringbtl_module_t **modules;
+    unsigned nmodules;
 } mca_btl_ringbtl_component_t;
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ringbtl_component_t mca_btl_ringbtl_component;
@@ -135,6 +156,17 @@ OBJ_CLASS_DECLARATION(mca_btl_ringbtl_frag_t);
 
 /* The modex key under which rank 0 publishes the job key (64 hex digits). */
 #define RINGBTL_MODEX_JOB_KEY "btl.ringbtl.job_key"
+
+/* The addresses a process publishes: its modules' URI lists ("tcp://ip:port;..."), one
+ * after the other, separated by this character (one module: no separator). */
+#define RINGBTL_MODULE_SEP '|'
+
+/* The address of one URI ("tcp://1.2.3.4:5", "tcp://[::1]:5"; `len` bytes): true and its
+ * family and bytes, or false when it is not one. */
+bool mca_btl_ringbtl_uri_addr(const char *uri, size_t len, int *family, uint8_t addr[16]);
+/* True when `addr` lies in `net`. */
+bool mca_btl_ringbtl_net_contains(const mca_btl_ringbtl_net_t *net, int family,
+                                  const uint8_t addr[16]);
 
 int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool threads);
 void mca_btl_ringbtl_release_pending(mca_btl_ringbtl_module_t *m);

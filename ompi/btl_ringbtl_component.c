@@ -4,9 +4,14 @@
  */
 #include "btl_ringbtl.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 
 static int component_register(void);
@@ -93,6 +98,9 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
     .flush_batch = 0,
     .block_flush_ms = 2000,
     .settings = ringbtl_settings,
+    .if_modules = 0,
+    .modules = NULL,
+    .nmodules = 0,
 };
 
 /* Defaults of the standard BTL parameters (btl_ringbtl_eager_limit, ...), from runs of
@@ -169,6 +177,17 @@ static int component_register(void)
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, 0, OPAL_INFO_LVL_5,
         MCA_BASE_VAR_SCOPE_READONLY, &mca_btl_ringbtl_component.block_flush_ms);
 
+    (void) mca_base_component_var_register(
+        c, "if_modules",
+        "1: one module per interface, each with a ringbtl transport of its own limited to "
+        "that interface, and ob1 stripes large messages across them, as btl tcp does "
+        "(no failover between interfaces: a job loses a peer with an interface). 0 "
+        "(default): one module, its links over every interface, a failed link's traffic "
+        "moved to another. A switch to measure the two (docs/design/links.md, \"One "
+        "module or one per interface\"), not a site setting",
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY,
+        &mca_btl_ringbtl_component.if_modules);
+
     for (mca_btl_ringbtl_setting_t *s = ringbtl_settings; s->mca != NULL; s++) {
         char help[512];
         snprintf(help, sizeof(help), "%s (ringbtl setting %s; unset = ringbtl's default)",
@@ -210,6 +229,9 @@ static int component_open(void)
 
 static int component_close(void)
 {
+    free(mca_btl_ringbtl_component.modules);
+    mca_btl_ringbtl_component.modules = NULL;
+    mca_btl_ringbtl_component.nmodules = 0;
     ringbtl_compat_fini();
     return OPAL_SUCCESS;
 }
@@ -225,30 +247,184 @@ static int component_set(ringbtl_config_t *cfg, const char *what, const char *na
     return rc;
 }
 
-static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progress_threads,
-                                            bool enable_mpi_threads)
+/* ---- addresses and interfaces --------------------------------------------------------- */
+
+bool mca_btl_ringbtl_uri_addr(const char *uri, size_t len, int *family, uint8_t addr[16])
+{
+    char host[INET6_ADDRSTRLEN + 1];
+    const char *p = uri, *end = uri + len, *h, *he;
+
+    if (len < 6 || 0 != strncmp(p, "tcp://", 6)) {
+        return false;
+    }
+    p += 6;
+    if (p < end && '[' == *p) {
+        h = p + 1;
+        he = memchr(h, ']', (size_t) (end - h));
+        *family = AF_INET6;
+    } else {
+        h = p;
+        he = NULL;
+        for (const char *q = end; q > h; q--) {
+            if (':' == q[-1]) {
+                he = q - 1;
+                break;
+            }
+        }
+        *family = AF_INET;
+    }
+    if (NULL == he || he == h || (size_t) (he - h) >= sizeof(host)) {
+        return false;
+    }
+    memcpy(host, h, (size_t) (he - h));
+    host[he - h] = '\0';
+    char *scope = strchr(host, '%');
+    if (NULL != scope) {
+        *scope = '\0';
+    }
+    memset(addr, 0, 16);
+    return 1 == inet_pton(*family, host, addr);
+}
+
+bool mca_btl_ringbtl_net_contains(const mca_btl_ringbtl_net_t *net, int family,
+                                  const uint8_t addr[16])
+{
+    if (net->family != family) {
+        return false;
+    }
+    unsigned bits = net->prefix, i = 0;
+    for (; bits >= 8; bits -= 8, i++) {
+        if (net->addr[i] != addr[i]) {
+            return false;
+        }
+    }
+    if (bits > 0) {
+        const uint8_t mask = (uint8_t) (0xff << (8 - bits));
+        return (net->addr[i] & mask) == (addr[i] & mask);
+    }
+    return true;
+}
+
+static unsigned mask_bits(const struct sockaddr *sa)
+{
+    const uint8_t *b;
+    size_t n;
+    unsigned bits = 0;
+    if (NULL == sa) {
+        return 0;
+    }
+    if (AF_INET == sa->sa_family) {
+        b = (const uint8_t *) &((const struct sockaddr_in *) sa)->sin_addr;
+        n = 4;
+    } else {
+        b = (const uint8_t *) &((const struct sockaddr_in6 *) sa)->sin6_addr;
+        n = 16;
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 7; k >= 0 && (b[i] >> k & 1); k--) {
+            bits++;
+        }
+    }
+    return bits;
+}
+
+/* One interface of the process's transport: its name, its addresses as an if_include
+ * list (each as a /32 or /128), its subnets. */
+typedef struct {
+    char name[32];
+    char include[512];
+    mca_btl_ringbtl_net_t nets[RINGBTL_MAX_NETS];
+    unsigned nnets;
+} if_group_t;
+#define RINGBTL_MAX_IF_MODULES 8
+
+/* The interfaces the addresses `uris` (a transport's) lie on, in their order: the number
+ * of groups filled, 0 when an address is on no interface (then there is nothing to split). */
+static unsigned if_groups(const char *uris, if_group_t *g, unsigned max)
+{
+    struct ifaddrs *all = NULL;
+    unsigned n = 0;
+    if (0 != getifaddrs(&all)) {
+        opal_output(0, "btl ringbtl: getifaddrs: %s: one module", strerror(errno));
+        return 0;
+    }
+    for (const char *p = uris; '\0' != *p;) {
+        const char *e = strchr(p, ';');
+        const size_t len = NULL != e ? (size_t) (e - p) : strlen(p);
+        int family;
+        uint8_t addr[16];
+        const struct ifaddrs *found = NULL;
+        if (mca_btl_ringbtl_uri_addr(p, len, &family, addr)) {
+            for (const struct ifaddrs *i = all; NULL != i && NULL == found; i = i->ifa_next) {
+                if (NULL == i->ifa_addr || i->ifa_addr->sa_family != family) {
+                    continue;
+                }
+                const void *a = AF_INET == family
+                                    ? (const void *) &((struct sockaddr_in *) i->ifa_addr)->sin_addr
+                                    : (const void *) &((struct sockaddr_in6 *) i->ifa_addr)->sin6_addr;
+                if (0 == memcmp(a, addr, AF_INET == family ? 4 : 16)) {
+                    found = i;
+                }
+            }
+        }
+        if (NULL == found || strlen(found->ifa_name) >= sizeof(g->name)) {
+            opal_output(0, "btl ringbtl: address %.*s on no interface found: one module",
+                        (int) len, p);
+            freeifaddrs(all);
+            return 0;
+        }
+        unsigned k = 0;
+        while (k < n && 0 != strcmp(g[k].name, found->ifa_name)) {
+            k++;
+        }
+        if (k == n) {
+            if (n == max) {
+                opal_output(0, "btl ringbtl: more than %u interfaces: one module", max);
+                freeifaddrs(all);
+                return 0;
+            }
+            memset(&g[k], 0, sizeof(g[k]));
+            strcpy(g[k].name, found->ifa_name);
+            n++;
+        }
+        char text[INET6_ADDRSTRLEN];
+        inet_ntop(family, addr, text, sizeof(text));
+        const size_t used = strlen(g[k].include);
+        snprintf(g[k].include + used, sizeof(g[k].include) - used, "%s%s/%u",
+                 0 == used ? "" : ",", text, AF_INET == family ? 32 : 128);
+        if (g[k].nnets < RINGBTL_MAX_NETS) {
+            mca_btl_ringbtl_net_t *net = &g[k].nets[g[k].nnets++];
+            net->family = family;
+            memcpy(net->addr, addr, sizeof(net->addr));
+            net->prefix = mask_bits(found->ifa_netmask);
+        }
+        p += len;
+        if ('\0' != *p) {
+            p++;
+        }
+    }
+    freeifaddrs(all);
+    return n;
+}
+
+/* ---- btl_init ------------------------------------------------------------------------- */
+
+/* The configuration of one transport: the environment, the job token, the job key (NULL:
+ * read from the modex later), listen auto, the btl_ringbtl_* settings; `only` (module per
+ * interface) replaces the interface selection. NULL when something was rejected (said). */
+static ringbtl_config_t *make_config(opal_process_name_t me, const char *key, const char *only,
+                                     bool threads)
 {
     mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
     ringbtl_config_t *cfg = NULL;
-    ringbtl_t *rt = NULL;
     const char *backend = NULL;
     char token[32];
-    int rc;
 
-    (void) enable_progress_threads;
-    *num_btls = 0;
-    if (!ringbtl_compat_check()) {
-        return NULL;
-    }
-
-    const opal_process_name_t me = ringbtl_compat_my_name();
-    rc = ringbtl_config_new((uint32_t) me.vpid, &cfg);
-    if (RINGBTL_OK != rc) {
+    if (RINGBTL_OK != ringbtl_config_new((uint32_t) me.vpid, &cfg)) {
         opal_output(0, "btl ringbtl: no configuration: %s", ringbtl_last_error());
         return NULL;
     }
-    rc = ringbtl_config_from_env(cfg);
-    if (RINGBTL_OK != rc) {
+    if (RINGBTL_OK != ringbtl_config_from_env(cfg)) {
         opal_output(0, "btl ringbtl: RINGBTL_* environment rejected: %s; declining",
                     ringbtl_last_error());
         goto fail;
@@ -258,32 +434,9 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
         snprintf(token, sizeof(token), "%u", (unsigned) me.jobid);
         (void) ringbtl_config_set(cfg, "RINGBTL_JOB_TOKEN", token);
     }
-    /* The job key, with no user configuration: rank 0 draws one and publishes it through
-     * the modex; the others read it before their first connection
-     * (mca_btl_ringbtl_ensure_key). A key the user gave (RINGBTL_JOB_KEY or
-     * RINGBTL_JOB_KEY_FILE, the same for every process) takes precedence. */
-    bool key_pending = false;
-    if (NULL == getenv("RINGBTL_JOB_KEY") && NULL == getenv("RINGBTL_JOB_KEY_FILE")) {
-        if (0 == me.vpid) {
-            char key[65];
-            rc = ringbtl_generate_job_key(key);
-            if (RINGBTL_OK == rc) {
-                rc = ringbtl_compat_modex_send_string(RINGBTL_MODEX_JOB_KEY, key);
-                if (OPAL_SUCCESS == rc) {
-                    rc = ringbtl_config_set(cfg, "RINGBTL_JOB_KEY", key) == RINGBTL_OK
-                             ? OPAL_SUCCESS
-                             : OPAL_ERROR;
-                }
-            }
-            memset(key, 0, sizeof(key));
-            if (OPAL_SUCCESS != rc) {
-                opal_output(0, "btl ringbtl: no job key published (%d: %s); declining", rc,
-                            ringbtl_last_error());
-                goto fail;
-            }
-        } else {
-            key_pending = true;
-        }
+    if (NULL != key && RINGBTL_OK != ringbtl_config_set(cfg, "RINGBTL_JOB_KEY", key)) {
+        opal_output(0, "btl ringbtl: job key not set: %s; declining", ringbtl_last_error());
+        goto fail;
     }
     /* ringbtl's own default listens on 127.0.0.1; an MPI job may span hosts. */
     if (NULL == getenv("RINGBTL_LISTEN")
@@ -292,6 +445,9 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
     }
     for (mca_btl_ringbtl_setting_t *s = c->settings; s->mca != NULL; s++) {
         if (NULL == s->value || '\0' == s->value[0]) {
+            continue;
+        }
+        if (NULL != only && (0 == strcmp(s->mca, "if_include") || 0 == strcmp(s->mca, "if_exclude"))) {
             continue;
         }
         char what[64];
@@ -303,10 +459,14 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
             backend = s->value;
         }
     }
+    if (NULL != only && RINGBTL_OK != component_set(cfg, "module per interface",
+                                                    "RINGBTL_IF_INCLUDE", only)) {
+        goto fail;
+    }
     if (NULL == backend) {
         backend = getenv("RINGBTL_BACKEND");
     }
-    if (enable_mpi_threads) {
+    if (threads) {
         /* MPI_THREAD_MULTIPLE: several threads may enter the BTL. The module serialises
          * them behind a lock; io_uring's ring (SINGLE_ISSUER) must stay on the thread that
          * created it, so the epoll backend drives the transport. */
@@ -321,58 +481,222 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
             goto fail;
         }
     }
-
-    rc = ringbtl_create(cfg, &rt);
-    cfg = NULL; /* consumed */
-    if (RINGBTL_OK != rc) {
-        opal_output(0, "btl ringbtl: transport not created: %s (%s); declining",
-                    ringbtl_strerror(rc), ringbtl_last_error());
-        return NULL;
-    }
-
-    mca_btl_ringbtl_module.key_pending = key_pending;
-    mca_btl_ringbtl_module.key_failed = false;
-    if (OPAL_SUCCESS != mca_btl_ringbtl_module_init(&mca_btl_ringbtl_module, rt,
-                                                    enable_mpi_threads)) {
-        ringbtl_destroy(rt, 0);
-        return NULL;
-    }
-
-    const char *uris = ringbtl_uris(rt);
-    rc = ringbtl_compat_modex_send_uris(&c->super.btl_version, uris);
-    if (OPAL_SUCCESS != rc) {
-        opal_output(0, "btl ringbtl: publishing the address through the modex failed (%d)",
-                    rc);
-        mca_btl_ringbtl_module.super.btl_finalize(&mca_btl_ringbtl_module.super);
-        return NULL;
-    }
-    if (c->verbose > 0) {
-        opal_output(0, "btl ringbtl: rank %u backend %s uris %s max_frame %zu%s",
-                    (unsigned) me.vpid, ringbtl_backend_name(rt), uris, ringbtl_max_frame(rt),
-                    enable_mpi_threads ? " (MPI_THREAD_MULTIPLE: serialised)" : "");
-    }
-
-    mca_btl_base_module_t **modules = malloc(sizeof(*modules));
-    if (NULL == modules) {
-        mca_btl_ringbtl_module.super.btl_finalize(&mca_btl_ringbtl_module.super);
-        return NULL;
-    }
-    modules[0] = &mca_btl_ringbtl_module.super;
-    *num_btls = 1;
-    return modules;
+    return cfg;
 
 fail:
     ringbtl_config_free(cfg);
     return NULL;
 }
 
-int mca_btl_ringbtl_progress(void)
+static ringbtl_t *make_transport(opal_process_name_t me, const char *key, const char *only,
+                                 bool threads)
 {
-    mca_btl_ringbtl_module_t *m = &mca_btl_ringbtl_module;
+    ringbtl_t *rt = NULL;
+    ringbtl_config_t *cfg = make_config(me, key, only, threads);
+    if (NULL == cfg) {
+        return NULL;
+    }
+    const int rc = ringbtl_create(cfg, &rt); /* consumes cfg */
+    if (RINGBTL_OK != rc) {
+        opal_output(0, "btl ringbtl: transport%s%s not created: %s (%s)%s",
+                    NULL != only ? " on " : "", NULL != only ? only : "",
+                    ringbtl_strerror(rc), ringbtl_last_error(),
+                    NULL != only ? "" : "; declining");
+        return NULL;
+    }
+    return rt;
+}
+
+/* Finalizes the modules created so far and forgets them (each finalize takes its module
+ * out of the component's list). */
+static void drop_modules(void)
+{
+    mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
+    mca_btl_ringbtl_module_t **list = c->modules;
+    const unsigned n = c->nmodules;
+    for (unsigned i = 0; i < n; i++) {
+        if (NULL != list[i]) {
+            list[i]->super.btl_finalize(&list[i]->super);
+        }
+    }
+    free(c->modules);
+    c->modules = NULL;
+    c->nmodules = 0;
+}
+
+static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progress_threads,
+                                            bool enable_mpi_threads)
+{
+    mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
+    ringbtl_t *rt = NULL;
+    ringbtl_t *per_if[RINGBTL_MAX_IF_MODULES] = {NULL};
+    if_group_t groups[RINGBTL_MAX_IF_MODULES];
+    unsigned ngroups = 0;
+    char key[65];
+    const char *keyp = NULL;
+    int rc;
+
+    (void) enable_progress_threads;
+    *num_btls = 0;
+    if (!ringbtl_compat_check()) {
+        return NULL;
+    }
+
+    const opal_process_name_t me = ringbtl_compat_my_name();
+    /* The job key, with no user configuration: rank 0 draws one and publishes it through
+     * the modex; the others read it before their first connection
+     * (mca_btl_ringbtl_ensure_key). A key the user gave (RINGBTL_JOB_KEY or
+     * RINGBTL_JOB_KEY_FILE, the same for every process) takes precedence. */
+    bool key_pending = false;
+    if (NULL == getenv("RINGBTL_JOB_KEY") && NULL == getenv("RINGBTL_JOB_KEY_FILE")) {
+        if (0 == me.vpid) {
+            rc = ringbtl_generate_job_key(key);
+            if (RINGBTL_OK == rc) {
+                rc = ringbtl_compat_modex_send_string(RINGBTL_MODEX_JOB_KEY, key);
+            }
+            if (OPAL_SUCCESS != rc) {
+                memset(key, 0, sizeof(key));
+                opal_output(0, "btl ringbtl: no job key published (%d: %s); declining", rc,
+                            ringbtl_last_error());
+                return NULL;
+            }
+            keyp = key;
+        } else {
+            key_pending = true;
+        }
+    }
+
+    rt = make_transport(me, keyp, NULL, enable_mpi_threads);
+    if (NULL == rt) {
+        memset(key, 0, sizeof(key));
+        return NULL;
+    }
+    /* Module per interface: one transport per interface the first one listens on, each
+     * limited to that interface's addresses; the first is closed once they all exist. Any
+     * failure keeps the first as the one module. */
+    if (c->if_modules) {
+        ngroups = if_groups(ringbtl_uris(rt), groups, RINGBTL_MAX_IF_MODULES);
+        for (unsigned i = 0; ngroups > 1 && i < ngroups; i++) {
+            per_if[i] = make_transport(me, keyp, groups[i].include, enable_mpi_threads);
+            if (NULL == per_if[i]) {
+                opal_output(0, "btl ringbtl: btl_ringbtl_if_modules: no transport on %s: "
+                               "one module",
+                            groups[i].name);
+                while (i-- > 0) {
+                    (void) ringbtl_destroy(per_if[i], 0);
+                }
+                ngroups = 0;
+            }
+        }
+        if (ngroups > 1) {
+            (void) ringbtl_destroy(rt, 0);
+            rt = NULL;
+        } else {
+            ngroups = 0;
+        }
+    }
+    memset(key, 0, sizeof(key));
+
+    const unsigned n = ngroups > 1 ? ngroups : 1;
+    c->modules = calloc(n, sizeof(*c->modules));
+    mca_btl_base_module_t **modules = calloc(n, sizeof(*modules));
+    if (NULL == c->modules || NULL == modules) {
+        goto nomem;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        mca_btl_ringbtl_module_t *m = &mca_btl_ringbtl_module;
+        if (ngroups > 1) {
+            /* Each a copy of the module the MCA parameters were registered into (as btl tcp
+             * makes its modules). */
+            m = malloc(sizeof(*m));
+            if (NULL == m) {
+                goto nomem;
+            }
+            memcpy(m, &mca_btl_ringbtl_module, sizeof(*m));
+            m->nnets = groups[i].nnets;
+            memcpy(m->nets, groups[i].nets, sizeof(m->nets));
+            strcpy(m->ifname, groups[i].name);
+            rt = per_if[i];
+            per_if[i] = NULL;
+        } else {
+            m->nnets = 0;
+            m->ifname[0] = '\0';
+        }
+        m->index = i;
+        m->key_pending = key_pending;
+        m->key_failed = false;
+        if (OPAL_SUCCESS != mca_btl_ringbtl_module_init(m, rt, enable_mpi_threads)) {
+            ringbtl_destroy(rt, 0);
+            if (m != &mca_btl_ringbtl_module) {
+                free(m);
+            }
+            rt = NULL;
+            goto fail;
+        }
+        rt = NULL;
+        c->modules[i] = m;
+        c->nmodules = i + 1;
+        modules[i] = &m->super;
+    }
+
+    /* The modules' addresses, one after the other (RINGBTL_MODULE_SEP). */
+    size_t len = 1;
+    for (unsigned i = 0; i < n; i++) {
+        len += strlen(ringbtl_uris(c->modules[i]->rt)) + 1;
+    }
+    char *uris = malloc(len);
+    if (NULL == uris) {
+        goto nomem;
+    }
+    uris[0] = '\0';
+    for (unsigned i = 0; i < n; i++) {
+        const size_t used = strlen(uris);
+        const char sep[2] = {0 == i ? '\0' : RINGBTL_MODULE_SEP, '\0'};
+        snprintf(uris + used, len - used, "%s%s", sep, ringbtl_uris(c->modules[i]->rt));
+    }
+    rc = ringbtl_compat_modex_send_uris(&c->super.btl_version, uris);
+    free(uris);
+    if (OPAL_SUCCESS != rc) {
+        opal_output(0, "btl ringbtl: publishing the address through the modex failed (%d)",
+                    rc);
+        goto fail;
+    }
+    for (unsigned i = 0; c->verbose > 0 && i < n; i++) {
+        mca_btl_ringbtl_module_t *m = c->modules[i];
+        char which[96] = "";
+        if (n > 1) {
+            snprintf(which, sizeof(which), " module %u of %u (%s)", i, n, m->ifname);
+        }
+        opal_output(0, "btl ringbtl: rank %u backend %s uris %s max_frame %zu%s%s",
+                    (unsigned) me.vpid, ringbtl_backend_name(m->rt), ringbtl_uris(m->rt),
+                    ringbtl_max_frame(m->rt), which,
+                    enable_mpi_threads ? " (MPI_THREAD_MULTIPLE: serialised)" : "");
+    }
+    *num_btls = (int) n;
+    return modules;
+
+nomem:
+    opal_output(0, "btl ringbtl: out of memory creating the modules; declining");
+fail:
+    if (NULL != rt) {
+        ringbtl_destroy(rt, 0);
+    }
+    for (unsigned i = 0; ngroups > 1 && i < ngroups; i++) {
+        if (NULL != per_if[i]) {
+            ringbtl_destroy(per_if[i], 0);
+        }
+    }
+    free(modules);
+    drop_modules();
+    return NULL;
+}
+
+static int progress_module(mca_btl_ringbtl_module_t *m)
+{
     static bool reported = false;
     int n;
 
-    if (NULL == m->rt || m->closing) {
+    if (NULL == m || NULL == m->rt || m->closing) {
         return 0;
     }
     if (m->threads) {
@@ -402,6 +726,16 @@ int mca_btl_ringbtl_progress(void)
                         ringbtl_last_error());
         }
         return 0;
+    }
+    return n;
+}
+
+int mca_btl_ringbtl_progress(void)
+{
+    mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
+    int n = 0;
+    for (unsigned i = 0; i < c->nmodules; i++) {
+        n += progress_module(c->modules[i]);
     }
     return n;
 }

@@ -55,15 +55,25 @@ static double now_s(void)
 
 /* ---- fragments ------------------------------------------------------------------------ */
 
-static int frag_item_init(opal_free_list_item_t *item, void *ctx)
+static int frag_item_init(opal_free_list_item_t *item, ringbtl_pool_t *list, size_t cap)
 {
     mca_btl_ringbtl_frag_t *f = (mca_btl_ringbtl_frag_t *) item;
-    ringbtl_pool_t *list = ctx;
     f->list = list;
-    f->cap = (list == &mca_btl_ringbtl_module.eager_frags)
-                 ? mca_btl_ringbtl_module.super.btl_eager_limit
-                 : mca_btl_ringbtl_module.super.btl_max_send_size;
+    f->cap = cap;
     return OPAL_SUCCESS;
+}
+
+/* The item initialisers of a module's two fragment lists (ctx: the module). */
+static int eager_item_init(opal_free_list_item_t *item, void *ctx)
+{
+    mca_btl_ringbtl_module_t *m = ctx;
+    return frag_item_init(item, &m->eager_frags, m->super.btl_eager_limit);
+}
+
+static int max_item_init(opal_free_list_item_t *item, void *ctx)
+{
+    mca_btl_ringbtl_module_t *m = ctx;
+    return frag_item_init(item, &m->max_frags, m->super.btl_max_send_size);
 }
 
 /* A fragment with room for `size` bytes, or NULL (too large, or no memory). */
@@ -311,6 +321,52 @@ static int ensure_endpoint_slots(mca_btl_ringbtl_module_t *m, uint32_t vpid)
     return OPAL_SUCCESS;
 }
 
+/* The addresses of a peer (its modex entry: its modules' URI lists separated by
+ * RINGBTL_MODULE_SEP) that module `m` connects to, as one URI list: all of them for the one
+ * module; for a module per interface, those on its interface's subnets, so that each
+ * module talks to the peer's module on the same network ("" when there are none, except
+ * for the first module, which then takes them all: a peer reached only through a router).
+ * NULL when memory ran out. */
+static char *peer_uris(const mca_btl_ringbtl_module_t *m, const char *published)
+{
+    const size_t len = strlen(published);
+    char *out = malloc(len + 1);
+    size_t used = 0;
+    if (NULL == out) {
+        return NULL;
+    }
+    for (const char *p = published; '\0' != *p;) {
+        size_t n = strcspn(p, (const char[]) {';', RINGBTL_MODULE_SEP, '\0'});
+        bool take = 0 == m->nnets;
+        int family;
+        uint8_t addr[16];
+        if (!take && mca_btl_ringbtl_uri_addr(p, n, &family, addr)) {
+            for (unsigned i = 0; i < m->nnets && !take; i++) {
+                take = mca_btl_ringbtl_net_contains(&m->nets[i], family, addr);
+            }
+        }
+        if (take && n > 0) {
+            if (used > 0) {
+                out[used++] = ';';
+            }
+            memcpy(out + used, p, n);
+            used += n;
+        }
+        p += n;
+        if ('\0' != *p) {
+            p++;
+        }
+    }
+    out[used] = '\0';
+    if (0 == used && 0 == m->index) {
+        /* Routed: every address, one list. */
+        for (size_t i = 0; i <= len; i++) {
+            out[i] = RINGBTL_MODULE_SEP == published[i] ? ';' : published[i];
+        }
+    }
+    return out;
+}
+
 /* The endpoint of `p` (a process of this job), created and its addresses given to ringbtl
  * on first use: NULL when it published no address or none is usable (not an error), or
  * when it failed. OPAL_ERR_OUT_OF_RESOURCE in *rc when memory ran out. */
@@ -340,6 +396,24 @@ static mca_btl_ringbtl_endpoint_t *add_proc(mca_btl_ringbtl_module_t *m, opal_pr
             free(uris);
             return NULL;
         }
+        char *mine = peer_uris(m, uris);
+        if (NULL == mine) {
+            free(uris);
+            *rc = OPAL_ERR_OUT_OF_RESOURCE;
+            return NULL;
+        }
+        if ('\0' == mine[0]) {
+            if (verbose > 0) {
+                opal_output(0, "btl ringbtl: %s has no address on the subnets of %s: "
+                               "unreachable through its module",
+                            OPAL_NAME_PRINT(p->proc_name), m->ifname);
+            }
+            free(mine);
+            free(uris);
+            return NULL;
+        }
+        free(uris);
+        uris = mine;
         int frc = ringbtl_add_peer(m->rt, vpid, uris);
         if (RINGBTL_OK != frc) {
             /* A malformed address is reported always; a peer on no interface this
@@ -917,9 +991,8 @@ static size_t unsent(mca_btl_ringbtl_module_t *m)
     return n;
 }
 
-static void flush_before_blocking(void)
+static void flush_module_before_blocking(mca_btl_ringbtl_module_t *m)
 {
-    mca_btl_ringbtl_module_t *m = &mca_btl_ringbtl_module;
     RINGBTL_LOCK(m);
     if (NULL != m->rt && !m->closing) {
         if (m->progressing) {
@@ -943,6 +1016,16 @@ static void flush_before_blocking(void)
         }
     }
     RINGBTL_UNLOCK(m);
+}
+
+static void flush_before_blocking(void)
+{
+    mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
+    for (unsigned i = 0; i < c->nmodules; i++) {
+        if (NULL != c->modules[i]) {
+            flush_module_before_blocking(c->modules[i]);
+        }
+    }
 }
 
 /* ---- finalize ------------------------------------------------------------------------- */
@@ -1007,6 +1090,17 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
     ringbtl_pool_destruct(&m->puts);
     if (m->threads) {
         pthread_mutex_destroy(&m->lock);
+    }
+    /* Progress and the flush before blocking skip it from now on. */
+    mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
+    for (unsigned i = 0; i < c->nmodules; i++) {
+        if (c->modules[i] == m) {
+            c->modules[i] = NULL;
+        }
+    }
+    if (m != &mca_btl_ringbtl_module) {
+        /* A module per interface: a copy btl_init allocated. */
+        free(m);
     }
     return OPAL_SUCCESS;
 }
@@ -1095,13 +1189,12 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     rc = ringbtl_pool_init(&m->eager_frags,
                            sizeof(mca_btl_ringbtl_frag_t) + m->super.btl_eager_limit,
                            OBJ_CLASS(mca_btl_ringbtl_frag_t), c->free_list_num,
-                           c->free_list_max, c->free_list_inc, frag_item_init, &m->eager_frags);
+                           c->free_list_max, c->free_list_inc, eager_item_init, m);
     if (OPAL_SUCCESS == rc) {
         rc = ringbtl_pool_init(&m->max_frags,
                                sizeof(mca_btl_ringbtl_frag_t) + m->super.btl_max_send_size,
                                OBJ_CLASS(mca_btl_ringbtl_frag_t), c->free_list_num,
-                               c->free_list_max, c->free_list_inc, frag_item_init,
-                               &m->max_frags);
+                               c->free_list_max, c->free_list_inc, max_item_init, m);
     }
     if (OPAL_SUCCESS == rc) {
         rc = ringbtl_pool_init(&m->puts, sizeof(mca_btl_ringbtl_put_t),
