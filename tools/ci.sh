@@ -88,6 +88,14 @@ tools/ompi5-check.sh
 step "Open MPI across namespace hosts (tools/ompi-netns.sh)"
 tools/ompi-netns.sh
 
+# One module or one per interface (docs/design/links.md): a checked 64 MiB stream between
+# two namespace hosts with two interfaces each, over btl tcp and btl ringbtl both ways, the
+# bytes per interface from the counters; with a module per interface (ob1 stripes) each
+# interface must carry at least 35 % of them. The interface-down runs (70 s, which only
+# report for the ways that cannot fail over) are left to a full run of the script.
+step "One module or one per interface (tools/ompi-links.sh --runs 1 --no-down)"
+tools/ompi-links.sh --runs 1 --no-down
+
 # The MPI comparison between two namespace hosts, as a smoke run (one run, two sizes): both
 # BTLs must run across the hosts and the table must have its ratios.
 step "MPI comparison across namespace hosts (tools/ompi-compare.sh --hosts, smoke run)"
