@@ -10,9 +10,12 @@
 #                   its primary link carries the stream, the other stands by
 #   ringbtl per-if  btl ringbtl, one module per interface (btl_ringbtl_if_modules 1), each
 #                   with a transport of its own on its interface, ob1 stripes
-# The program is ompi/tests/ringbtl_stream (rank 0 to rank 1, every byte checked), at each
-# SIZE, RUNS times per configuration and size (alternating): the table shows the median
-# rate, each interface's share of the bytes (median) and its rate (share x rate). With
+# First the module per interface alone: ompi/tests/ringbtl_check (every byte, 1 B to
+# 4 MiB) at 4 ranks inside host 0 over ra and rb, large messages by put, then by get; each
+# rank must announce two modules. Then the streams: ompi/tests/ringbtl_stream (rank 0 to
+# rank 1, every byte checked), at each SIZE, RUNS times per configuration and size
+# (alternating): the table shows the median rate, each interface's share of the bytes
+# (median) and its rate (share x rate). With
 # --lat each run also measures the 8-byte ping-pong (ompi/tests/ringbtl_perf 8: half the
 # round trip, the median over the runs), what a second module costs small messages (on an
 # idle machine only: with the cores busy, a ping-pong between the two hosts waits for the
@@ -26,8 +29,8 @@
 # (ob1 cannot move a module's traffic to another: expected to fail or hang until the
 # time limit, 40 s).
 #
-# Usage: tools/ompi-links.sh [--runs N] [--sizes "1048576 4194304"] [--mib M] [--lat] [--no-down]
-#        (root; defaults: 3 runs, 1 MiB and 4 MiB, a 64 MiB stream; about 100 s)
+# Usage: tools/ompi-links.sh [--runs N] [--sizes "S1 S2"] [--mib M] [--lat] [--no-down]
+#        (root; defaults: 3 runs, sizes 1048576 4194304, a 64 MiB stream; about 100 s)
 # Prefix: $RINGBTL_OMPI_LINKS_PREFIX, else rbtllinks. Launch and out-of-band traffic go
 # over a third subnet, rc (oob_tcp_if_include rc), so ra and rb carry nothing but the BTL.
 set -euo pipefail
@@ -171,6 +174,21 @@ latency() {
   [ -n "$lat" ] || { echo "$out" >&2; echo "no latency: ${NAMES[$k]}" >&2; exit 1; }
   echo "lat $k $lat" >>"$results"
 }
+
+# The module per interface checked first: ringbtl_check (every byte, 1 B to 4 MiB) at 4
+# ranks inside host 0 over ra and rb (the kernel carries them over its loopback), large
+# messages by put and by get: each rank must make a module per interface.
+for flags in "send,put,inplace" "send,put,get,inplace"; do
+  out=$(timeout -k 5 120 "${LAUNCH[@]}" "${MPIRUN[@]}" --mca btl self,ringbtl \
+    --mca btl_ringbtl_if_include ra,rb --mca btl_ringbtl_if_modules 1 \
+    --mca btl_ringbtl_flags "$flags" --mca btl_ringbtl_verbose 1 -np 4 \
+    "$OMPI_OUT/ringbtl_check" 2>&1) || { echo "$out" >&2; echo "FAILED: ringbtl_check, $flags" >&2; exit 1; }
+  grep -q "ringbtl_check: OK (4 ranks)" <<<"$out" || { echo "$out" >&2; echo "no OK line: $flags" >&2; exit 1; }
+  mods=$(grep -c "btl ringbtl: rank [0-3] backend .* module [01] of 2 (r[ab])" <<<"$out" || true)
+  [ "$mods" = 8 ] || { echo "$out" >&2; echo "FAILED: $mods modules announced, expected 2 per rank" >&2; exit 1; }
+  echo "-- ringbtl_check, 4 ranks in host 0, a module per interface (ra, rb), btl_ringbtl_flags" \
+    "$flags: OK, 2 modules per rank"
+done
 
 echo "-- ringbtl_stream, rank 0 on host 0 to rank 1 on host 1, $mib MiB per run," \
   "$runs runs per configuration and size (alternating)"
