@@ -542,6 +542,12 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
         return NULL;
     }
 
+    if (0 != c->if_modules && 1 != c->if_modules) {
+        opal_output(0, "btl ringbtl: btl_ringbtl_if_modules=%d rejected: 0 (one module) or 1 "
+                       "(one per interface); the component declines",
+                    c->if_modules);
+        return NULL;
+    }
     const opal_process_name_t me = ringbtl_compat_my_name();
     /* The job key, with no user configuration: rank 0 draws one and publishes it through
      * the modex; the others read it before their first connection
@@ -592,6 +598,11 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
             (void) ringbtl_destroy(rt, 0);
             rt = NULL;
         } else {
+            if (1 == ngroups && c->verbose > 0) {
+                opal_output(0, "btl ringbtl: btl_ringbtl_if_modules: one interface (%s): "
+                               "one module",
+                            groups[0].name);
+            }
             ngroups = 0;
         }
     }

@@ -82,6 +82,9 @@ grep -q "btl_ringbtl_max_frame=12 rejected" <<<"$out" || { echo "$out" >&2; exit
 out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_if_include 10.255.255.0/24 \
   -np 2 "$OMPI_OUT/ringbtl_check" 2>&1) && { echo "$out" >&2; echo "ran on no interface" >&2; exit 1; }
 grep -q "matches no usable interface" <<<"$out" || { echo "$out" >&2; exit 1; }
+out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_if_modules 2 \
+  -np 2 "$OMPI_OUT/ringbtl_check" 2>&1) && { echo "$out" >&2; echo "ran with if_modules=2" >&2; exit 1; }
+grep -q "btl_ringbtl_if_modules=2 rejected" <<<"$out" || { echo "$out" >&2; exit 1; }
 out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_backend uring \
   -np 2 "$OMPI_OUT/ringbtl_threads" 2>&1) && { echo "$out" >&2; echo "uring ran threaded" >&2; exit 1; }
 grep -q "cannot serve MPI_THREAD_MULTIPLE" <<<"$out" || { echo "$out" >&2; exit 1; }
