@@ -191,7 +191,7 @@ for flags in "send,put,inplace" "send,put,get,inplace"; do
 done
 
 echo "-- ringbtl_stream, rank 0 on host 0 to rank 1 on host 1, $mib MiB per run," \
-  "$runs runs per configuration and size (alternating)"
+  "runs per configuration and size: $runs (alternating)"
 for ((r = 0; r < runs; r++)); do
   for size in $sizes; do
     for k in "${!NAMES[@]}"; do stream "$k" "$size"; done
@@ -202,8 +202,8 @@ for ((r = 0; r < runs; r++)); do
 done
 
 # The table: per configuration and size, medians over the runs.
-printf '%-15s %9s %9s %6s %6s %9s %9s %10s\n' configuration size "MB/s" "ra %" "rb %" \
-  "ra MB/s" "rb MB/s" "lat 8B us"
+printf '%-15s %9s %9s %6s %6s %9s %9s%s\n' configuration size "MB/s" "ra %" "rb %" \
+  "ra MB/s" "rb MB/s" "$([ "$lat" = 1 ] && printf ' %10s' "lat 8B us")"
 for size in $sizes; do
   for k in "${!NAMES[@]}"; do
     awk -v k="$k" -v s="$size" -v name="${NAMES[$k]}" '
@@ -215,8 +215,8 @@ for size in $sizes; do
       $1 == "lat" && $2 == k { m++; l[m] = $3 }
       END {
         mr = median(r, n); ma = median(pa, n); mb = median(pb, n)
-        printf "%-15s %9d %9.0f %6.1f %6.1f %9.0f %9.0f %10s\n", name, s, mr, ma, mb,
-          mr * ma / 100, mr * mb / 100, m ? sprintf("%.1f", median(l, m)) : "-"
+        printf "%-15s %9d %9.0f %6.1f %6.1f %9.0f %9.0f%s\n", name, s, mr, ma, mb,
+          mr * ma / 100, mr * mb / 100, m ? sprintf(" %10.1f", median(l, m)) : ""
       }' "$results"
   done
 done
