@@ -9,9 +9,10 @@
  * addressed by vpid. With btl_ringbtl_if_modules 1 (a measurement switch: see
  * docs/design/links.md, "One module or one per interface") there is one module per
  * interface instead, as btl tcp does, each with a transport of its own bound to its
- * interface, and ob1 stripes large messages across them. Send (in place) and put: ob1 sends eager and rendezvous headers as messages,
- * and moves the body of a large message with puts straight into the receiver's buffer,
- * which it registered with us (ringbtl_register_region); no get.
+ * interface, and ob1 stripes large messages across them. Send (in place) and put: ob1
+ * sends eager and rendezvous headers as messages, and moves the body of a large message
+ * with puts straight into the receiver's buffer, which it registered with us
+ * (ringbtl_register_region); no get.
  */
 #ifndef MCA_BTL_RINGBTL_H
 #define MCA_BTL_RINGBTL_H

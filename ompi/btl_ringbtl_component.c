@@ -359,9 +359,10 @@ static unsigned if_groups(const char *uris, if_group_t *g, unsigned max)
                 if (NULL == i->ifa_addr || i->ifa_addr->sa_family != family) {
                     continue;
                 }
+                const struct sockaddr *sa = i->ifa_addr;
                 const void *a = AF_INET == family
-                                    ? (const void *) &((struct sockaddr_in *) i->ifa_addr)->sin_addr
-                                    : (const void *) &((struct sockaddr_in6 *) i->ifa_addr)->sin6_addr;
+                                    ? (const void *) &((const struct sockaddr_in *) sa)->sin_addr
+                                    : (const void *) &((const struct sockaddr_in6 *) sa)->sin6_addr;
                 if (0 == memcmp(a, addr, AF_INET == family ? 4 : 16)) {
                     found = i;
                 }
@@ -447,7 +448,8 @@ static ringbtl_config_t *make_config(opal_process_name_t me, const char *key, co
         if (NULL == s->value || '\0' == s->value[0]) {
             continue;
         }
-        if (NULL != only && (0 == strcmp(s->mca, "if_include") || 0 == strcmp(s->mca, "if_exclude"))) {
+        if (NULL != only
+            && (0 == strcmp(s->mca, "if_include") || 0 == strcmp(s->mca, "if_exclude"))) {
             continue;
         }
         char what[64];

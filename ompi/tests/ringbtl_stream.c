@@ -31,7 +31,8 @@ static void check(const uint64_t *b, size_t words, uint64_t k)
 {
     for (size_t j = 0; j < words; j++) {
         if (b[j] != word(k, j)) {
-            fprintf(stderr, "ringbtl_stream: message %llu, byte %zu: got %016llx, expected %016llx\n",
+            fprintf(stderr,
+                    "ringbtl_stream: message %llu, byte %zu: got %016llx, expected %016llx\n",
                     (unsigned long long) k, j * 8, (unsigned long long) b[j],
                     (unsigned long long) word(k, j));
             MPI_Abort(MPI_COMM_WORLD, 1);
