@@ -16,10 +16,9 @@
 # rank 1, every byte checked), at each SIZE, RUNS times per configuration and size
 # (alternating): the table shows the median rate, each interface's share of the bytes
 # (median) and its rate (share x rate). With
-# --lat each run also measures the 8-byte ping-pong (ompi/tests/ringbtl_perf 8: half the
-# round trip, the median over the runs), what a second module costs small messages (on an
-# idle machine only: with the cores busy, a ping-pong between the two hosts waits for the
-# scheduler, milliseconds, and a run takes minutes).
+# --lat each run also measures the 8-byte ping-pong and message rate (ompi/tests/ringbtl_perf
+# 8: half the round trip, messages per second; medians over the runs), what a second
+# module costs small messages.
 # Asserted: every stream completes and checks; in the configurations that stripe (STRIPED
 # below: today the module per interface, ringbtl per-if) each interface carries at least
 # 35 % of the bytes in every run.
@@ -111,7 +110,11 @@ chmod +x "$agent"
 hostfile="$work/hosts"
 for i in 0 1; do echo "10.231.3.1$i slots=1"; done >"$hostfile"
 LAUNCH=(ip netns exec "$prefix-h0")
-HOSTS=(--hostfile "$hostfile" --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include rc)
+# --bind-to none: the hosts share the machine's cores, and each host's daemon would bind
+# its rank to the first core (both ranks on one core: a ping-pong then waits for time
+# slices, milliseconds).
+HOSTS=(--hostfile "$hostfile" --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include rc
+  --bind-to none)
 
 # bytes HOST IFACE: tx + rx bytes of the interface in host HOST.
 bytes() {
@@ -162,9 +165,10 @@ stream() {
   fi
 }
 
-# latency CONFIG: ringbtl_perf 8 (8-byte ping-pong); appends "lat CONFIG USEC" to results.
+# latency CONFIG: ringbtl_perf 8 (8-byte ping-pong, then the 8-byte message rate); appends
+# "lat CONFIG USEC" and "rate CONFIG MSG/S" to results.
 latency() {
-  local k=$1 out lat
+  local k=$1 out lat rate
   local -a mca
   read -r -a mca <<<"${MCA[$k]}"
   out=$(timeout -k 5 120 "${LAUNCH[@]}" "${MPIRUN[@]}" "${HOSTS[@]}" "${mca[@]}" -np 2 \
@@ -172,7 +176,9 @@ latency() {
     echo "$out" >&2; echo "FAILED: ${NAMES[$k]}, ringbtl_perf 8" >&2; exit 1; }
   lat=$(sed -n 's/^lat 8 \([0-9.]*\)$/\1/p' <<<"$out")
   [ -n "$lat" ] || { echo "$out" >&2; echo "no latency: ${NAMES[$k]}" >&2; exit 1; }
+  rate=$(sed -n 's/^rate 8 \([0-9.]*\)$/\1/p' <<<"$out")
   echo "lat $k $lat" >>"$results"
+  echo "rate $k ${rate:-0}" >>"$results"
 }
 
 # The module per interface checked first: ringbtl_check (every byte, 1 B to 4 MiB) at 4
@@ -203,7 +209,7 @@ done
 
 # The table: per configuration and size, medians over the runs.
 printf '%-15s %9s %9s %6s %6s %9s %9s%s\n' configuration size "MB/s" "ra %" "rb %" \
-  "ra MB/s" "rb MB/s" "$([ "$lat" = 1 ] && printf ' %10s' "lat 8B us")"
+  "ra MB/s" "rb MB/s" "$([ "$lat" = 1 ] && printf ' %10s %10s' "lat 8B us" "8B msg/s")"
 for size in $sizes; do
   for k in "${!NAMES[@]}"; do
     awk -v k="$k" -v s="$size" -v name="${NAMES[$k]}" '
@@ -213,10 +219,12 @@ for size in $sizes; do
       }
       $1 == k && $2 == s { n++; r[n] = $3; t = $4 + $5; pa[n] = t ? 100 * $4 / t : 0; pb[n] = t ? 100 * $5 / t : 0 }
       $1 == "lat" && $2 == k { m++; l[m] = $3 }
+      $1 == "rate" && $2 == k { q++; mr8[q] = $3 }
       END {
         mr = median(r, n); ma = median(pa, n); mb = median(pb, n)
         printf "%-15s %9d %9.0f %6.1f %6.1f %9.0f %9.0f%s\n", name, s, mr, ma, mb,
-          mr * ma / 100, mr * mb / 100, m ? sprintf(" %10.1f", median(l, m)) : ""
+          mr * ma / 100, mr * mb / 100,
+          m ? sprintf(" %10.1f %10.0f", median(l, m), median(mr8, q)) : ""
       }' "$results"
   done
 done
