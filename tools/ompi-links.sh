@@ -156,7 +156,8 @@ stream() {
   echo "$k $size ${rate:-0} $((a1 - a0)) $((b1 - b0))" >>"$results"
   if [[ " ${STRIPED[*]} " == *" $k "* ]]; then
     local tot=$((a1 - a0 + b1 - b0))
-    if [ $((100 * (a1 - a0))) -lt $((35 * tot)) ] || [ $((100 * (b1 - b0))) -lt $((35 * tot)) ]; then
+    if [ $((100 * (a1 - a0))) -lt $((35 * tot)) ] ||
+      [ $((100 * (b1 - b0))) -lt $((35 * tot)) ]; then
       echo "$out" >&2
       echo "FAILED: ${NAMES[$k]}, $size-byte messages: ra carried $((a1 - a0)), rb $((b1 - b0))" \
         "bytes: less than 35 % on one interface" >&2
@@ -188,10 +189,13 @@ for flags in "send,put,inplace" "send,put,get,inplace"; do
   out=$(timeout -k 5 120 "${LAUNCH[@]}" "${MPIRUN[@]}" --mca btl self,ringbtl \
     --mca btl_ringbtl_if_include ra,rb --mca btl_ringbtl_if_modules 1 \
     --mca btl_ringbtl_flags "$flags" --mca btl_ringbtl_verbose 1 -np 4 \
-    "$OMPI_OUT/ringbtl_check" 2>&1) || { echo "$out" >&2; echo "FAILED: ringbtl_check, $flags" >&2; exit 1; }
-  grep -q "ringbtl_check: OK (4 ranks)" <<<"$out" || { echo "$out" >&2; echo "no OK line: $flags" >&2; exit 1; }
+    "$OMPI_OUT/ringbtl_check" 2>&1) ||
+    { echo "$out" >&2; echo "FAILED: ringbtl_check, $flags" >&2; exit 1; }
+  grep -q "ringbtl_check: OK (4 ranks)" <<<"$out" ||
+    { echo "$out" >&2; echo "no OK line: $flags" >&2; exit 1; }
   mods=$(grep -c "btl ringbtl: rank [0-3] backend .* module [01] of 2 (r[ab])" <<<"$out" || true)
-  [ "$mods" = 8 ] || { echo "$out" >&2; echo "FAILED: $mods modules announced, expected 2 per rank" >&2; exit 1; }
+  [ "$mods" = 8 ] ||
+    { echo "$out" >&2; echo "FAILED: $mods modules announced, expected 2 per rank" >&2; exit 1; }
   echo "-- ringbtl_check, 4 ranks in host 0, a module per interface (ra, rb), btl_ringbtl_flags" \
     "$flags: OK, 2 modules per rank"
 done
@@ -214,10 +218,13 @@ for size in $sizes; do
   for k in "${!NAMES[@]}"; do
     awk -v k="$k" -v s="$size" -v name="${NAMES[$k]}" '
       function median(a, n,   i, j, t) {
-        for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+        for (i = 2; i <= n; i++)
+          for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
       }
-      $1 == k && $2 == s { n++; r[n] = $3; t = $4 + $5; pa[n] = t ? 100 * $4 / t : 0; pb[n] = t ? 100 * $5 / t : 0 }
+      $1 == k && $2 == s {
+        n++; r[n] = $3; t = $4 + $5; pa[n] = t ? 100 * $4 / t : 0; pb[n] = t ? 100 * $5 / t : 0
+      }
       $1 == "lat" && $2 == k { m++; l[m] = $3 }
       $1 == "rate" && $2 == k { q++; mr8[q] = $3 }
       END {
@@ -258,7 +265,8 @@ linkdown() {
   took=$((SECONDS - start))
   ip -n "$prefix-h1" link set ra up
   reap
-  [ "$downed" = 1 ] || { cat "$work/job.out" >&2; echo "FAILED: ${NAMES[$k]}: ra never carried 1 MiB" >&2; exit 1; }
+  [ "$downed" = 1 ] ||
+    { cat "$work/job.out" >&2; echo "FAILED: ${NAMES[$k]}: ra never carried 1 MiB" >&2; exit 1; }
   if [ "$rc" = 0 ] && grep -q "ringbtl_check: OK" "$work/job.out"; then
     echo "   ${NAMES[$k]}: completed in $took s"
   elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
@@ -270,6 +278,7 @@ linkdown() {
 }
 echo "-- ringbtl_check 8 s at 2 ranks over ra and rb, host 1's ra taken down mid-run"
 linkdown 3 60
-[ "$rc" = 0 ] || { cat "$work/job.out" >&2; echo "FAILED: one module did not survive ra going down" >&2; exit 1; }
+[ "$rc" = 0 ] ||
+  { cat "$work/job.out" >&2; echo "FAILED: one module did not survive ra going down" >&2; exit 1; }
 linkdown $PER_IF 40
 linkdown 1 40
