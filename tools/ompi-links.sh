@@ -29,14 +29,18 @@
 # time limit, 40 s).
 #
 # Usage: tools/ompi-links.sh [--runs N] [--sizes "S1 S2"] [--mib M] [--lat] [--no-down]
+#                            [--link-mbit R]
 #        (root; defaults: 3 runs, sizes 1048576 4194304, a 64 MiB stream; about 100 s)
+# --link-mbit R: every ra and rb sends at most R Mbit/s (a token bucket, tc tbf, on both
+# hosts), so that the links, not the cores, bound the stream, as on a node whose NICs are
+# slower than its CPUs.
 # Prefix: $RINGBTL_OMPI_LINKS_PREFIX, else rbtllinks. Launch and out-of-band traffic go
 # over a third subnet, rc (oob_tcp_if_include rc), so ra and rb carry nothing but the BTL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs=3 sizes="1048576 4194304" mib=64 down_case=1 lat=0
-usage() { sed -n '/^# Usage:/{N;p}' "$0" | sed 's/^# *//' >&2; exit 2; }
+runs=3 sizes="1048576 4194304" mib=64 down_case=1 lat=0 mbit=""
+usage() { sed -n '/^# Usage:/{N;N;p}' "$0" | sed 's/^# *//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) runs=${2:-}; shift 2 || usage ;;
@@ -44,10 +48,12 @@ while [ $# -gt 0 ]; do
     --mib) mib=${2:-}; shift 2 || usage ;;
     --no-down) down_case=0; shift ;;
     --lat) lat=1; shift ;;
+    --link-mbit) mbit=${2:-}; shift 2 || usage ;;
     *) usage ;;
   esac
 done
 [[ $runs =~ ^[1-9][0-9]*$ && $mib =~ ^[1-9][0-9]*$ && -n $sizes ]] || usage
+[[ -z $mbit || $mbit =~ ^[1-9][0-9]*$ ]] || usage
 for s in $sizes; do
   if ! [[ $s =~ ^[1-9][0-9]*$ ]] || [ $((s % 8)) != 0 ]; then usage; fi
 done
@@ -91,6 +97,16 @@ teardown() {
 trap teardown EXIT
 tools/netns.sh up "$prefix" --subnets 3 >/dev/null ||
   cannot "tools/netns.sh up $prefix --subnets 3 failed"
+if [ -n "$mbit" ]; then
+  command -v tc >/dev/null || cannot "--link-mbit needs tc (iproute2)"
+  for i in 0 1; do
+    for d in ra rb; do
+      tc -n "$prefix-h$i" qdisc replace dev "$d" root tbf rate "${mbit}mbit" burst 256kb \
+        latency 100ms
+    done
+  done
+  echo "-- every ra and rb sends at most $mbit Mbit/s (tc tbf)"
+fi
 
 # The rsh agent (as tools/ompi-netns.sh's): `agent HOST COMMAND...` enters the host's
 # namespace; stderr to a file, a TMPDIR per host.
