@@ -77,6 +77,11 @@ pub enum ProtoError {
     /// A RUN frame arrived on an endpoint whose stream is not spread over links.
     #[error("RUN frame on an endpoint whose stream is not spread")]
     UnexpectedRun,
+    /// A RUN frame no honest sender writes: inside a run, of an epoch newer than the
+    /// receiver's, starting before the stream's position or overlapping another link's
+    /// run.
+    #[error("RUN frame out of the stream's order")]
+    RunOutOfOrder,
     /// A REPLY arrived that answers none of our GETs, or not as that GET asked.
     #[error("REPLY that answers no GET of ours")]
     UnexpectedReply,

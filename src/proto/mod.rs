@@ -14,6 +14,7 @@
 //! | `get` | one-sided reads: GET requests, REPLYs from readable regions, their bounds |
 //! | `links` | an endpoint's connections beyond its first: plan, dials, joins, loss |
 //! | `conn` | the connection table: per-socket stage, deadline, buffers, accept and close |
+//! | `spread` | a stream over several links: runs placed by the sender, taken in order by the receiver (not used yet) |
 //! | `recv` | the receive side: one walk for both receive modes, large-payload decisions |
 //! | [`deframe`] | the deframer: records and frames out of a byte stream cut anywhere |
 //! | `tx` | batching: queued frames into one gathered send per connection, completions |
@@ -31,6 +32,7 @@ mod get;
 mod handshake;
 mod links;
 mod recv;
+mod spread;
 mod tx;
 
 #[cfg(test)]
