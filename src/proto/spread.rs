@@ -8,8 +8,8 @@
 //! A *run* is a range of consecutive bytes of one epoch's stream written on one link,
 //! opened by a RUN frame ([`RunFrame`]: its offset in the epoch's stream, the epoch, its
 //! length). The sender places each message whole on the least-queued link when it is at
-//! most a threshold long, and cuts a longer one into runs over every link, in proportion
-//! to what each moved lately. The receiver consumes only the link whose run starts at the
+//! most a threshold long, and cuts a longer one into runs over the links so that each
+//! would empty its queue at the same moment at the rate it moves. The receiver consumes only the link whose run starts at the
 //! position the stream reached; a link whose run starts further waits (its bytes stay in
 //! its socket), and a run of an older epoch is dropped whole. So bytes are taken once, in
 //! stream order, without a reorder buffer.
@@ -38,9 +38,9 @@ use crate::wire::{RunFrame, MAX_LINKS};
 pub(super) struct LinkLoad {
     /// Bytes placed on the link and not yet written.
     pub(super) queued: u64,
-    /// Bytes the link wrote lately, over a window the caller keeps the same for every
-    /// link: the weight of its share of a cut message.
-    pub(super) moved: u64,
+    /// What the link moves lately while it has bytes to write, in any unit of bytes per
+    /// time, the same for every link (0: not known yet).
+    pub(super) rate: u64,
 }
 
 /// One run to write: the index of its link (in the loads given to [`Spreader::place`])
@@ -91,57 +91,73 @@ impl Spreader {
     /// Places the next `len` bytes of the stream (one message) on the links described by
     /// `loads`, appending its runs to `out` in stream order and adding each run's bytes
     /// to its link's `queued`. A message of at most the threshold goes whole on the link
-    /// with the least queued (the first of equals); a longer one is cut into runs over
-    /// every link in proportion to `moved` (each link counted at least an eighth of an
-    /// even share, so that an idle link is measured too), dropping shares below the
-    /// minimum run, the earliest bytes on the link with the least queued. Runs are at
-    /// most `u32::MAX` bytes. Nothing is placed for `len` 0 or no link.
+    /// with the least queued (the first of equals). A longer one is cut so that every
+    /// link taking a part would empty its queue at the same moment at its rate (with
+    /// equal queues, in proportion to the rates; a link whose queue alone lasts longer
+    /// takes none), each rate counted at least an eighth of an even share so that an
+    /// idle link is measured too; the earliest bytes go on the link that empties first,
+    /// and a part below the minimum run goes to the largest part. Runs are at most
+    /// `u32::MAX` bytes. Nothing is placed for `len` 0 or no link.
     pub(super) fn place(&mut self, len: u64, loads: &mut [LinkLoad], out: &mut Vec<Piece>) {
         if len == 0 || loads.is_empty() {
             return;
         }
-        let mut order: [usize; MAX_LINKS] = [0; MAX_LINKS];
         let n = loads.len().min(MAX_LINKS);
+        if len <= self.whole_up_to || n == 1 {
+            let i = (0..n).min_by_key(|&i| (loads[i].queued, i)).unwrap_or(0);
+            self.put(i, len, loads, out);
+            return;
+        }
+        let total: u128 = loads[..n].iter().map(|l| u128::from(l.rate)).sum();
+        let floor = (total / (8 * n as u128)).max(1);
+        let rate = |i: usize| u128::from(loads[i].rate).max(floor);
+        // Links in the order they empty their queues.
+        let mut order: [usize; MAX_LINKS] = [0; MAX_LINKS];
         for (i, o) in order.iter_mut().enumerate().take(n) {
             *o = i;
         }
         let order = &mut order[..n];
-        order.sort_by_key(|&i| (loads[i].queued, i));
-        if len <= self.whole_up_to || n == 1 {
-            self.put(order[0], len, loads, out);
-            return;
+        order.sort_by(|&a, &b| {
+            let (qa, qb) = (u128::from(loads[a].queued), u128::from(loads[b].queued));
+            (qa * rate(b)).cmp(&(qb * rate(a))).then(a.cmp(&b))
+        });
+        // The moment `t` (in queue bytes per unit of rate) at which the first `k` links,
+        // given the message, would all be empty; a link that empties later takes none.
+        let (mut sum_q, mut sum_r, mut k, mut t) = (0u128, 0u128, 0usize, 0f64);
+        while k < n {
+            let i = order[k];
+            sum_q += u128::from(loads[i].queued);
+            sum_r += rate(i);
+            k += 1;
+            t = (u128::from(len) + sum_q) as f64 / sum_r as f64;
+            let next_empties = order
+                .get(k)
+                .map(|&j| loads[j].queued as f64 / rate(j) as f64);
+            if next_empties.is_none_or(|e| t <= e) {
+                break;
+            }
         }
-        let total: u128 = loads[..n].iter().map(|l| u128::from(l.moved)).sum();
-        let floor = total / (8 * n as u128) + 1;
-        let weight = |i: usize| u128::from(loads[i].moved).max(floor);
-        let mut shares = [0u64; MAX_LINKS];
-        let mut w_all: u128 = order.iter().map(|&i| weight(i)).sum();
+        let mut parts = [0u64; MAX_LINKS];
         let mut left = len;
-        // Shares below the minimum go to the links after; the last takes the rest.
-        for (k, &i) in order.iter().enumerate() {
-            let w = weight(i);
-            let s = if k + 1 == n {
-                left
-            } else {
-                (u128::from(left) * w / w_all) as u64
-            };
-            w_all -= w;
-            if s >= self.min_run {
-                shares[k] = s;
-                left -= s;
+        for (x, &i) in order[..k].iter().enumerate() {
+            let want = (t * rate(i) as f64 - loads[i].queued as f64).max(0.0) as u64;
+            let p = if x + 1 == k { left } else { want.min(left) };
+            if p >= self.min_run {
+                parts[x] = p;
+                left -= p;
             }
         }
         if left > 0 {
-            // The last share was below the minimum: the largest share takes the rest (the
-            // least-queued link everything, when no share reached the minimum).
-            let k = (0..n)
-                .max_by_key(|&k| (shares[k], usize::MAX - k))
+            // Parts below the minimum: the largest part takes them (the link that empties
+            // first everything, when no part reached the minimum).
+            let x = (0..k)
+                .max_by_key(|&x| (parts[x], usize::MAX - x))
                 .unwrap_or(0);
-            shares[k] += left;
+            parts[x] += left;
         }
-        for (k, &i) in order.iter().enumerate() {
-            if shares[k] > 0 {
-                self.put(i, shares[k], loads, out);
+        for (x, &i) in order[..k].iter().enumerate() {
+            if parts[x] > 0 {
+                self.put(i, parts[x], loads, out);
             }
         }
     }

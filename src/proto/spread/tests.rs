@@ -1,4 +1,4 @@
-//! The runs' two sides alone, and together in a model of links: frames placed by a
+//! The two sides of runs alone, and together in a model of links: frames placed by a
 //! [`Spreader`], read by a [`RunOrder`] from links taken at random, in random cuts, with
 //! links lost (their bytes gone) and RESUMEs reaching the sender late or not at all.
 //! Every frame arrives once, in order, bytes checked.
@@ -34,8 +34,8 @@ impl Rng {
     }
 }
 
-fn load(queued: u64, moved: u64) -> LinkLoad {
-    LinkLoad { queued, moved }
+fn load(queued: u64, rate: u64) -> LinkLoad {
+    LinkLoad { queued, rate }
 }
 
 /// The pieces' runs follow each other from `from`, and their lengths add up to `len`.
@@ -57,7 +57,7 @@ fn a_message_up_to_the_threshold_goes_whole_on_the_least_queued_link() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].link, 1);
     assert_eq!(loads[1].queued, 10 + 4096);
-    // Link 0 and 1 now tie at... no: link 2 (50) is least queued now.
+    // Link 2 (50) is the least queued now.
     s.place(8, &mut loads, &mut out);
     assert_eq!(out[1].link, 2);
     check_contiguous(&out, 0, 4104);
@@ -65,7 +65,7 @@ fn a_message_up_to_the_threshold_goes_whole_on_the_least_queued_link() {
 }
 
 #[test]
-fn a_longer_message_is_cut_in_proportion_to_what_each_link_moved() {
+fn a_longer_message_is_cut_so_that_the_links_empty_together() {
     let mut s = Spreader::new(4096, 1024);
     let mut loads = [load(0, 3_000_000), load(0, 1_000_000)];
     let mut out = Vec::new();
@@ -75,12 +75,22 @@ fn a_longer_message_is_cut_in_proportion_to_what_each_link_moved() {
     let (a, b) = (u64::from(out[0].run.len), u64::from(out[1].run.len));
     assert_eq!((out[0].link, out[1].link), (0, 1));
     assert!(a.abs_diff(3 * b) < 8, "{a} vs {b}");
-    // The earliest bytes on the link with the least queued.
+    // A link whose queue alone lasts longer than the message takes none of it.
     let mut loads = [load(1 << 20, 1), load(0, 1)];
     out.clear();
     s.place(1 << 20, &mut loads, &mut out);
+    assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(out[0].link, 1, "{out:?}");
     check_contiguous(&out, 1 << 20, 1 << 20);
+    // Queues of 0 and 10000 at one rate: 30000 bytes make both empty at 20000, the
+    // earliest bytes on the link that empties first.
+    let mut loads = [load(10_000, 7), load(0, 7)];
+    out.clear();
+    s.place(30_000, &mut loads, &mut out);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!((out[0].link, out[0].run.len), (1, 20_000), "{out:?}");
+    assert_eq!((out[1].link, out[1].run.len), (0, 10_000), "{out:?}");
+    assert_eq!(loads[0].queued, loads[1].queued);
 }
 
 #[test]
@@ -98,7 +108,7 @@ fn an_idle_link_gets_a_share_and_a_small_one_is_folded() {
     s.place(100, &mut loads, &mut out);
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(out[0].run.len, 100);
-    // Three shares of 100 over a minimum of 120: the rest goes to the largest kept.
+    // Three parts of 100 under a minimum of 120: one run.
     let mut loads = [load(0, 1), load(0, 1), load(0, 1)];
     let mut s = Spreader::new(0, 120);
     out.clear();
@@ -201,7 +211,6 @@ fn frame(i: u32, len: usize) -> Vec<u8> {
 struct ModelLink {
     wire: Option<VecDeque<u8>>,
     speed: usize,
-    moved: u64,
     /// The sender places on it.
     used: bool,
     /// Steps until the sender learns it was lost (when it is).
@@ -223,7 +232,8 @@ struct Seen {
 
 /// Frames of random lengths (some above the threshold) spread over `nlinks` links and
 /// read at random; `failovers` links lost at random moments. Every frame arrives once,
-/// in order, its bytes checked; afterwards the links hold nothing of the current epoch.
+/// in order, its bytes checked; afterwards the links hold nothing of the current epoch,
+/// and without failover every link carried some of the stream.
 fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
     let mut rng = Rng::new(seed);
     let nframes = 60 + rng.below(80);
@@ -235,7 +245,6 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
         .map(|_| ModelLink {
             wire: Some(VecDeque::new()),
             speed: 1 + rng.below(4),
-            moved: 0,
             used: true,
             learns_in: None,
             back_in: None,
@@ -250,6 +259,8 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
     let mut asks: Vec<usize> = Vec::new();
     let mut failovers_left = failovers;
     let mut delivered = 0usize;
+    // Stream bytes consumed from each link, lost links' included.
+    let mut moved = vec![0u64; nlinks];
     let mut partial: Vec<u8> = Vec::new();
     let mut pieces = Vec::new();
     let mut idx = Vec::new();
@@ -313,7 +324,7 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
                 .iter()
                 .map(|&i| LinkLoad {
                     queued: links[i].wire.as_ref().map_or(0, |w| w.len() as u64),
-                    moved: links[i].moved,
+                    rate: links[i].speed as u64 * 1000,
                 })
                 .collect();
             let f = &frames[next_frame];
@@ -394,6 +405,12 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
                     .all(|l| l.wire.as_ref().is_none_or(VecDeque::is_empty));
             if done {
                 assert_eq!(order.ready(), None, "seed {seed}: a run left unread");
+                if failovers == 0 {
+                    assert!(
+                        moved.iter().all(|&m| m > 0),
+                        "seed {seed}: a link idle: {moved:?}"
+                    );
+                }
                 return;
             }
             continue;
@@ -417,7 +434,7 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
             Take::Stream(n) => {
                 let k = chunk.min(n as usize).min(w.len());
                 partial.extend(w.drain(..k));
-                links[i].moved += k as u64;
+                moved[i] += k as u64;
                 assert!(order.took(i, k as u32) || k == 0);
                 while partial.len() >= 4 {
                     let len = u32::from_be_bytes(partial[..4].try_into().unwrap()) as usize;
