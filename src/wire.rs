@@ -133,10 +133,26 @@
 //! open, the receiver says how many of the peer's frames it has consumed with a CONFIRM
 //! (kind 0x10, tag 0, no flags, length 8, the count as a big-endian u64), and the sender
 //! keeps each frame until it is confirmed. When the primary fails, one side writes a
-//! RESUME (kind 0x20, same shape) with its own count as the first frame on a standby
-//! link; the other side answers on that link with a RESUME of its count, and each sends
-//! again, on that link, its frames from the count it read. Counts start at 0 on the
-//! endpoint's first connection and go on across RESUMEs.
+//! RESUME with its own count as the first frame on a standby link; the other side answers
+//! on that link with a RESUME of its count, and each sends again, on that link, its
+//! frames from the count it read. Counts start at 0 on the endpoint's first connection
+//! and go on across RESUMEs.
+//!
+//! ```text
+//!  0        8                16       20
+//!  +--------+----------------+--------+--------+
+//!  | header | count          | epoch  | flags  |
+//!  | 0x20   | u64            | u32    | u32    |
+//!  | tag 0  |                |        |        |
+//!  +--------+----------------+--------+--------+
+//! ```
+//!
+//! A RESUME (kind 0x20, tag 0, no header flags, length [`RESUME_LEN`]; [`ResumeFrame`])
+//! carries, besides the count, the epoch its writer starts for the stream it receives
+//! (see "Runs": one more than its last, from 0) and, in bit 0 of its flags
+//! ([`RESUME_ASKS`]), whether it *asks*: set when its writer starts a failover, clear when
+//! it answers one. The other flag bits are 0. An engine that spreads no stream writes
+//! both and acts on neither.
 //!
 //! # Runs: RUN
 //!
@@ -156,8 +172,9 @@
 //! is where the run starts in the stream of its epoch, in bytes; `length` how many bytes
 //! of the stream follow on that link (at least 1). A run may start or end inside a
 //! frame, so that a large payload is spread too. The *epoch* of a stream is 0 from the
-//! endpoint's first connection and grows by one at each RESUME; offsets count from the
-//! epoch's first frame (frame 0, or the count the RESUME carried). The receiver takes
+//! endpoint's first connection and grows by one at each RESUME its receiver writes,
+//! which names it; offsets count from the epoch's first frame (frame 0, or the count the
+//! RESUME carried). The receiver takes
 //! the bytes of the link whose run starts at the offset it has reached, and drops a run
 //! of an older epoch whole (its length says how much). An endpoint with one link sends
 //! no RUN.
@@ -257,8 +274,8 @@ pub enum WireError {
         /// Data bytes.
         len: u64,
     },
-    /// A CONFIRM or RESUME frame whose length is not that of its count, or with a tag or
-    /// flags.
+    /// A CONFIRM or RESUME frame whose length is not that of its kind, or with a tag or
+    /// header flags, or a RESUME with an unknown flag.
     #[error("count frame (CONFIRM, RESUME) with a {len}-byte payload and tag {tag}")]
     BadCount {
         /// Announced length.
@@ -590,8 +607,63 @@ impl FrameKind {
     }
 }
 
-/// Payload bytes of a CONFIRM or RESUME frame: a count, big-endian.
+/// Payload bytes of a CONFIRM frame: a count, big-endian.
 pub const COUNT_LEN: usize = 8;
+
+/// Payload bytes of a RESUME frame: a [`ResumeFrame`].
+pub const RESUME_LEN: usize = 16;
+
+/// Bit 0 of a RESUME's flags: its writer starts a failover and asks for an answer.
+pub const RESUME_ASKS: u32 = 1;
+
+/// What a RESUME frame says (see "Links" in the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumeFrame {
+    /// Frames of the reader's stream its writer consumed.
+    pub count: u64,
+    /// The epoch its writer starts for the stream it receives.
+    pub epoch: u32,
+    /// Its writer starts a failover (else it answers one).
+    pub asks: bool,
+}
+
+impl ResumeFrame {
+    /// The whole frame: header and payload.
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN + RESUME_LEN] {
+        let hdr = Header {
+            kind: FrameKind::Resume,
+            tag: Tag(0),
+            len: RESUME_LEN as u32,
+            ack: false,
+            line: 0,
+        };
+        let flags = if self.asks { RESUME_ASKS } else { 0 };
+        let mut b = [0; HEADER_LEN + RESUME_LEN];
+        b[..HEADER_LEN].copy_from_slice(&hdr.to_bytes());
+        b[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&self.count.to_be_bytes());
+        b[HEADER_LEN + 8..HEADER_LEN + 12].copy_from_slice(&self.epoch.to_be_bytes());
+        b[HEADER_LEN + 12..].copy_from_slice(&flags.to_be_bytes());
+        b
+    }
+
+    /// Parses a RESUME frame's payload (the first [`RESUME_LEN`] bytes of `buf`); a flag
+    /// other than [`RESUME_ASKS`] is [`WireError::BadCount`].
+    pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
+        let b = buf.get(..RESUME_LEN).ok_or(WireError::Truncated)?;
+        let flags = u32::from_be_bytes(b[12..].try_into().expect("4 bytes"));
+        if flags & !RESUME_ASKS != 0 {
+            return Err(WireError::BadCount {
+                len: RESUME_LEN as u32,
+                tag: 0,
+            });
+        }
+        Ok(Self {
+            count: u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
+            epoch: u32::from_be_bytes(b[8..12].try_into().expect("4 bytes")),
+            asks: flags & RESUME_ASKS != 0,
+        })
+    }
+}
 
 /// Payload bytes of a RUN frame: a [`RunFrame`].
 pub const RUN_LEN: usize = 16;
@@ -843,7 +915,12 @@ impl Header {
         }
         if !kind.counted() {
             // A count, whatever the maximum frame size.
-            if len as usize != COUNT_LEN || b[1] != 0 || flags != 0 {
+            let want = if kind == FrameKind::Resume {
+                RESUME_LEN
+            } else {
+                COUNT_LEN
+            };
+            if len as usize != want || b[1] != 0 || flags != 0 {
                 return Err(WireError::BadCount { len, tag: b[1] });
             }
             return Ok(Self {
@@ -1243,6 +1320,49 @@ mod tests {
         let mut x = b;
         x[3] = 1;
         assert_eq!(Header::parse(&x, 100), Err(WireError::BadFlags(1)));
+    }
+
+    #[test]
+    fn resume_frame_carries_a_count_an_epoch_and_whether_it_asks() {
+        let r = ResumeFrame {
+            count: 0x0102_0304_0506_0708,
+            epoch: 7,
+            asks: true,
+        };
+        let b = r.to_bytes();
+        assert_eq!(
+            &b[..HEADER_LEN],
+            &[0x20, 0, 0, 0, 0, 0, 0, RESUME_LEN as u8],
+            "kind 0x20, tag 0, no flags, length 16"
+        );
+        assert_eq!(&b[HEADER_LEN + 12..], &[0, 0, 0, 1]);
+        let h = Header::parse(&b, 0).expect("a RESUME whatever the maximum frame");
+        assert!(h.kind == FrameKind::Resume && h.len as usize == RESUME_LEN);
+        assert!(!h.kind.counted());
+        assert_eq!(ResumeFrame::parse(&b[HEADER_LEN..]), Ok(r));
+        let answer = ResumeFrame { asks: false, ..r };
+        assert_eq!(
+            ResumeFrame::parse(&answer.to_bytes()[HEADER_LEN..]),
+            Ok(answer)
+        );
+        assert_eq!(
+            ResumeFrame::parse(&b[HEADER_LEN..b.len() - 1]),
+            Err(WireError::Truncated)
+        );
+        let mut x = b;
+        x[HEADER_LEN + 12] = 0x80;
+        assert_eq!(
+            ResumeFrame::parse(&x[HEADER_LEN..]),
+            Err(WireError::BadCount { len: 16, tag: 0 }),
+            "an unknown flag"
+        );
+        let mut x = b;
+        x[7] = COUNT_LEN as u8;
+        assert_eq!(
+            Header::parse(&x, 100),
+            Err(WireError::BadCount { len: 8, tag: 0 }),
+            "a RESUME of a CONFIRM's length"
+        );
     }
 
     proptest! {

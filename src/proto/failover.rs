@@ -58,8 +58,13 @@ pub(super) struct Failover {
     pub(super) kept: VecDeque<Frag>,
     pub(super) kept_segs: VecDeque<Bytes>,
     pub(super) kept_from: u64,
-    /// A RESUME to write first, with our count.
-    pub(super) resume_out: Option<u64>,
+    /// A RESUME to write first: our count, and whether it asks (we start a failover) or
+    /// answers the peer's.
+    pub(super) resume_out: Option<(u64, bool)>,
+    /// The epoch of the peer's stream: 0, then one more at each RESUME we write, which
+    /// names it (see "Runs" in [`wire`](crate::wire); nothing reads it while no stream is
+    /// spread).
+    pub(super) rx_epoch: u32,
     /// We wrote a RESUME on this connection and wait for the peer's.
     pub(super) awaiting: Option<ConnKey>,
     /// Batches of failed primaries still with the driver: until they are back no send
@@ -111,7 +116,8 @@ impl Frag {
     }
 }
 
-/// The encoded CONFIRM or RESUME frame carrying `count`.
+/// The encoded CONFIRM frame carrying `count` (or a frame of another kind of its shape,
+/// for tests).
 pub(super) fn count_frame(kind: FrameKind, count: u64) -> [u8; Header::LEN + COUNT_LEN] {
     let hdr = Header {
         kind,
@@ -231,7 +237,7 @@ impl Core {
         let EpState::Connected { conn } = ep.state else {
             return false;
         };
-        ep.fo.resume_out = Some(count);
+        ep.fo.resume_out = Some((count, true));
         ep.fo.awaiting = Some(conn);
         // The peer answers at once; a silent new primary fails over again, or fails.
         if let Some(c) = self.conn_mut(conn) {
@@ -310,7 +316,7 @@ impl Core {
                 let ours = self.promote(now, peer, p, i);
                 self.counters.failovers += 1;
                 if let Some(ep) = self.ep_mut(peer) {
-                    ep.fo.resume_out = Some(ours);
+                    ep.fo.resume_out = Some((ours, false));
                 }
             }
             _ => {

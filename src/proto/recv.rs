@@ -13,7 +13,7 @@ use crate::proto::core::{slot, ConnKey, Core, CoreEvent, InputStep, RunHead, Ste
 use crate::proto::deframe::Source;
 #[cfg(feature = "testing")]
 use crate::proto::endpoint::EpState;
-use crate::wire::{FrameKind, GetRequest, Header, Hello, PeerId, HEADER_LEN};
+use crate::wire::{FrameKind, GetRequest, Header, Hello, PeerId, ResumeFrame, HEADER_LEN};
 
 impl Core {
     /// The regions peers' PUT frames may write into.
@@ -509,8 +509,16 @@ impl Core {
                                     }
                                 }
                                 FrameKind::Resume => {
-                                    let n = count_at(rx, input, &src);
-                                    if !self.on_resume(now, peer, conn, n) {
+                                    // (The epoch and the asks mark matter only to a
+                                    // spread stream: see `spread.rs`.)
+                                    let r = match ResumeFrame::parse(bytes_at(rx, input, &src)) {
+                                        Ok(r) => r,
+                                        Err(e) => {
+                                            self.fail_protocol(peer, ProtoError::Wire(e));
+                                            return InputStep::Drop;
+                                        }
+                                    };
+                                    if !self.on_resume(now, peer, conn, r.count) {
                                         return InputStep::Drop;
                                     }
                                 }
@@ -631,8 +639,7 @@ fn standby_unread(rx: &RxBuf, input: &[u8], at: usize) -> usize {
     waiting + input.len().saturating_sub(at)
 }
 
-/// The count a CONFIRM or RESUME carries (its payload at `src`; the deframer checked its
-/// length).
+/// The count a CONFIRM carries (its payload at `src`; the deframer checked its length).
 fn count_at(rx: &RxBuf, input: &[u8], src: &Source) -> u64 {
     bytes_at(rx, input, src)
         .try_into()

@@ -19,7 +19,7 @@ use crate::proto::core::{
 };
 use crate::proto::endpoint::{Endpoint, EpState, Frag, Lent, FRAG_INLINE, FRAG_WIRE};
 use crate::proto::failover::count_frame;
-use crate::wire::{FrameKind, Header, PeerId, Tag, FLAG_ACK, LINE, PAD_ALIGN};
+use crate::wire::{FrameKind, Header, PeerId, ResumeFrame, Tag, FLAG_ACK, LINE, PAD_ALIGN};
 
 /// The ACK frame (see [`FrameKind::Ack`]).
 const ACK_FRAME: [u8; Header::LEN] = Header {
@@ -295,8 +295,10 @@ impl Core {
         };
         // Failover (see `failover.rs`): a RESUME first; nothing else until the peer's
         // answers ours; then the count of the peer's frames we consumed, when it grew.
-        if let Some(count) = ep.fo.resume_out.take() {
-            batch.push_copy(&count_frame(FrameKind::Resume, count));
+        if let Some((count, asks)) = ep.fo.resume_out.take() {
+            ep.fo.rx_epoch = ep.fo.rx_epoch.saturating_add(1);
+            let epoch = ep.fo.rx_epoch;
+            batch.push_copy(&ResumeFrame { count, epoch, asks }.to_bytes());
             ep.fo.rx_told = count;
         }
         if ep.fo.awaiting.is_some() {

@@ -262,6 +262,25 @@ fn a_failed_primary_moves_the_stream_to_a_link_and_loses_nothing() {
         }
         let moved = net.core(0).counters().failovers + net.core(1).counters().failovers;
         assert!(moved >= 2, "seed {seed}: both sides moved ({moved})");
+        // Each side's RESUMEs named a new epoch of the stream it receives, one each.
+        let epochs = |net: &Net| {
+            [0usize, 1].map(|n| {
+                net.nodes[n]
+                    .core
+                    .ep(PeerId(1 - n as u32))
+                    .unwrap()
+                    .fo
+                    .rx_epoch
+            })
+        };
+        let first = epochs(&net);
+        for (n, &epoch) in first.iter().enumerate() {
+            let moves = net.core(n).counters().failovers;
+            assert!(
+                (1..=moves).contains(&u64::from(epoch)),
+                "seed {seed}: node {n}: epoch {epoch} after {moves} failovers"
+            );
+        }
         // The failed route is dialed again as a link (drive ran the retry timer).
         assert_eq!(net.core(0).links_open(PeerId(1)), 2, "seed {seed}");
         assert_eq!(net.core(1).links_open(PeerId(0)), 2, "seed {seed}");
@@ -275,6 +294,11 @@ fn a_failed_primary_moves_the_stream_to_a_link_and_loses_nothing() {
         assert!(
             net.failed_events(0).is_empty() && net.failed_events(1).is_empty(),
             "seed {seed}"
+        );
+        let second = epochs(&net);
+        assert!(
+            second[0] > first[0] && second[1] > first[1],
+            "seed {seed}: epochs {first:?} then {second:?}"
         );
     }
 }
@@ -513,14 +537,25 @@ fn kept_frames_count_against_the_queue_cap() {
 #[test]
 fn a_count_that_makes_no_sense_fails_the_endpoint() {
     use crate::proto::failover::count_frame;
+    let resume = crate::wire::ResumeFrame {
+        count: 0,
+        epoch: 1,
+        asks: true,
+    };
+    let bad_flag = {
+        let mut b = resume.to_bytes();
+        b[b.len() - 1] = 2;
+        b
+    };
     for (frame, why) in [
         (
-            count_frame(FrameKind::Confirm, 1000),
+            count_frame(FrameKind::Confirm, 1000).to_vec(),
             ProtoError::CountBeyondSent,
         ),
+        (resume.to_bytes().to_vec(), ProtoError::UnexpectedResume),
         (
-            count_frame(FrameKind::Resume, 0),
-            ProtoError::UnexpectedResume,
+            bad_flag.to_vec(),
+            ProtoError::Wire(WireError::BadCount { len: 16, tag: 0 }),
         ),
     ] {
         let mut net = Net::new(9, vec![cfg(0), cfg(1)]);
