@@ -9,14 +9,14 @@
 //! opened by a RUN frame ([`RunFrame`]: its offset in the epoch's stream, the epoch, its
 //! length). The sender places each message whole on the least-queued link when it is at
 //! most a threshold long, and cuts a longer one into runs over the links so that each
-//! would empty its queue at the same moment at the rate it moves. The receiver consumes only the link whose run starts at the
-//! position the stream reached; a link whose run starts further waits (its bytes stay in
-//! its socket), and a run of an older epoch is dropped whole. So bytes are taken once, in
-//! stream order, without a reorder buffer.
+//! would empty its queue at the same moment at the rate it moves. The receiver consumes
+//! only the link whose run starts at the position the stream reached; a link whose run
+//! starts further waits (its bytes stay in its socket), and a run of an older epoch is
+//! dropped whole. So bytes are taken once, in stream order, without a reorder buffer.
 //!
 //! Epochs: each direction's epoch is chosen by its *receiver*. It starts a new epoch
-//! ([`RunOrder::start_epoch`]) when it writes its RESUME, whose count (frames it consumed
-//! whole) and new epoch tell the sender where, and in which epoch, to send again
+//! ([`RunOrder::start_epoch`]) when it writes its RESUME ([`ResumeFrame`]), whose count
+//! (frames it consumed whole) and new epoch tell the sender where, and in which epoch, to send again
 //! ([`Spreader::new_epoch`]). The sender writes the new epoch's runs only after reading
 //! that RESUME, so a run of an epoch newer than the receiver's is a protocol error, and
 //! every run of an older one was written before the sender knew the count: its bytes may
@@ -26,8 +26,10 @@
 //! RESUME whose epoch is not newer than its own (overtaken on another link). A side that
 //! sees a link fail writes a RESUME that asks for one, answered by the peer's: so runs of
 //! the current epoch lost with a link are found by whichever side sees the loss.
+//!
+//! [`ResumeFrame`]: crate::wire::ResumeFrame
 
-// Not used by the engine yet (see above); the tests below exercise all of it.
+// Not used by the engine yet (see above); its tests exercise all of it.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use crate::error::ProtoError;
