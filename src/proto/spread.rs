@@ -16,16 +16,21 @@
 //!
 //! Epochs: each direction's epoch is chosen by its *receiver*. It starts a new epoch
 //! ([`RunOrder::start_epoch`]) when it writes its RESUME ([`ResumeFrame`]), whose count
-//! (frames it consumed whole) and new epoch tell the sender where, and in which epoch, to send again
-//! ([`Spreader::new_epoch`]). The sender writes the new epoch's runs only after reading
-//! that RESUME, so a run of an epoch newer than the receiver's is a protocol error, and
-//! every run of an older one was written before the sender knew the count: its bytes may
-//! repeat frames the new epoch carries, and are dropped unread. A frame the receiver had
-//! begun (part of its bytes consumed when the epoch started) is not in the count: the
-//! new epoch carries it again whole, and the begun part is discarded. A sender ignores a
-//! RESUME whose epoch is not newer than its own (overtaken on another link). A side that
-//! sees a link fail writes a RESUME that asks for one, answered by the peer's: so runs of
-//! the current epoch lost with a link are found by whichever side sees the loss.
+//! (frames it consumed whole) and new epoch tell the sender where, and in which epoch,
+//! to send again ([`Spreader::new_epoch`]). The sender writes the new epoch's runs only
+//! after reading that RESUME, so a run of an epoch newer than the receiver's is a
+//! protocol error, and every run of an older one was written before the sender knew the
+//! count: its bytes may repeat frames the new epoch carries, and are dropped unread. A
+//! frame the receiver had begun (part of its bytes consumed when the epoch started) is
+//! not in the count: the new epoch carries it again whole, and the begun part is
+//! discarded. A sender ignores a RESUME whose epoch is not newer than its own
+//! (overtaken on another link). A side that sees a link fail writes a RESUME that asks
+//! for one, answered by the peer's: so runs of the current epoch lost with a link are
+//! found by whichever side sees the loss. That RESUME may wait on its link behind a run
+//! the receiver holds (its predecessor went with the lost link, which the receiver did
+//! not see fail): a receiver whose stream waits ([`RunOrder::waiting`]) for the
+//! frame-stall deadline starts a new epoch itself, which makes every held run one to
+//! drop and so reaches the RESUME too.
 //!
 //! [`ResumeFrame`]: crate::wire::ResumeFrame
 
@@ -313,6 +318,19 @@ impl RunOrder {
         self.links.iter().position(|c| {
             matches!(*c, Cur::In { offset, epoch, .. } if epoch == self.epoch && offset == self.at)
         })
+    }
+
+    /// Whether the stream waits with nothing to read at its position: a run of the epoch
+    /// was read on some link, further on, and no link is in the run at the position. Its
+    /// link may be slow, or lost without this side seeing it: a receiver that stays so
+    /// for the frame-stall deadline starts a new epoch (an asking RESUME), which also
+    /// lets it read past the held runs to a RESUME waiting behind them.
+    pub(super) fn waiting(&self) -> bool {
+        self.ready().is_none()
+            && self
+                .links
+                .iter()
+                .any(|c| matches!(*c, Cur::In { epoch, .. } if epoch == self.epoch))
     }
 
     /// Writing a RESUME: a new epoch starts at offset 0, and every run read or in flight

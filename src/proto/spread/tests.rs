@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use super::*;
-use crate::wire::HEADER_LEN;
+use crate::wire::{FrameKind, Header, ResumeFrame, HEADER_LEN};
 
 struct Rng(u64);
 
@@ -219,6 +219,9 @@ struct ModelLink {
     back_in: Option<usize>,
 }
 
+/// Steps without a read after which a waiting stream starts a new epoch.
+const STALL: usize = 2000;
+
 /// What one model run saw.
 #[derive(Default)]
 struct Seen {
@@ -228,6 +231,8 @@ struct Seen {
     failovers: usize,
     lost_resumes: usize,
     stale_resumes: usize,
+    asked: usize,
+    stalls: usize,
 }
 
 /// Frames of random lengths (some above the threshold) spread over `nlinks` links and
@@ -253,10 +258,11 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
     let mut spreader = Spreader::new(512 + rng.below(2048) as u64, 256);
     let mut order = RunOrder::default();
     let mut next_frame = 0usize;
-    // RESUMEs on their way to the sender (steps left, count, epoch), in any order, and
-    // the sender's RESUMEs that ask the receiver for one (steps left).
+    // RESUMEs on their way to the sender (steps left, count, epoch), in any order (the
+    // sender's asking RESUMEs go on the links, behind the runs).
     let mut resumes: Vec<(usize, usize, u32)> = Vec::new();
-    let mut asks: Vec<usize> = Vec::new();
+    // Steps since the receiver last read anything.
+    let mut idle = 0usize;
     let mut failovers_left = failovers;
     let mut delivered = 0usize;
     // Stream bytes consumed from each link, lost links' included.
@@ -266,14 +272,6 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
     let mut idx = Vec::new();
     let window = 32 * 1024 * nlinks;
     for step in 0..2_000_000usize {
-        // The receiver: asks that arrived start an epoch, answered by a RESUME.
-        let before = asks.len();
-        asks.retain_mut(|n| n.checked_sub(1).map(|m| *n = m).is_some());
-        for _ in asks.len()..before {
-            partial.clear();
-            let epoch = order.start_epoch().unwrap();
-            resumes.push((rng.below(60), delivered, epoch));
-        }
         // The sender: RESUMEs that arrived (an older one than the last it took is
         // ignored), links it learns were lost (it asks for a RESUME) or came back.
         let mut i = 0;
@@ -291,12 +289,13 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
                 seen.stale_resumes += 1;
             }
         }
+        let mut ask = false;
         for l in &mut links {
             if let Some(n) = l.learns_in.as_mut() {
                 if *n == 0 {
                     l.used = false;
                     l.learns_in = None;
-                    asks.push(rng.below(60));
+                    ask = true;
                 } else {
                     *n -= 1;
                 }
@@ -309,6 +308,19 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
                 } else {
                     *n = n.saturating_sub(1);
                 }
+            }
+        }
+        if ask {
+            // On a link the sender uses (gone with it, when that one was lost too).
+            let used: Vec<usize> = (0..nlinks).filter(|&i| links[i].used).collect();
+            let i = used[rng.below(used.len())];
+            let asking = ResumeFrame {
+                count: 0,
+                epoch: 0,
+                asks: true,
+            };
+            if let Some(w) = links[i].wire.as_mut() {
+                w.extend(asking.to_bytes());
             }
         }
         // The sender places frames while the links hold less than a window.
@@ -372,6 +384,15 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
                 resumes.push((rng.below(60), delivered, epoch));
             }
         }
+        // The frame-stall deadline: a stream waiting that long starts a new epoch.
+        idle += 1;
+        if idle > STALL && order.waiting() {
+            idle = 0;
+            partial.clear();
+            let epoch = order.start_epoch().unwrap();
+            resumes.push((rng.below(60), delivered, epoch));
+            seen.stalls += 1;
+        }
         // The receiver reads a link, picked by speed.
         let total: usize = links
             .iter()
@@ -399,7 +420,6 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
             let done = delivered == nframes
                 && next_frame == nframes
                 && resumes.is_empty()
-                && asks.is_empty()
                 && links
                     .iter()
                     .all(|l| l.wire.as_ref().is_none_or(VecDeque::is_empty));
@@ -417,8 +437,19 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
         }
         match order.next(i) {
             Take::Frame => {
-                assert!(w.len() >= HEADER_LEN + crate::wire::RUN_LEN);
-                let b: Vec<u8> = w.drain(..HEADER_LEN + crate::wire::RUN_LEN).collect();
+                idle = 0;
+                let h = Header::parse(&w.iter().take(HEADER_LEN).copied().collect::<Vec<_>>(), 0)
+                    .unwrap();
+                let b: Vec<u8> = w.drain(..HEADER_LEN + h.len as usize).collect();
+                if h.kind == FrameKind::Resume {
+                    // The sender asks: a new epoch, answered.
+                    assert!(ResumeFrame::parse(&b[HEADER_LEN..]).unwrap().asks);
+                    partial.clear();
+                    let epoch = order.start_epoch().unwrap();
+                    resumes.push((rng.below(60), delivered, epoch));
+                    seen.asked += 1;
+                    continue;
+                }
                 let r = RunFrame::parse(&b[HEADER_LEN..]).unwrap();
                 order
                     .on_run(i, r)
@@ -426,12 +457,14 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
             }
             Take::Hold => seen.held += 1,
             Take::Drop(n) => {
+                idle = 0;
                 let k = chunk.min(n as usize).min(w.len());
                 w.drain(..k);
                 seen.dropped += k as u64;
                 assert!(!order.took(i, k as u32));
             }
             Take::Stream(n) => {
+                idle = 0;
                 let k = chunk.min(n as usize).min(w.len());
                 partial.extend(w.drain(..k));
                 moved[i] += k as u64;
@@ -484,4 +517,6 @@ fn links_lost_with_runs_in_flight_lose_and_repeat_nothing() {
     assert!(seen.dropped > 0, "nothing of an older epoch was dropped");
     assert!(seen.lost_resumes > 0, "no RESUME was lost");
     assert!(seen.stale_resumes > 0, "no RESUME came after a newer one");
+    assert!(seen.asked > 0, "no asking RESUME was read");
+    assert!(seen.stalls > 0, "no stream waited past the deadline");
 }
