@@ -27,10 +27,11 @@
 //! (overtaken on another link). A side that sees a link fail writes a RESUME that asks
 //! for one, answered by the peer's: so runs of the current epoch lost with a link are
 //! found by whichever side sees the loss. That RESUME may wait on its link behind a run
-//! the receiver holds (its predecessor went with the lost link, which the receiver did
-//! not see fail): a receiver whose stream waits ([`RunOrder::waiting`]) for the
-//! frame-stall deadline starts a new epoch itself, which makes every held run one to
-//! drop and so reaches the RESUME too.
+//! the receiver holds, and the receiver may wait for the bytes of a run announced on a
+//! link that failed without its seeing it: a receiver owed bytes
+//! ([`RunOrder::waiting`]) whose position does not move for the frame-stall deadline
+//! starts a new epoch itself, which makes every run read so far one to drop and so
+//! reaches the RESUME too.
 //!
 //! [`ResumeFrame`]: crate::wire::ResumeFrame
 
@@ -320,17 +321,16 @@ impl RunOrder {
         })
     }
 
-    /// Whether the stream waits with nothing to read at its position: a run of the epoch
-    /// was read on some link, further on, and no link is in the run at the position. Its
-    /// link may be slow, or lost without this side seeing it: a receiver that stays so
-    /// for the frame-stall deadline starts a new epoch (an asking RESUME), which also
-    /// lets it read past the held runs to a RESUME waiting behind them.
+    /// Whether the stream owes bytes: a RUN of the epoch was read on some link and its
+    /// bytes have not all come (at the position, or further on, held). The link that
+    /// should bring the bytes at the position may be slow, or lost without this side
+    /// seeing it: a receiver whose position does not move for the frame-stall deadline
+    /// while it is owed bytes starts a new epoch (an asking RESUME), which also lets it
+    /// read past the held runs to a RESUME waiting behind them.
     pub(super) fn waiting(&self) -> bool {
-        self.ready().is_none()
-            && self
-                .links
-                .iter()
-                .any(|c| matches!(*c, Cur::In { epoch, .. } if epoch == self.epoch))
+        self.links
+            .iter()
+            .any(|c| matches!(*c, Cur::In { epoch, .. } if epoch == self.epoch))
     }
 
     /// Writing a RESUME: a new epoch starts at offset 0, and every run read or in flight

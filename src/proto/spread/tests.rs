@@ -219,7 +219,8 @@ struct ModelLink {
     back_in: Option<usize>,
 }
 
-/// Steps without a read after which a waiting stream starts a new epoch.
+/// Steps without the position moving after which a stream owed bytes starts a new
+/// epoch.
 const STALL: usize = 2000;
 
 /// What one model run saw.
@@ -261,7 +262,7 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
     // RESUMEs on their way to the sender (steps left, count, epoch), in any order (the
     // sender's asking RESUMEs go on the links, behind the runs).
     let mut resumes: Vec<(usize, usize, u32)> = Vec::new();
-    // Steps since the receiver last read anything.
+    // Steps since the stream's position last moved.
     let mut idle = 0usize;
     let mut failovers_left = failovers;
     let mut delivered = 0usize;
@@ -290,7 +291,7 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
             }
         }
         let mut ask = false;
-        for l in &mut links {
+        for (i, l) in links.iter_mut().enumerate() {
             if let Some(n) = l.learns_in.as_mut() {
                 if *n == 0 {
                     l.used = false;
@@ -302,6 +303,8 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
             }
             if let Some(n) = l.back_in.as_mut() {
                 if *n == 0 && !l.used && l.learns_in.is_none() {
+                    // A new connection: its reading starts between runs.
+                    order.link_lost(i);
                     l.wire = Some(VecDeque::new());
                     l.used = true;
                     l.back_in = None;
@@ -369,11 +372,13 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
             seen.failovers += 1;
             links[i].wire = None;
             links[i].learns_in = Some(rng.below(50));
-            links[i].back_in = Some(rng.below(2000));
-            // Its reading is forgotten (a connection taking its place starts between
-            // runs); the receiver may see the loss at once, or only through the sender.
-            order.link_lost(i);
+            // Some come back as new connections, some never.
+            links[i].back_in = rng.chance(2, 3).then(|| rng.below(2000));
+            // The receiver may see the loss at once (and forget the link's reading), or
+            // only through the sender, or its own stall deadline (a run announced on the
+            // link, its bytes never coming).
             if rng.chance(1, 2) {
+                order.link_lost(i);
                 partial.clear();
                 let epoch = order.start_epoch().unwrap();
                 if !resumes.is_empty() && rng.chance(1, 2) {
@@ -384,7 +389,8 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
                 resumes.push((rng.below(60), delivered, epoch));
             }
         }
-        // The frame-stall deadline: a stream waiting that long starts a new epoch.
+        // The frame-stall deadline: a stream owed bytes whose position stays that long
+        // starts a new epoch.
         idle += 1;
         if idle > STALL && order.waiting() {
             idle = 0;
@@ -437,7 +443,6 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
         }
         match order.next(i) {
             Take::Frame => {
-                idle = 0;
                 let h = Header::parse(&w.iter().take(HEADER_LEN).copied().collect::<Vec<_>>(), 0)
                     .unwrap();
                 let b: Vec<u8> = w.drain(..HEADER_LEN + h.len as usize).collect();
@@ -457,7 +462,6 @@ fn model(seed: u64, nlinks: usize, failovers: usize, seen: &mut Seen) {
             }
             Take::Hold => seen.held += 1,
             Take::Drop(n) => {
-                idle = 0;
                 let k = chunk.min(n as usize).min(w.len());
                 w.drain(..k);
                 seen.dropped += k as u64;
