@@ -59,6 +59,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 0
 fi
 source tools/ompi-common.sh
+source tools/ompi-hosts.sh
 tools/build-ompi.sh >/dev/null
 
 logs="$PWD/target/ompi-kill"
@@ -174,18 +175,7 @@ if [ "$only" != loopback ]; then
     # namespace; orted's stderr goes to a file (else its pipe keeps mpirun waiting); a
     # TMPDIR per host (the hosts share one /tmp and one hostname).
     agent="$work/agent.sh"
-    cat >"$agent" <<EOF
-#!/bin/sh
-host=\$1; shift
-case \$host in
-  10.231.2.1[0-3]) i=\${host#10.231.2.1} ;;
-  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
-esac
-TMPDIR="/tmp/$prefix-h\$i"; export TMPDIR
-mkdir -p "\$TMPDIR"
-exec ip netns exec "$prefix-h\$i" /bin/sh -c "\$*" 2>>"$work/agent-h\$i.err"
-EOF
-    chmod +x "$agent"
+    ompi_host_agent "$agent" "$prefix" 2 4 "$work"
     for i in 0 1 2 3; do echo "10.231.2.1$i slots=1"; done >"$work/hosts"
     echo "-- rank $victim of 4 dies in exchange $iter: 4 namespace hosts, one rank each" \
       "(MPI on subnet a, the launcher on subnet b)"

@@ -58,15 +58,8 @@ for s in $sizes; do
   if ! [[ $s =~ ^[1-9][0-9]*$ ]] || [ $((s % 8)) != 0 ]; then usage; fi
 done
 
-cannot() {
-  echo "One module or one per interface (tools/ompi-links.sh) cannot run here: $*"
-  [ "${RINGBTL_REQUIRE_ALL:-0}" = 1 ] && exit 1
-  exit 0
-}
-missing=()
-for c in mpicc ompi_info mpirun orted ip; do command -v $c >/dev/null || missing+=("$c"); done
-[ ${#missing[@]} -eq 0 ] || cannot "missing ${missing[*]}"
-[ "$(id -u)" = 0 ] || cannot "needs root (network namespaces)"
+source tools/ompi-hosts.sh
+ompi_hosts_preflight "One module or one per interface (tools/ompi-links.sh)"
 source tools/ompi-common.sh
 
 prefix=${RINGBTL_OMPI_LINKS_PREFIX:-rbtllinks}
@@ -111,18 +104,7 @@ fi
 # The rsh agent (as tools/ompi-netns.sh's): `agent HOST COMMAND...` enters the host's
 # namespace; stderr to a file, a TMPDIR per host.
 agent="$work/agent.sh"
-cat >"$agent" <<EOF
-#!/bin/sh
-host=\$1; shift
-case \$host in
-  10.231.3.1[0-1]) i=\${host#10.231.3.1} ;;
-  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
-esac
-TMPDIR="/tmp/$prefix-h\$i"; export TMPDIR
-mkdir -p "\$TMPDIR"
-exec ip netns exec "$prefix-h\$i" /bin/sh -c "\$*" 2>>"$work/agent-h\$i.err"
-EOF
-chmod +x "$agent"
+ompi_host_agent "$agent" "$prefix" 3 2 "$work"
 hostfile="$work/hosts"
 for i in 0 1; do echo "10.231.3.1$i slots=1"; done >"$hostfile"
 LAUNCH=(ip netns exec "$prefix-h0")

@@ -37,15 +37,8 @@ case "${1:-}" in
   *) echo "usage: $0 [--mpi4py]" >&2; exit 2 ;;
 esac
 
-cannot() {
-  echo "Open MPI across namespace hosts cannot run here: $*"
-  [ "${RINGBTL_REQUIRE_ALL:-0}" = 1 ] && exit 1
-  exit 0
-}
-missing=()
-for c in mpicc ompi_info mpirun orted ip; do command -v $c >/dev/null || missing+=("$c"); done
-[ ${#missing[@]} -eq 0 ] || cannot "missing ${missing[*]}"
-[ "$(id -u)" = 0 ] || cannot "needs root (network namespaces)"
+source tools/ompi-hosts.sh
+ompi_hosts_preflight "Open MPI across namespace hosts"
 source tools/ompi-common.sh
 
 prefix=${RINGBTL_OMPI_NETNS_PREFIX:-rbtlompi}
@@ -84,18 +77,7 @@ tools/netns.sh up "$prefix" --subnets 3 || cannot "tools/netns.sh up $prefix --s
 # directory): the hosts share one hostname and one /tmp, and daemons creating the same
 # session directory at once fail now and then ("mkdir ... File exists").
 agent="$work/agent.sh"
-cat >"$agent" <<EOF
-#!/bin/sh
-host=\$1; shift
-case \$host in
-  10.231.3.1[0-3]) i=\${host#10.231.3.1} ;;
-  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
-esac
-TMPDIR="/tmp/$prefix-h\$i"; export TMPDIR
-mkdir -p "\$TMPDIR"
-exec ip netns exec "$prefix-h\$i" /bin/sh -c "\$*" 2>>"$work/agent-h\$i.err"
-EOF
-chmod +x "$agent"
+ompi_host_agent "$agent" "$prefix" 3 4 "$work"
 hostfile="$work/hosts"
 for i in 0 1 2 3; do echo "10.231.3.1$i slots=1"; done >"$hostfile"
 
