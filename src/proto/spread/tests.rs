@@ -6,33 +6,8 @@
 use std::collections::VecDeque;
 
 use super::*;
+use crate::proto::tests::Rng;
 use crate::wire::{FrameKind, Header, ResumeFrame, HEADER_LEN};
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self((seed ^ 0x9e37_79b9_7f4a_7c15).wrapping_mul(0xd1b5_4a32_d192_ed03) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, num: usize, den: usize) -> bool {
-        self.below(den) < num
-    }
-}
 
 fn load(queued: u64, rate: u64) -> LinkLoad {
     LinkLoad { queued, rate }

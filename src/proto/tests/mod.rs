@@ -52,15 +52,16 @@ pub(super) const KEY: [u8; 32] = [0x4b; 32];
 pub(super) const RAW_NONCE: [u8; NONCE_LEN] = [0x3c; NONCE_LEN];
 const STEP_LIMIT: usize = 2_000_000;
 
-/// xorshift64*: small, fast, good enough to pick interleavings.
-struct Rng(u64);
+/// xorshift64*: small, fast, good enough to pick interleavings (here and in the run
+/// model of `spread.rs`).
+pub(super) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Self {
+    pub(super) fn new(seed: u64) -> Self {
         Self((seed ^ 0x9e37_79b9_7f4a_7c15).wrapping_mul(0xd1b5_4a32_d192_ed03) | 1)
     }
 
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -70,11 +71,11 @@ impl Rng {
     }
 
     /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 
-    fn chance(&mut self, num: usize, den: usize) -> bool {
+    pub(super) fn chance(&mut self, num: usize, den: usize) -> bool {
         self.below(den) < num
     }
 
