@@ -132,7 +132,14 @@
 //! Every frame but these two counts in its stream's position. While a standby link is
 //! open, the receiver says how many of the peer's frames it has consumed with a CONFIRM
 //! (kind 0x10, tag 0, no flags, length 8, the count as a big-endian u64), and the sender
-//! keeps each frame until it is confirmed. When the primary fails, one side writes a
+//! keeps each frame until it is confirmed. A frame of at most [`KEEP_COPY_MAX`] bytes
+//! after its header is kept as a copy, and its send completes at its write; a longer one
+//! is kept by reference to the caller's memory, and its send completes at its
+//! confirmation. So a receiver writes its CONFIRM at once only when it consumed more than
+//! [`KEEP_COPY_MAX`] bytes (headers counted) or a FIN since its last count (a sender may
+//! wait for it); otherwise the count goes with the next frames it writes anyway (the
+//! answer of a ping-pong), not in a write of its own. When the primary fails, one side
+//! writes a
 //! RESUME with its own count as the first frame on a standby link; the other side answers
 //! on that link with a RESUME of its count, and each sends again, on that link, its
 //! frames from the count it read. Counts start at 0 on the endpoint's first connection
@@ -609,6 +616,11 @@ impl FrameKind {
 
 /// Payload bytes of a CONFIRM frame: a count, big-endian.
 pub const COUNT_LEN: usize = 8;
+
+/// While a standby link is open, a frame with at most this many bytes after its header is
+/// kept as a copy and completes at its write; a receiver owes a prompt CONFIRM only past
+/// this many bytes consumed since its last count, or at a FIN (see "Links" above).
+pub const KEEP_COPY_MAX: usize = 4096;
 
 /// Payload bytes of a RESUME frame: a [`ResumeFrame`].
 pub const RESUME_LEN: usize = 16;

@@ -145,6 +145,16 @@ pub(super) struct Conn {
     pub(super) rx_frames: u64,
     /// The endpoint's primary while a standby link is open: reads make a CONFIRM due.
     pub(super) confirms: bool,
+    /// While `confirms`: bytes of the peer's frames (headers counted) consumed since the
+    /// last count we sent, `u32::MAX` after a FIN. Past
+    /// [`KEEP_COPY_MAX`](crate::wire::KEEP_COPY_MAX) the count leaves at once: the peer
+    /// may wait for it (see "Links" in [`wire`](crate::wire)).
+    pub(super) rx_lazy: u32,
+    /// While a count is owed and not due (`rx_lazy`): it leaves by then at the latest
+    /// ([`CONFIRM_LAZY`](crate::proto::failover::CONFIRM_LAZY) after the first frame it
+    /// covers), so that the peer's kept frames and its probes do not wait for our next
+    /// frames without end.
+    pub(super) confirm_at: Option<Instant>,
     /// A failed primary whose batch was with the driver when it failed over.
     pub(super) failed_over: bool,
     /// Reading is held ([`Core::hold_reading`]): the walk stops before the next frame,
@@ -189,6 +199,8 @@ impl Conn {
             link: 0,
             rx_frames: 0,
             confirms: false,
+            rx_lazy: 0,
+            confirm_at: None,
             failed_over: false,
             hold_rx: false,
             rx_parked: false,

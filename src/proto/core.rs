@@ -418,7 +418,7 @@ pub fn walk_read<S: Sink>(sink: &mut S, now: Instant, conn: ConnKey, mut rx: RxB
             sink.deliver_run(&mut run);
             let (used, frames) = (run.used, run.frames);
             rx.consume(used);
-            sink.core().consumed(conn, frames);
+            sink.core().consumed(now, conn, frames, used);
             if sink.core().run_holds(&head) {
                 end = sink.core().run_end(conn, &rx);
             }
@@ -659,7 +659,10 @@ impl Core {
     /// Number of sends accepted and not yet completed for `peer`.
     pub fn pending(&self, peer: PeerId) -> usize {
         self.ep(peer).map_or(0, |e| {
-            e.queue.iter().filter(|f| f.cookie.is_some()).count()
+            e.queue
+                .iter()
+                .filter(|f| f.pending_cookie().is_some())
+                .count()
                 + e.inflight.iter().filter(|c| c.is_some()).count()
                 + e.orphaned
                 + e.gets.len()
@@ -813,6 +816,22 @@ impl Core {
         self.next_timer = None;
         // Handshake deadlines of connections.
         for i in 0..self.conns.len() {
+            let Some(c) = self.conns[i].as_mut() else {
+                continue;
+            };
+            if let Some(t) = c.confirm_at {
+                // A count of the peer's frames no frame of ours carried: it leaves now.
+                let due = (t <= now).then_some(c.peer).flatten();
+                if t <= now {
+                    c.confirm_at = None;
+                    c.rx_lazy = u32::MAX;
+                } else {
+                    self.arm_timer(t);
+                }
+                if let Some(p) = due {
+                    self.mark_dirty(p);
+                }
+            }
             let Some(c) = self.conns[i].as_ref() else {
                 continue;
             };

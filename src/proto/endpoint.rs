@@ -41,7 +41,15 @@ pub(super) struct Frag {
     pub(super) nsegs: u8,
     /// `None` for control frames (FIN).
     pub(super) cookie: Option<u64>,
+    /// Kept for resending, its payload is the engine's own (inline, or copied when kept):
+    /// its send completes at its write (see `failover.rs`).
+    pub(super) own: bool,
+    /// Its send completed already (it goes again after a failover): its cookie completes
+    /// nothing more.
+    pub(super) reported: bool,
 }
+
+const _: () = assert!(size_of::<Frag>() == 72);
 
 /// Largest frame body (payload, and a PUT's target) a queued frame holds in place.
 pub(super) const FRAG_INLINE: usize = 32;
@@ -77,11 +85,20 @@ impl Frag {
             head: head as u8,
             nsegs: 0,
             cookie,
+            own: false,
+            reported: false,
         }
     }
 
     pub(super) fn wire_len(&self) -> usize {
         Header::LEN + self.hdr.len as usize
+    }
+
+    /// The cookie its send still completes with: `None` for a control frame, and for a
+    /// frame whose send completed already ([`reported`](Self::reported)).
+    #[inline]
+    pub(super) fn pending_cookie(&self) -> Option<u64> {
+        self.cookie.filter(|_| !self.reported)
     }
 
     /// Whether its wire bytes count in [`Endpoint::queued_bytes`]: a caller's send or
@@ -465,11 +482,12 @@ impl Core {
             return Err(SendError::Unreachable(peer));
         }
         let wire = (Header::LEN + len) as u64;
-        // Frames kept for resending count as queued (see `failover.rs`).
-        if cookie.is_some()
-            && ep.queued_bytes + wire > cap
-            && !(ep.queue.is_empty() && ep.fo.kept.is_empty())
-        {
+        // Frames kept for resending count as queued (see `failover.rs`). Those kept as
+        // copies completed, and their count may wait for the peer's next frames: below
+        // the cap they refuse no send alone.
+        let idle = ep.queue.is_empty()
+            && (ep.fo.kept.is_empty() || (ep.fo.kept_borrowed == 0 && ep.queued_bytes < cap));
+        if cookie.is_some() && ep.queued_bytes + wire > cap && !idle {
             return Err(SendError::WouldBlock(peer));
         }
         hdr.len = len as u32;
@@ -1050,7 +1068,7 @@ impl Core {
         let mut failed: Vec<u64> = ep.take_inflight().into_iter().flatten().collect();
         ep.queued_bytes = 0;
         ep.segs.clear();
-        failed.extend(ep.queue.drain(..).filter_map(|f| f.cookie));
+        failed.extend(ep.queue.drain(..).filter_map(|f| f.pending_cookie()));
         ep.fo.kept.clear();
         ep.fo.kept_segs.clear();
         if ep.fo.dead_batches > 0 {

@@ -6,11 +6,17 @@
 //! (every frame but CONFIRM and RESUME; see "Links" in [`wire`](crate::wire)). While a
 //! standby link is open on this side:
 //!
-//! - the receiver sends a CONFIRM with the count it consumed, once per flush when it
-//!   grew;
 //! - the sender keeps every frame it hands to a batch (header, inline bytes, segments)
-//!   until a CONFIRM covers it, and a send completes only then: its bytes may have to
-//!   go again, and the caller may reuse its memory at the completion;
+//!   until a CONFIRM covers it: its bytes may have to go again. A frame of at most
+//!   [`KEEP_COPY_MAX`] bytes after its header is kept as a copy ([`Frag::own`]) and its
+//!   send completes at its write, as without links; a longer one is kept by reference,
+//!   and its send completes at its confirmation (the caller may reuse its memory at the
+//!   completion), the copies behind it with it, so that sends complete in order;
+//! - the receiver sends a CONFIRM with the count it consumed when a sender may wait for
+//!   it: past [`KEEP_COPY_MAX`] bytes consumed since its last count, or a FIN. Otherwise
+//!   the count goes with the next frames it writes (a ping-pong's answer carries the
+//!   count of its question, and no write is spent on it alone), at the latest
+//!   [`CONFIRM_LAZY`] after the first frame it covers;
 //! - large payloads are not lent (a frame kept for resending must not wait for an ACK of
 //!   pages), and no frame leaves outside a batch.
 //!
@@ -38,7 +44,7 @@ use crate::error::{Cause, FailReason, ProtoError};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
 use crate::proto::endpoint::{EpState, Frag};
 use crate::proto::links::LinkRoute;
-use crate::wire::{FrameKind, Header, PeerId, Tag, COUNT_LEN};
+use crate::wire::{FrameKind, Header, PeerId, Tag, COUNT_LEN, KEEP_COPY_MAX};
 
 /// The failover state of one endpoint.
 #[derive(Debug, Default)]
@@ -58,6 +64,12 @@ pub(super) struct Failover {
     pub(super) kept: VecDeque<Frag>,
     pub(super) kept_segs: VecDeque<Bytes>,
     pub(super) kept_from: u64,
+    /// Kept frames whose payload is the caller's memory (not [`Frag::own`]): they
+    /// complete at their confirmation.
+    pub(super) kept_borrowed: usize,
+    /// Our frames below this number whose sends completed at their write (own frames,
+    /// written and not yet confirmed; on the scale of `Endpoint::head_seq`).
+    pub(super) reported: u64,
     /// A RESUME to write first: our count, and whether it asks (we start a failover) or
     /// answers the peer's.
     pub(super) resume_out: Option<(u64, bool)>,
@@ -78,6 +90,10 @@ pub(super) struct Failover {
     /// primary fails in turn.
     pub(super) primary_route: Option<LinkRoute>,
 }
+
+/// Longest a count of consumed frames that no sender waits for stays unsent when no frame
+/// of ours carries it (see `Conn::rx_lazy`).
+pub(crate) const CONFIRM_LAZY: Duration = Duration::from_millis(10);
 
 /// How often the primary of a peer with a standby link is probed while frames wait.
 pub(super) const PROBE_EVERY: Duration = Duration::from_millis(100);
@@ -110,6 +126,7 @@ impl Frag {
     /// The ACK frame (kept as a frame when confirmations are on).
     pub(super) fn ack() -> Self {
         let mut f = Self::fin();
+        f.own = true;
         f.hdr.kind = FrameKind::Ack;
         f.wire[..Header::LEN].copy_from_slice(&f.hdr.to_bytes());
         f
@@ -147,6 +164,18 @@ impl Core {
         ep.fo.rx_base + on_primary
     }
 
+    /// Whether the count of `peer`'s frames we consumed is owed now: past
+    /// [`KEEP_COPY_MAX`] bytes (or a FIN) since the last one, the peer may wait for it.
+    pub(super) fn confirm_due(&self, peer: PeerId) -> bool {
+        let Some(EpState::Connected { conn }) = self.ep(peer).map(|e| &e.state) else {
+            return false;
+        };
+        self.conns
+            .get(conn.0 as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|c| c.rx_lazy > KEEP_COPY_MAX as u32)
+    }
+
     /// Whether `conn` is `peer`'s primary connection (the one its stream is on).
     pub fn is_primary(&self, peer: PeerId, conn: ConnKey) -> bool {
         self.ep(peer)
@@ -175,6 +204,8 @@ impl Core {
         if let EpState::Connected { conn } = ep.state {
             if let Some(c) = slot(&mut self.conns, conn.0) {
                 c.confirms = true;
+                // Frames written before the link opened complete at this count.
+                c.rx_lazy = u32::MAX;
             }
         }
         // A first CONFIRM: what was consumed so far.
@@ -209,6 +240,9 @@ impl Core {
             let n = usize::from(f.nsegs).min(fo.kept_segs.len());
             fo.kept_segs.drain(..n);
             fo.kept_from += 1;
+            if !f.own {
+                fo.kept_borrowed = fo.kept_borrowed.saturating_sub(1);
+            }
             if f.queued() {
                 ep.queued_bytes = ep.queued_bytes.saturating_sub(f.wire_len() as u64);
             }
@@ -360,6 +394,8 @@ impl Core {
         // Kept frames from `at` on go back to the front of the queue, in order.
         let skip = (at - fo.kept_from) as usize;
         let mut again: Vec<Frag> = fo.kept.drain(..).collect();
+        // Kept again when they leave again.
+        fo.kept_borrowed = 0;
         let mut segs: VecDeque<Bytes> = fo.kept_segs.drain(..).collect();
         for f in again.drain(..skip.min(again.len())) {
             let n = usize::from(f.nsegs).min(segs.len());
@@ -369,6 +405,11 @@ impl Core {
             }
         }
         fo.kept_from = at;
+        // Those whose sends completed at their write complete nothing when they go again.
+        for (f, seq) in again.iter_mut().zip(at..) {
+            f.reported |= seq < fo.reported;
+        }
+        fo.reported = fo.reported.min(at);
         for s in segs.into_iter().rev() {
             ep.segs.push_front(s);
         }

@@ -13,7 +13,10 @@ use crate::proto::core::{slot, ConnKey, Core, CoreEvent, InputStep, RunHead, Ste
 use crate::proto::deframe::Source;
 #[cfg(feature = "testing")]
 use crate::proto::endpoint::EpState;
-use crate::wire::{FrameKind, GetRequest, Header, Hello, PeerId, ResumeFrame, HEADER_LEN};
+use crate::proto::failover::CONFIRM_LAZY;
+use crate::wire::{
+    FrameKind, GetRequest, Header, Hello, PeerId, ResumeFrame, HEADER_LEN, KEEP_COPY_MAX,
+};
 
 impl Core {
     /// The regions peers' PUT frames may write into.
@@ -26,7 +29,7 @@ impl Core {
     /// payload from `rx` before the next call.
     #[inline]
     pub fn recv_step(&mut self, now: Instant, conn: ConnKey, rx: &mut RxBuf) -> Step {
-        if let Some(step) = self.cached_send(conn, rx) {
+        if let Some(step) = self.cached_send(now, conn, rx) {
             return step;
         }
         let mut at = 0;
@@ -57,11 +60,19 @@ impl Core {
         c.deframer.runs(rx).then_some(RunHead { peer, max, ended })
     }
 
-    /// A run handed out `frames` messages read on `conn` (counted in its stream).
+    /// A run handed out `frames` messages read on `conn` (counted in its stream), `bytes`
+    /// with their headers.
     #[inline]
-    pub(super) fn consumed(&mut self, conn: ConnKey, frames: u64) {
-        if let Some(c) = slot(&mut self.conns, conn.0) {
-            c.rx_frames += frames;
+    pub(super) fn consumed(&mut self, now: Instant, conn: ConnKey, frames: u64, bytes: usize) {
+        let Some(c) = slot(&mut self.conns, conn.0) else {
+            return;
+        };
+        c.rx_frames += frames;
+        if c.confirms && frames > 0 {
+            let bytes = bytes.min(u32::MAX as usize) as u32;
+            if let Some(t) = count_lazy(c, bytes, now) {
+                self.arm_timer(t);
+            }
         }
     }
 
@@ -104,11 +115,18 @@ impl Core {
     /// delivered, and a cache used up asks for the next read, without the walk's other
     /// cases. `None` leaves everything else (and everything wrong) to the walk.
     #[inline]
-    fn cached_send(&mut self, conn: ConnKey, rx: &mut RxBuf) -> Option<Step> {
+    fn cached_send(&mut self, now: Instant, conn: ConnKey, rx: &mut RxBuf) -> Option<Step> {
         let max = self.cfg.max_frame;
         let (peer, c) = self.cache_peer(conn, rx)?;
         if let Some((tag, range)) = c.deframer.cached_send(rx, max) {
             c.rx_frames += 1;
+            if c.confirms {
+                // (A frame is at most `max_frame` bytes, below `u32::MAX`.)
+                let wire = (HEADER_LEN + range.len()) as u32;
+                if let Some(t) = count_lazy(c, wire, now) {
+                    self.arm_timer(t);
+                }
+            }
             return Some(Step::Deliver { peer, tag, range });
         }
         rearm_drained(c, rx)
@@ -132,7 +150,7 @@ impl Core {
     pub fn rearm_now(&mut self, conn: ConnKey, rx: RxBuf) -> Option<RxBuf> {
         let c = slot(&mut self.conns, conn.0)?;
         let open = c.stage == Stage::Open && !c.hold_rx;
-        if c.confirms {
+        if c.confirms && c.rx_lazy > KEEP_COPY_MAX as u32 {
             // What this read consumed is confirmed with the next flush.
             if let Some(p) = c.peer {
                 self.mark_dirty(p);
@@ -152,7 +170,9 @@ impl Core {
             return;
         }
         c.rx = Some(for_next_read(rx));
-        let confirms = c.confirms.then_some(c.peer).flatten();
+        let confirms = (c.confirms && c.rx_lazy > KEEP_COPY_MAX as u32)
+            .then_some(c.peer)
+            .flatten();
         if c.hold_rx {
             // Held: the buffer waits here, with what it holds, for the resume.
             c.rx_parked = true;
@@ -459,10 +479,22 @@ impl Core {
                     let c = slot(&mut self.conns, conn.0).expect("conn exists");
                     match c.deframer.frame(rx, input, at, max, &self.regions) {
                         Ok(Some((h, src))) => {
+                            let mut lazy = None;
                             if h.kind.counted() {
                                 c.rx_frames += 1;
+                                if c.confirms {
+                                    // A FIN's count is owed at once (the peer closes).
+                                    let wire = match h.kind {
+                                        FrameKind::Fin => u32::MAX,
+                                        _ => (HEADER_LEN as u32).saturating_add(h.len),
+                                    };
+                                    lazy = count_lazy(c, wire, now);
+                                }
                             }
                             let placed_at = c.deframer.placed_at();
+                            if let Some(t) = lazy {
+                                self.arm_timer(t);
+                            }
                             if h.ack {
                                 // Read whole: the peer may have its pages back.
                                 self.owe_ack(peer);
@@ -631,6 +663,20 @@ fn next_kind(rx: &RxBuf, input: &[u8]) -> Option<FrameKind> {
         return None;
     }
     Header::parse(&h, u32::MAX).ok().map(|h| h.kind)
+}
+
+/// `wire` more bytes of the peer's frames were consumed on `c`, a primary that confirms:
+/// returns the moment by which the count they make owed leaves, when a timer must be
+/// armed for it (the first frame of a count not due at once; see `Conn::rx_lazy`).
+#[inline]
+fn count_lazy(c: &mut Conn, wire: u32, now: Instant) -> Option<Instant> {
+    c.rx_lazy = c.rx_lazy.saturating_add(wire);
+    if c.confirm_at.is_some() || c.rx_lazy > KEEP_COPY_MAX as u32 {
+        return None;
+    }
+    let t = now + CONFIRM_LAZY;
+    c.confirm_at = Some(t);
+    Some(t)
 }
 
 /// Bytes not walked yet on a connection: in its cache, then in `input` from `at`.

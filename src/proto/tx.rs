@@ -19,7 +19,9 @@ use crate::proto::core::{
 };
 use crate::proto::endpoint::{Endpoint, EpState, Frag, Lent, FRAG_INLINE, FRAG_WIRE};
 use crate::proto::failover::count_frame;
-use crate::wire::{FrameKind, Header, PeerId, ResumeFrame, Tag, FLAG_ACK, LINE, PAD_ALIGN};
+use crate::wire::{
+    FrameKind, Header, PeerId, ResumeFrame, Tag, FLAG_ACK, KEEP_COPY_MAX, LINE, PAD_ALIGN,
+};
 
 /// The ACK frame (see [`FrameKind::Ack`]).
 const ACK_FRAME: [u8; Header::LEN] = Header {
@@ -226,7 +228,7 @@ impl Core {
                     !ep.queue.is_empty()
                         || ep.acks_owed > 0
                         || ep.fo.resume_out.is_some()
-                        || (ep.fo.on && self.rx_count(peer) > ep.fo.rx_told),
+                        || (ep.fo.on && self.confirm_due(peer)),
                     ep.fin_sent && ep.fin_rcvd && ep.drained(),
                 );
                 if more {
@@ -300,6 +302,8 @@ impl Core {
             let epoch = ep.fo.rx_epoch;
             batch.push_copy(&ResumeFrame { count, epoch, asks }.to_bytes());
             ep.fo.rx_told = count;
+            c.rx_lazy = 0;
+            c.confirm_at = None;
         }
         if ep.fo.awaiting.is_some() {
             if submit {
@@ -308,10 +312,15 @@ impl Core {
             return;
         }
         if ep.fo.on {
+            // The count leaves on its own when the peer may wait for it (`Conn::rx_lazy`),
+            // else with the frames that leave anyway (the answer of a ping-pong).
             let count = ep.fo.rx_base + c.rx_frames;
-            if count > ep.fo.rx_told {
+            let rides = batch.frames() > 0 || !ep.queue.is_empty() || ep.acks_owed > 0;
+            if count > ep.fo.rx_told && (rides || c.rx_lazy > KEEP_COPY_MAX as u32) {
                 batch.push_copy(&count_frame(FrameKind::Confirm, count));
                 ep.fo.rx_told = count;
+                c.rx_lazy = 0;
+                c.confirm_at = None;
             }
         }
         // ACKs first: the peer's lent pages wait for them.
@@ -335,9 +344,11 @@ impl Core {
             if !first && (batch.len() + f.wire_len() > budget || parts > max_iov) {
                 break;
             }
-            let f = ep.queue.pop_front().expect("front exists");
-            let (hdr, cookie, queued) = (f.hdr, f.cookie, f.queued());
+            let mut f = ep.queue.pop_front().expect("front exists");
+            let (hdr, cookie, queued) = (f.hdr, f.pending_cookie(), f.queued());
             let keep = ep.fo.on;
+            // Kept, a short payload is copied: its send completes at its write.
+            let copy = keep && !f.own && hdr.len as usize <= KEEP_COPY_MAX;
             // A payload this large lends its pages (spliced, not copied): the header asks
             // the peer for an ACK, and the send completes on it. Unless it is a stream's
             // and larger than one trip through the lending pipe (`CoreConfig::splice_max`)
@@ -399,7 +410,9 @@ impl Core {
                 }
                 for _ in 0..f.nsegs {
                     let Some(s) = ep.segs.pop_front() else { break };
-                    if keep {
+                    if copy {
+                        ep.fo.kept_segs.push_back(Bytes::copy_from_slice(&s));
+                    } else if keep {
                         ep.fo.kept_segs.push_back(s.clone());
                     }
                     if lend {
@@ -427,6 +440,10 @@ impl Core {
             }
             ep.inflight.push(cookie);
             if keep {
+                f.own |= copy || f.nsegs == 0;
+                if !f.own {
+                    ep.fo.kept_borrowed += 1;
+                }
                 ep.fo.kept.push_back(f);
             }
         }
@@ -524,8 +541,16 @@ impl Core {
     }
 
     /// Completes the written frames at the front of `peer`'s in-flight frames, up to the
-    /// first one whose pages are still lent.
+    /// first one whose pages are still lent; with a standby link open, up to the first one
+    /// not confirmed, and then the written frames kept as copies behind it, up to the first
+    /// one kept by reference (see `failover.rs`).
     pub(super) fn release_written(&mut self, peer: PeerId) {
+        self.release_front(peer);
+        self.report_own(peer);
+    }
+
+    /// [`release_written`](Self::release_written) of the frames that leave `inflight`.
+    fn release_front(&mut self, peer: PeerId) {
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
@@ -565,6 +590,52 @@ impl Core {
             self.sent.recycle(cookies);
             return;
         }
+        self.push_sent(peer, cookies);
+    }
+
+    /// With a standby link open: the sends of the written frames that wait only for their
+    /// confirmation and whose bytes the engine holds ([`Frag::own`]) complete now, in
+    /// order, up to the first that is not such a frame. Their cookies leave `inflight`
+    /// (a `None` stays in their place until the confirmation), and their frames stay
+    /// kept for resending.
+    fn report_own(&mut self, peer: PeerId) {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        let fo = &mut ep.fo;
+        if !fo.on || fo.dead_batches > 0 {
+            return;
+        }
+        let mut end = ep.head_seq + ep.written as u64;
+        if let Some(l) = ep.lent.front() {
+            end = end.min(l.seq);
+        }
+        let mut s = fo.reported.max(ep.head_seq);
+        let mut cookies: Option<Cookies> = None;
+        while s < end {
+            let kept = s
+                .checked_sub(fo.kept_from)
+                .and_then(|i| fo.kept.get(i as usize));
+            if !kept.is_some_and(|f| f.own) {
+                break;
+            }
+            let at = (s - ep.head_seq) as usize;
+            if let Some(c) = ep.inflight.get_mut(at).and_then(Option::take) {
+                cookies
+                    .get_or_insert_with(|| self.sent.spare.pop().unwrap_or_default())
+                    .push(Some(c));
+            }
+            s += 1;
+        }
+        fo.reported = s;
+        if let Some(cookies) = cookies {
+            self.push_sent(peer, cookies);
+        }
+    }
+
+    /// `cookies` of `peer` completed without error: a run, due after the events queued
+    /// before it.
+    fn push_sent(&mut self, peer: PeerId, cookies: Cookies) {
         self.sent.runs.push_back(SentRun {
             due: self.sent.popped + self.events.len() as u64,
             peer,

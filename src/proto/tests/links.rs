@@ -402,17 +402,20 @@ fn the_last_link_failing_fails_every_send_once() {
                 "seed {seed}: node {n}: one failure"
             );
             // Each accepted send completed once (`completions` checks); what arrived is
-            // a prefix of what was sent, and holds every send that completed without
-            // error (one that arrived may still fail: its confirmation was lost).
+            // a prefix of what was sent, and holds every send kept by reference that
+            // completed without error (one that arrived may still fail: its confirmation
+            // was lost). A send kept as a copy completed at its write, as without links,
+            // and may be lost with the last link.
             net.assert_prefix_delivered(n, p);
             let done = net.completions(n);
-            let ok = net
+            let got = net.received(p, n).len();
+            let lost_ok = net
                 .sent(n, p)
                 .iter()
-                .filter(|(c, _)| done[c].is_ok())
+                .skip(got)
+                .filter(|(c, (_, b))| done[c].is_ok() && b.len() > crate::wire::KEEP_COPY_MAX)
                 .count();
-            let got = net.received(p, n).len();
-            assert!(ok <= got, "seed {seed}: {n} -> {p}: {ok} Ok, {got} arrived");
+            assert_eq!(lost_ok, 0, "seed {seed}: {n} -> {p}: {got} arrived");
         }
     }
 }
@@ -482,7 +485,8 @@ fn kept_frames_count_against_the_queue_cap() {
     let mut frames_read = 0u64;
     let (mut accepted, mut blocked) = (0u64, 0u64);
     for i in 0..400 {
-        let len = 1000 + net.rng.below(50_000);
+        // Kept by reference: each send waits for its confirmation.
+        let len = crate::wire::KEEP_COPY_MAX + 1 + net.rng.below(50_000);
         match net.send(0, 1, 2, vec![i as u8; len]) {
             Ok(_) => accepted += 1,
             Err(SendError::WouldBlock(_)) => blocked += 1,
@@ -718,4 +722,120 @@ fn each_failed_primarys_own_route_is_dialed_again() {
             "seed {seed}"
         );
     }
+}
+
+/// With a standby link open, a send of at most `KEEP_COPY_MAX` bytes completes at its
+/// write and stays kept, as a copy, until confirmed; a longer one completes at its
+/// confirmation, and the short ones behind it with it. The peer's CONFIRMs drain both.
+#[test]
+fn a_short_send_completes_at_its_write_and_stays_kept() {
+    let mut net = Net::new(3, vec![cfg(0), cfg(1)]);
+    let first = confirmed_raw_peer(&mut net);
+    let r = net.raw_dial(0);
+    net.raw_hello_link(r, 1, 1);
+    let ans = net.raw_auth_link(r, 1, 1).expect("an answer to the join");
+    assert_eq!(ans.kind, HelloKind::Accept);
+    net.run(false);
+    let _ = net.raw_read(first);
+    let max = crate::wire::KEEP_COPY_MAX;
+    let mut cookies = Vec::new();
+    for len in [8, 100, max, max + 1, 8, 3000] {
+        cookies.push(net.send(0, 1, 2, vec![len as u8; len]).unwrap());
+        net.run(false);
+    }
+    // The first three at their write; the fourth waits, and so do those behind it.
+    let done = completed(&net);
+    assert_eq!(done, cookies[..3]);
+    let ep = net.core(0).ep(PeerId(1)).unwrap();
+    assert_eq!(ep.fo.kept.len(), 6, "every frame kept until confirmed");
+    assert_eq!(ep.fo.kept_borrowed, 1);
+    // The frames arrived whole, in order, the copied ones as sent.
+    let bytes = net.raw_read(first);
+    let got = frames(&bytes);
+    let lens: Vec<usize> = got
+        .iter()
+        .filter(|(h, _)| h.kind == FrameKind::Send)
+        .map(|(h, _)| h.len as usize - h.pad())
+        .collect();
+    assert_eq!(lens, [8, 100, max, max + 1, 8, 3000]);
+    // The count of the first four: the fourth completes, and the two copies behind it.
+    let confirm = crate::proto::failover::count_frame(FrameKind::Confirm, 4);
+    net.raw_write(first, &confirm);
+    net.run(false);
+    let done = net.completions(0);
+    assert_eq!(done.len(), 6);
+    assert!(done.values().all(Result::is_ok));
+    let ep = net.core(0).ep(PeerId(1)).unwrap();
+    assert_eq!((ep.fo.kept.len(), ep.fo.kept_borrowed), (2, 0));
+    net.raw_write(
+        first,
+        &crate::proto::failover::count_frame(FrameKind::Confirm, 6),
+    );
+    net.run(false);
+    let ep = net.core(0).ep(PeerId(1)).unwrap();
+    assert_eq!((ep.fo.kept.len(), ep.queued_bytes), (0, 0));
+}
+
+/// A ping-pong of short messages with a standby link open writes one batch per message
+/// on each side: the count of what a side read goes with its answer, not in a write of
+/// its own. Once the exchange stops, the counts owed leave within `CONFIRM_LAZY` and
+/// nothing stays kept.
+#[test]
+fn a_ping_pong_with_a_standby_link_writes_one_batch_per_message() {
+    for seed in 0..20 {
+        let mut net = Net::pair(seed);
+        plan(&mut net, 0, 1, 1);
+        connect_pair(&mut net);
+        net.drive();
+        assert_eq!(net.core(0).links_open(PeerId(1)), 2, "seed {seed}");
+        let before = [0, 1].map(|n| net.core(n).counters().batches);
+        let rounds = 50;
+        for i in 0..rounds {
+            let len = [8, 64, 1000, 4000][i % 4];
+            net.send(0, 1, 1, vec![1; len]).unwrap();
+            net.run(false);
+            net.send(1, 0, 1, vec![2; len]).unwrap();
+            net.run(false);
+        }
+        for (n, b) in before.into_iter().enumerate() {
+            let batches = net.core(n).counters().batches - b;
+            assert!(
+                batches <= rounds as u64 + 2,
+                "seed {seed}: node {n}: {batches} batches for {rounds} messages"
+            );
+        }
+        // The last count owed leaves by its deadline: nothing waits after it.
+        net.offset += crate::proto::failover::CONFIRM_LAZY;
+        net.fire_due_timers();
+        net.run(false);
+        for (n, p) in [(0, 1), (1, 0)] {
+            net.assert_all_delivered(n, p);
+            assert!(
+                net.completions(n).values().all(Result::is_ok),
+                "seed {seed}"
+            );
+            let ep = net.core(n).ep(PeerId(p as u32)).unwrap();
+            assert_eq!(
+                (ep.fo.kept.len(), ep.inflight.len()),
+                (0, 0),
+                "seed {seed}: node {n}"
+            );
+        }
+    }
+}
+
+/// The cookies node 0's sends completed with so far, without error, in order.
+fn completed(net: &Net) -> Vec<u64> {
+    net.nodes[0]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            CoreEvent::Completed {
+                cookie,
+                result: Ok(()),
+                ..
+            } => Some(*cookie),
+            _ => None,
+        })
+        .collect()
 }
