@@ -146,9 +146,9 @@ pub(super) struct Conn {
     /// The endpoint's primary while a standby link is open: reads make a CONFIRM due.
     pub(super) confirms: bool,
     /// While `confirms`: bytes of the peer's frames (headers counted) consumed since the
-    /// last count we sent, `u32::MAX` after a FIN. Past
-    /// [`KEEP_COPY_MAX`](crate::wire::KEEP_COPY_MAX) the count leaves at once: the peer
-    /// may wait for it (see "Links" in [`wire`](crate::wire)).
+    /// last count we sent; `u32::MAX` after a FIN or a frame longer than
+    /// [`KEEP_COPY_MAX`](crate::wire::KEEP_COPY_MAX), whose sender waits for the count
+    /// (see "Links" in [`wire`](crate::wire)). See [`count_due`](Self::count_due).
     pub(super) rx_lazy: u32,
     /// While a count is owed and not due (`rx_lazy`): it leaves by then at the latest
     /// ([`CONFIRM_LAZY`](crate::proto::failover::CONFIRM_LAZY) after the first frame it
@@ -205,6 +205,14 @@ impl Conn {
             hold_rx: false,
             rx_parked: false,
         }
+    }
+
+    /// Whether the count of the peer's frames consumed here leaves at once: a sender
+    /// waits for it, or more than [`LAZY_BYTES`](crate::proto::failover::LAZY_BYTES)
+    /// were consumed since the last.
+    #[inline]
+    pub(super) fn count_due(&self) -> bool {
+        self.rx_lazy > crate::proto::failover::LAZY_BYTES
     }
 
     /// Accepted, handshake not complete, not closing.

@@ -8,12 +8,12 @@
 //!
 //! - the sender keeps every frame it hands to a batch (header, inline bytes, segments)
 //!   until a CONFIRM covers it: its bytes may have to go again. A frame of at most
-//!   [`KEEP_COPY_MAX`] bytes after its header is kept as a copy ([`Frag::own`]) and its
+//!   [`KEEP_COPY_MAX`](crate::wire::KEEP_COPY_MAX) bytes after its header is kept as a copy ([`Frag::own`]) and its
 //!   send completes at its write, as without links; a longer one is kept by reference,
 //!   and its send completes at its confirmation (the caller may reuse its memory at the
 //!   completion), the copies behind it with it, so that sends complete in order;
 //! - the receiver sends a CONFIRM with the count it consumed when a sender may wait for
-//!   it: past [`KEEP_COPY_MAX`] bytes consumed since its last count, or a FIN. Otherwise
+//!   it: past [`KEEP_COPY_MAX`](crate::wire::KEEP_COPY_MAX) bytes consumed since its last count, or a FIN. Otherwise
 //!   the count goes with the next frames it writes (a ping-pong's answer carries the
 //!   count of its question, and no write is spent on it alone), at the latest
 //!   [`CONFIRM_LAZY`] after the first frame it covers;
@@ -38,13 +38,14 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::error::{Cause, FailReason, ProtoError};
+use crate::proto::conn::Conn;
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
 use crate::proto::endpoint::{EpState, Frag};
 use crate::proto::links::LinkRoute;
-use crate::wire::{FrameKind, Header, PeerId, Tag, COUNT_LEN, KEEP_COPY_MAX};
+use crate::wire::{FrameKind, Header, PeerId, Tag, COUNT_LEN};
 
 /// The failover state of one endpoint.
 #[derive(Debug, Default)]
@@ -63,6 +64,9 @@ pub(super) struct Failover {
     /// segments of those whose payload is not inline.
     pub(super) kept: VecDeque<Frag>,
     pub(super) kept_segs: VecDeque<Bytes>,
+    /// Where short payloads are copied when kept (segments of `kept_segs` are split off
+    /// it): one allocation serves many, and is reused once their frames are confirmed.
+    pub(super) copies: BytesMut,
     pub(super) kept_from: u64,
     /// Kept frames whose payload is the caller's memory (not [`Frag::own`]): they
     /// complete at their confirmation.
@@ -90,6 +94,15 @@ pub(super) struct Failover {
     /// primary fails in turn.
     pub(super) primary_route: Option<LinkRoute>,
 }
+
+/// Bytes of the peer's frames (headers counted) consumed since our last count past which
+/// the count leaves at once even when no sender waits for it: it bounds the copies the
+/// peer keeps, below the least `max_queued_bytes` (64 KiB), under which its copies refuse
+/// no send.
+pub(crate) const LAZY_BYTES: u32 = 32 << 10;
+
+/// Bytes [`Failover::copies`] grows by when a copy does not fit.
+pub(super) const COPIES_BLOCK: usize = 64 << 10;
 
 /// Longest a count of consumed frames that no sender waits for stays unsent when no frame
 /// of ours carries it (see `Conn::rx_lazy`).
@@ -164,8 +177,8 @@ impl Core {
         ep.fo.rx_base + on_primary
     }
 
-    /// Whether the count of `peer`'s frames we consumed is owed now: past
-    /// [`KEEP_COPY_MAX`] bytes (or a FIN) since the last one, the peer may wait for it.
+    /// Whether the count of `peer`'s frames we consumed is owed now (see
+    /// [`Conn::count_due`]).
     pub(super) fn confirm_due(&self, peer: PeerId) -> bool {
         let Some(EpState::Connected { conn }) = self.ep(peer).map(|e| &e.state) else {
             return false;
@@ -173,7 +186,7 @@ impl Core {
         self.conns
             .get(conn.0 as usize)
             .and_then(Option::as_ref)
-            .is_some_and(|c| c.rx_lazy > KEEP_COPY_MAX as u32)
+            .is_some_and(Conn::count_due)
     }
 
     /// Whether `conn` is `peer`'s primary connection (the one its stream is on).
@@ -503,5 +516,16 @@ impl Core {
             });
         }
         self.release_written(peer);
+    }
+}
+
+impl Failover {
+    /// A copy of `s`, kept for resending (see [`Failover::copies`]).
+    pub(super) fn copy(&mut self, s: &[u8]) -> Bytes {
+        if self.copies.capacity() - self.copies.len() < s.len() {
+            self.copies.reserve(s.len().max(COPIES_BLOCK));
+        }
+        self.copies.extend_from_slice(s);
+        self.copies.split().freeze()
     }
 }

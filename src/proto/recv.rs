@@ -69,8 +69,11 @@ impl Core {
         };
         c.rx_frames += frames;
         if c.confirms && frames > 0 {
+            // Their payloads together stand for the longest (a ping-pong's run is one
+            // message; a stream's, whose count goes at once, many).
+            let longest = bytes - (frames as usize - 1) * HEADER_LEN;
             let bytes = bytes.min(u32::MAX as usize) as u32;
-            if let Some(t) = count_lazy(c, bytes, now) {
+            if let Some(t) = count_lazy(c, bytes, longest, now) {
                 self.arm_timer(t);
             }
         }
@@ -122,8 +125,8 @@ impl Core {
             c.rx_frames += 1;
             if c.confirms {
                 // (A frame is at most `max_frame` bytes, below `u32::MAX`.)
-                let wire = (HEADER_LEN + range.len()) as u32;
-                if let Some(t) = count_lazy(c, wire, now) {
+                let wire = HEADER_LEN + range.len();
+                if let Some(t) = count_lazy(c, wire as u32, wire, now) {
                     self.arm_timer(t);
                 }
             }
@@ -150,7 +153,7 @@ impl Core {
     pub fn rearm_now(&mut self, conn: ConnKey, rx: RxBuf) -> Option<RxBuf> {
         let c = slot(&mut self.conns, conn.0)?;
         let open = c.stage == Stage::Open && !c.hold_rx;
-        if c.confirms && c.rx_lazy > KEEP_COPY_MAX as u32 {
+        if c.confirms && c.count_due() {
             // What this read consumed is confirmed with the next flush.
             if let Some(p) = c.peer {
                 self.mark_dirty(p);
@@ -170,9 +173,7 @@ impl Core {
             return;
         }
         c.rx = Some(for_next_read(rx));
-        let confirms = (c.confirms && c.rx_lazy > KEEP_COPY_MAX as u32)
-            .then_some(c.peer)
-            .flatten();
+        let confirms = (c.confirms && c.count_due()).then_some(c.peer).flatten();
         if c.hold_rx {
             // Held: the buffer waits here, with what it holds, for the resume.
             c.rx_parked = true;
@@ -485,10 +486,11 @@ impl Core {
                                 if c.confirms {
                                     // A FIN's count is owed at once (the peer closes).
                                     let wire = match h.kind {
-                                        FrameKind::Fin => u32::MAX,
-                                        _ => (HEADER_LEN as u32).saturating_add(h.len),
+                                        FrameKind::Fin => usize::MAX,
+                                        _ => HEADER_LEN + h.len as usize,
                                     };
-                                    lazy = count_lazy(c, wire, now);
+                                    let bytes = wire.min(u32::MAX as usize) as u32;
+                                    lazy = count_lazy(c, bytes, wire, now);
                                 }
                             }
                             let placed_at = c.deframer.placed_at();
@@ -665,13 +667,18 @@ fn next_kind(rx: &RxBuf, input: &[u8]) -> Option<FrameKind> {
     Header::parse(&h, u32::MAX).ok().map(|h| h.kind)
 }
 
-/// `wire` more bytes of the peer's frames were consumed on `c`, a primary that confirms:
-/// returns the moment by which the count they make owed leaves, when a timer must be
-/// armed for it (the first frame of a count not due at once; see `Conn::rx_lazy`).
+/// `wire` more bytes of the peer's frames were consumed on `c`, a primary that confirms,
+/// the longest frame `longest` bytes: returns the moment by which the count they make owed
+/// leaves, when a timer must be armed for it (the first frame of a count not due at once;
+/// see `Conn::rx_lazy`).
 #[inline]
-fn count_lazy(c: &mut Conn, wire: u32, now: Instant) -> Option<Instant> {
+fn count_lazy(c: &mut Conn, wire: u32, longest: usize, now: Instant) -> Option<Instant> {
+    if longest > HEADER_LEN + KEEP_COPY_MAX {
+        // Kept by reference: its sender waits for the count.
+        c.rx_lazy = u32::MAX;
+    }
     c.rx_lazy = c.rx_lazy.saturating_add(wire);
-    if c.confirm_at.is_some() || c.rx_lazy > KEEP_COPY_MAX as u32 {
+    if c.confirm_at.is_some() || c.count_due() {
         return None;
     }
     let t = now + CONFIRM_LAZY;

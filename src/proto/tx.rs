@@ -290,7 +290,7 @@ impl Core {
             IdleCopy::Paced => (0, splice_idle.map(|m| m.min(IDLE_COPY_PACED_MAX))),
             IdleCopy::Full => (IDLE_COPY_MIN, splice_idle),
         };
-        let lending = c.lending;
+        let (lending, due) = (c.lending, c.count_due());
         let Some(batch) = c.tx.as_mut() else { return }; // in flight: next completion refills
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
@@ -316,7 +316,7 @@ impl Core {
             // else with the frames that leave anyway (the answer of a ping-pong).
             let count = ep.fo.rx_base + c.rx_frames;
             let rides = batch.frames() > 0 || !ep.queue.is_empty() || ep.acks_owed > 0;
-            if count > ep.fo.rx_told && (rides || c.rx_lazy > KEEP_COPY_MAX as u32) {
+            if count > ep.fo.rx_told && (rides || due) {
                 batch.push_copy(&count_frame(FrameKind::Confirm, count));
                 ep.fo.rx_told = count;
                 c.rx_lazy = 0;
@@ -411,7 +411,8 @@ impl Core {
                 for _ in 0..f.nsegs {
                     let Some(s) = ep.segs.pop_front() else { break };
                     if copy {
-                        ep.fo.kept_segs.push_back(Bytes::copy_from_slice(&s));
+                        let c = ep.fo.copy(&s);
+                        ep.fo.kept_segs.push_back(c);
                     } else if keep {
                         ep.fo.kept_segs.push_back(s.clone());
                     }
