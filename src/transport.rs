@@ -474,6 +474,23 @@ impl Transport {
         self.backend.name()
     }
 
+    /// Readies the transport to be waited for outside it, by a thread that then calls
+    /// [`progress`](Self::progress) (every call on the transport serialized): returns a
+    /// descriptor that polls readable (`poll(2)`, `POLLIN`) once the transport has
+    /// something to collect (its epoll instance, or an eventfd its io_uring ring signals), or
+    /// `None` when it
+    /// has something already (progress now). Call it right after a pass, before each
+    /// wait. The transport's own timers (handshake and stall deadlines, retries) are not
+    /// on the descriptor: wait with a timeout. Never close the descriptor.
+    pub fn prepare_wait(&mut self) -> Result<Option<std::os::fd::RawFd>, Error> {
+        if self.dispatching > 0 {
+            return Err(Error::Reentrant("prepare_wait"));
+        }
+        self.backend
+            .prepare_wait()
+            .map_err(|e| Error::io("prepare_wait", e))
+    }
+
     /// The backend's set-up in force (ring flags, readiness mode).
     pub fn backend_detail(&self) -> String {
         self.backend.describe()

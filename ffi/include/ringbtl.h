@@ -29,7 +29,8 @@
  * - ringbtl_flush (added without a version bump: it only adds a symbol);
  * - ringbtl_on_unknown_peer, ringbtl_generate_job_key, ringbtl_set_job_key (likewise);
  * - ringbtl_put, ringbtl_register_region, ringbtl_deregister_region and the status
- *   RINGBTL_ERR_BUSY (likewise: added symbols and a new code).
+ *   RINGBTL_ERR_BUSY (likewise: added symbols and a new code);
+ * - ringbtl_wait_fd (likewise).
  *
  * Threads: one thread drives a transport. Every function taking a ringbtl_t must be
  * called on the thread that drives it, and every callback runs on that thread, from
@@ -231,6 +232,14 @@ int  ringbtl_progress(ringbtl_t *t);
 int  ringbtl_wait(ringbtl_t *t, uint32_t timeout_us);
 /* Sends accepted for `peer` whose completion has not run yet. */
 size_t ringbtl_pending(const ringbtl_t *t, uint32_t peer);
+/* Readies t to be waited for outside it, by a thread that then calls ringbtl_progress
+ * (the calls serialized): RINGBTL_OK with *fd a descriptor that polls readable (POLLIN)
+ * once the transport has something to collect (its epoll instance, or an eventfd its
+ * io_uring ring signals), or
+ * -1 when it has something already (progress now); RINGBTL_ERR_INVALID for NULL or
+ * inside a callback. Call it right after a progress, before each wait. The transport's
+ * own timers are not on the descriptor: wait with a timeout. Never close it. */
+int  ringbtl_wait_fd(ringbtl_t *t, int *fd);
 
 /* Links (RINGBTL_LINKS, one set per pair of interfaces on a shared subnet): connections
  * open to `peer`, its first and its links (0 when not connected, unknown, or t NULL). With

@@ -370,6 +370,31 @@ pub unsafe extern "C" fn ringbtl_backend_name(t: *const Ringbtl) -> *const c_cha
     unsafe { handle(t) }.map_or(c"".as_ptr(), |h| h.backend.as_ptr())
 }
 
+/// Readies `t` to be waited for outside it: `RINGBTL_OK` with `*fd` a descriptor that
+/// polls readable once the transport has something to collect, or -1 when it has
+/// something already (progress now); `RINGBTL_ERR_INVALID` for NULL arguments or inside
+/// a callback.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `fd` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_wait_fd(t: *mut Ringbtl, fd: *mut c_int) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        // SAFETY: the caller's contract.
+        let (Some(h), false) = (unsafe { handle(t) }, fd.is_null()) else {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_wait_fd: NULL argument");
+        };
+        match h.transport().prepare_wait() {
+            Ok(w) => {
+                // SAFETY: `fd` is valid for a write (checked non-NULL; the caller's contract).
+                unsafe { *fd = w.unwrap_or(-1) };
+                RINGBTL_OK
+            }
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
 /// Largest message in bytes (0 for NULL).
 ///
 /// # Safety

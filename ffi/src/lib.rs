@@ -78,9 +78,9 @@ pub use handle::{
     ringbtl_links_open, ringbtl_local_id, ringbtl_max_frame, ringbtl_max_segments,
     ringbtl_on_complete, ringbtl_on_error, ringbtl_on_unknown_peer, ringbtl_pending,
     ringbtl_progress, ringbtl_put, ringbtl_register, ringbtl_register_region, ringbtl_send,
-    ringbtl_set_job_key, ringbtl_unregister, ringbtl_uris, ringbtl_wait, CompleteFn, ErrorFn,
-    RecvFn, ResolveFn, Ringbtl, RingbtlIov, RingbtlLinkStats, RINGBTL_REGION_PEER_READ,
-    RINGBTL_REGION_PEER_WRITE,
+    ringbtl_set_job_key, ringbtl_unregister, ringbtl_uris, ringbtl_wait, ringbtl_wait_fd,
+    CompleteFn, ErrorFn, RecvFn, ResolveFn, Ringbtl, RingbtlIov, RingbtlLinkStats,
+    RINGBTL_REGION_PEER_READ, RINGBTL_REGION_PEER_WRITE,
 };
 pub use status::*;
 

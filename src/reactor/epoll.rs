@@ -621,6 +621,17 @@ impl Backend for Epoll {
         (!s.closing).then(|| s.io.fd.as_ref().map(AsRawFd::as_raw_fd))?
     }
 
+    fn prepare_wait(&mut self) -> io::Result<Option<RawFd>> {
+        // Quiet sockets back in the set, and the edges it holds recorded: what they make
+        // ready is work now, and the instance polls readable only for newer edges.
+        self.wake_all()?;
+        self.wait(0)?;
+        let ready = !self.run.is_empty()
+            || self.slots.has_deferred()
+            || (self.listeners.iter().any(|l| l.readable) && !self.accept_pause.paused());
+        Ok((!ready).then(|| self.epfd.as_raw_fd()))
+    }
+
     fn counters(&self) -> Counters {
         Counters {
             send_calls: self.send_calls.calls,

@@ -169,6 +169,12 @@ pub(crate) trait Backend {
     /// The socket of an open connection (not closing), for a socket option set from
     /// outside the backend; the descriptor stays the backend's.
     fn open_fd(&self, conn: ConnId) -> Option<RawFd>;
+    /// Readies the backend to be waited for outside it: hands the kernel what is queued,
+    /// and returns a descriptor that polls readable once the backend has something to
+    /// collect (the epoll instance, with every socket in it; an eventfd the ring signals),
+    /// or `None` when it has something already (call [`poll`](Self::poll)). The
+    /// descriptor stays the backend's.
+    fn prepare_wait(&mut self) -> io::Result<Option<RawFd>>;
     /// What the backend counted so far.
     fn counters(&self) -> Counters;
 }
@@ -327,6 +333,9 @@ impl Backend for AnyBackend {
     }
     fn open_fd(&self, conn: ConnId) -> Option<RawFd> {
         forward!(self, b => b.open_fd(conn))
+    }
+    fn prepare_wait(&mut self) -> io::Result<Option<RawFd>> {
+        forward!(self, b => b.prepare_wait())
     }
     fn counters(&self) -> Counters {
         forward!(self, b => b.counters())

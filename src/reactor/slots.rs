@@ -248,6 +248,12 @@ impl<C> Slots<C> {
         }
     }
 
+    /// Whether events wait to be delivered.
+    #[inline]
+    pub(crate) fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
     /// Moves the deferred events into `out`, first thing in `poll`. A `Closed` frees its
     /// slot now that the caller hears about it.
     #[inline]

@@ -287,6 +287,30 @@ pub(crate) fn close_fd(fd: RawFd) {
     }
 }
 
+#[cfg(feature = "uring")]
+/// A new non-blocking `eventfd` (close-on-exec), counter 0.
+pub(crate) fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd takes no pointer; a non-negative return is a new descriptor.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(feature = "uring")]
+/// Resets a non-blocking `eventfd` to 0 (one read takes the whole counter; `EAGAIN` when
+/// it is 0 already).
+pub(crate) fn drain_eventfd(fd: BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    let mut v = 0u64;
+    // SAFETY: `v` is 8 writable bytes, as eventfd's read requires; the descriptor is kept
+    // open by the borrow.
+    let _ = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+}
+
 // ----- the data path's system calls -------------------------------------------------------
 //
 // The C library's `send` and `recv` are cancellation points: in a process with more than

@@ -48,7 +48,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::mem;
 use std::net::SocketAddr;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -105,6 +105,11 @@ pub(crate) struct Uring {
     starvations: u64,
     /// Accepts are not re-armed while paused after `EMFILE` and the like.
     accept_pause: AcceptBackoff,
+    /// An eventfd registered with the ring once someone waits for it from outside
+    /// ([`Backend::prepare_wait`]): with `DEFER_TASKRUN` a completion is task work that
+    /// runs only when this thread enters the kernel, and the ring's descriptor does not
+    /// poll readable for it; the kernel signals the eventfd when such work is queued.
+    wake: Option<OwnedFd>,
 }
 
 /// Which set-up flags the kernel accepted.
@@ -312,6 +317,7 @@ impl Uring {
             starved: Vec::new(),
             starvations: 0,
             accept_pause: AcceptBackoff::new(),
+            wake: None,
         })
     }
 
@@ -1039,6 +1045,27 @@ impl Backend for Uring {
     fn open_fd(&self, conn: ConnId) -> Option<RawFd> {
         let s = self.slots.get(conn.0 as usize)?;
         (!s.closing && !s.io.closed && s.io.fd >= 0).then_some(s.io.fd)
+    }
+
+    fn prepare_wait(&mut self) -> io::Result<Option<RawFd>> {
+        let wake = match &self.wake {
+            Some(fd) => fd,
+            None => {
+                let fd = sys::eventfd()?;
+                self.ring.submitter().register_eventfd(fd.as_raw_fd())?;
+                self.wake.insert(fd)
+            }
+        };
+        // Reset first: work queued from here on signals it again.
+        sys::drain_eventfd(wake.as_fd());
+        let wake = wake.as_raw_fd();
+        // As before a sleep in `poll`: the parked receives are handed to the kernel.
+        self.arm_parked();
+        self.submit()?;
+        let ready = !self.ring.completion().is_empty()
+            || self.ring.submission().taskrun()
+            || self.slots.has_deferred();
+        Ok((!ready).then_some(wake))
     }
 
     fn counters(&self) -> Counters {
