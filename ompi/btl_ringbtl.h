@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "btl_ringbtl_compat.h"
 
@@ -138,6 +139,10 @@ typedef struct {
     /* The modules created by btl_init (a finalized one is taken out: NULL). */
     mca_btl_ringbtl_module_t **modules;
     unsigned nmodules;
+    /* btl_ringbtl_progress_thread: a thread progresses the modules while the program is
+     * away from MPI (btl_ringbtl_progress_thread.c). */
+    int progress_thread;
+    unsigned int progress_thread_us;
 } mca_btl_ringbtl_component_t;
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ringbtl_component_t mca_btl_ringbtl_component;
@@ -154,6 +159,9 @@ typedef struct mca_btl_ringbtl_frag {
 } mca_btl_ringbtl_frag_t;
 OBJ_CLASS_DECLARATION(mca_btl_ringbtl_frag_t);
 
+
+/* Most modules (interfaces) of btl_ringbtl_if_modules 1. */
+#define RINGBTL_MAX_IF_MODULES 8
 
 /* The modex key under which rank 0 publishes the job key (64 hex digits). */
 #define RINGBTL_MODEX_JOB_KEY "btl.ringbtl.job_key"
@@ -173,6 +181,26 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
 void mca_btl_ringbtl_release_pending(mca_btl_ringbtl_module_t *m);
 void mca_btl_ringbtl_release_held(mca_btl_ringbtl_module_t *m);
 int mca_btl_ringbtl_progress(void);
+/* One module's progress (under its lock when it has one; nothing when another thread
+ * holds it). */
+int mca_btl_ringbtl_progress_module(mca_btl_ringbtl_module_t *m);
+/* The progress thread: started after the modules exist, stopped before the first is
+ * finalized (btl_ringbtl_progress_thread.c). Start returns false, and says why, when no
+ * thread could be started. */
+bool mca_btl_ringbtl_progress_thread_start(void);
+void mca_btl_ringbtl_progress_thread_stop(void);
+/* Progress called by Open MPI (the program's threads) since start, and the time of the
+ * last call (ns, CLOCK_MONOTONIC; kept while the progress thread runs): the progress
+ * thread stays out while the program calls. */
+extern volatile unsigned long mca_btl_ringbtl_progress_calls;
+extern volatile uint64_t mca_btl_ringbtl_progress_last_ns;
+
+static inline uint64_t mca_btl_ringbtl_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
+}
 int mca_btl_ringbtl_ensure_key(mca_btl_ringbtl_module_t *m);
 
 #define RINGBTL_LOCK(m)                                                                  \

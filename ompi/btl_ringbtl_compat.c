@@ -129,6 +129,11 @@ void ringbtl_compat_fini(void)
     }
 }
 
+void ringbtl_compat_set_using_threads(void)
+{
+    opal_uses_threads = true;
+}
+
 static void uris_key(const mca_base_component_t *c, char *key, size_t size)
 {
     snprintf(key, size, "%s.%s.uris", c->mca_type_name, c->mca_component_name);
@@ -356,6 +361,11 @@ opal_process_name_t ringbtl_compat_my_name(void)
 
 void ringbtl_compat_fini(void)
 {
+}
+
+void ringbtl_compat_set_using_threads(void)
+{
+    (void) opal_set_using_threads(true);
 }
 
 int ringbtl_compat_modex_send_string(const char *key, const char *value)

@@ -37,6 +37,7 @@
 #    include "opal/mca/btl/btl.h"
 #    include "opal/mca/pmix/pmix.h"
 #    include "opal/runtime/opal.h"
+#    include "opal/threads/thread_usage.h"
 #    include "opal/util/error.h"
 #    include "opal/util/output.h"
 #    include "opal/util/proc.h"
@@ -70,6 +71,10 @@ int ringbtl_compat_modex_recv_string(const char *key, const opal_process_name_t 
                                      char **value);
 /* Releases what the modex needed (5.0: the PMIx reference taken on first use). */
 void ringbtl_compat_fini(void);
+
+/* Tells Open MPI that it is entered from more than one thread (opal_using_threads): the
+ * component's progress thread calls into ob1. */
+void ringbtl_compat_set_using_threads(void);
 
 /* Hands a received message to the upper layer registered for `tag`; false when none is. */
 bool ringbtl_compat_deliver(mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,

@@ -99,6 +99,8 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
     .block_flush_ms = 2000,
     .settings = ringbtl_settings,
     .if_modules = 0,
+    .progress_thread = 0,
+    .progress_thread_us = 500,
     .modules = NULL,
     .nmodules = 0,
 };
@@ -187,6 +189,21 @@ static int component_register(void)
         "module or one per interface\"), not a site setting",
         MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY,
         &mca_btl_ringbtl_component.if_modules);
+
+    (void) mca_base_component_var_register(
+        c, "progress_thread",
+        "1: a thread progresses ringbtl, and through it ob1, while the program computes "
+        "outside MPI, so that a rendezvous (a large message) moves meanwhile; it sleeps while "
+        "the program is inside MPI. Open MPI is then entered from two threads "
+        "(opal_using_threads, as with btl_tcp_progress_thread) and the transport runs on "
+        "epoll. 0: only the program's own MPI calls progress",
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_4, MCA_BASE_VAR_SCOPE_READONLY,
+        &mca_btl_ringbtl_component.progress_thread);
+    (void) mca_base_component_var_register(
+        c, "progress_thread_us",
+        "How often the progress thread looks whether the program is away from MPI (us)",
+        MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, 0, OPAL_INFO_LVL_9,
+        MCA_BASE_VAR_SCOPE_READONLY, &mca_btl_ringbtl_component.progress_thread_us);
 
     for (mca_btl_ringbtl_setting_t *s = ringbtl_settings; s->mca != NULL; s++) {
         char help[512];
@@ -336,7 +353,6 @@ typedef struct {
     mca_btl_ringbtl_net_t nets[RINGBTL_MAX_NETS];
     unsigned nnets;
 } if_group_t;
-#define RINGBTL_MAX_IF_MODULES 8
 
 /* The interfaces the addresses `uris` (a transport's) lie on, in their order: the number
  * of groups filled, 0 when an address is on no interface (then there is nothing to split). */
@@ -469,17 +485,17 @@ static ringbtl_config_t *make_config(opal_process_name_t me, const char *key, co
         backend = getenv("RINGBTL_BACKEND");
     }
     if (threads) {
-        /* MPI_THREAD_MULTIPLE: several threads may enter the BTL. The module serialises
-         * them behind a lock; io_uring's ring (SINGLE_ISSUER) must stay on the thread that
-         * created it, so the epoll backend drives the transport. */
+        /* MPI_THREAD_MULTIPLE or the progress thread: several threads may enter the BTL.
+         * The module serialises them behind a lock; io_uring's ring (SINGLE_ISSUER) must
+         * stay on the thread that created it, so the epoll backend drives the transport. */
         if (NULL != backend && 0 == strcmp(backend, "uring")) {
             opal_output(0, "btl ringbtl: btl_ringbtl_backend=uring cannot serve "
-                           "MPI_THREAD_MULTIPLE (the io_uring ring is bound to the thread "
-                           "that created it); the component declines. Use backend auto or "
-                           "epoll.");
+                           "MPI_THREAD_MULTIPLE or btl_ringbtl_progress_thread (the io_uring "
+                           "ring is bound to the thread that created it); the component "
+                           "declines. Use backend auto or epoll.");
             goto fail;
         }
-        if (RINGBTL_OK != component_set(cfg, "MPI_THREAD_MULTIPLE", "RINGBTL_BACKEND", "epoll")) {
+        if (RINGBTL_OK != component_set(cfg, "several threads", "RINGBTL_BACKEND", "epoll")) {
             goto fail;
         }
     }
@@ -540,6 +556,8 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
 
     (void) enable_progress_threads;
     *num_btls = 0;
+    /* Entered from more than one thread: the program's (MPI_THREAD_MULTIPLE), or ours. */
+    const bool threads = enable_mpi_threads || 0 != c->progress_thread;
     if (!ringbtl_compat_check()) {
         return NULL;
     }
@@ -574,7 +592,7 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
         }
     }
 
-    rt = make_transport(me, keyp, NULL, enable_mpi_threads);
+    rt = make_transport(me, keyp, NULL, threads);
     if (NULL == rt) {
         memset(key, 0, sizeof(key));
         return NULL;
@@ -585,7 +603,7 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
     if (c->if_modules) {
         ngroups = if_groups(ringbtl_uris(rt), groups, RINGBTL_MAX_IF_MODULES);
         for (unsigned i = 0; ngroups > 1 && i < ngroups; i++) {
-            per_if[i] = make_transport(me, keyp, groups[i].include, enable_mpi_threads);
+            per_if[i] = make_transport(me, keyp, groups[i].include, threads);
             if (NULL == per_if[i]) {
                 opal_output(0, "btl ringbtl: btl_ringbtl_if_modules: no transport on %s: "
                                "one module",
@@ -638,7 +656,7 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
         m->index = i;
         m->key_pending = key_pending;
         m->key_failed = false;
-        if (OPAL_SUCCESS != mca_btl_ringbtl_module_init(m, rt, enable_mpi_threads)) {
+        if (OPAL_SUCCESS != mca_btl_ringbtl_module_init(m, rt, threads)) {
             ringbtl_destroy(rt, 0);
             if (m != &mca_btl_ringbtl_module) {
                 free(m);
@@ -683,7 +701,11 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
         opal_output(0, "btl ringbtl: rank %u backend %s uris %s max_frame %zu%s%s",
                     (unsigned) me.vpid, ringbtl_backend_name(m->rt), ringbtl_uris(m->rt),
                     ringbtl_max_frame(m->rt), which,
-                    enable_mpi_threads ? " (MPI_THREAD_MULTIPLE: serialised)" : "");
+                    enable_mpi_threads ? " (MPI_THREAD_MULTIPLE: serialised)"
+                    : 0 != c->progress_thread ? " (progress thread)" : "");
+    }
+    if (0 != c->progress_thread && !mca_btl_ringbtl_progress_thread_start()) {
+        goto fail;
     }
     *num_btls = (int) n;
     return modules;
@@ -704,7 +726,7 @@ fail:
     return NULL;
 }
 
-static int progress_module(mca_btl_ringbtl_module_t *m)
+int mca_btl_ringbtl_progress_module(mca_btl_ringbtl_module_t *m)
 {
     static bool reported = false;
     int n;
@@ -747,8 +769,17 @@ int mca_btl_ringbtl_progress(void)
 {
     mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
     int n = 0;
+    /* A sign of life for the progress thread (a lost increment between two program
+     * threads still changes it). */
+    __atomic_store_n(&mca_btl_ringbtl_progress_calls,
+                     __atomic_load_n(&mca_btl_ringbtl_progress_calls, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELAXED);
+    if (0 != c->progress_thread) {
+        __atomic_store_n(&mca_btl_ringbtl_progress_last_ns, mca_btl_ringbtl_now_ns(),
+                         __ATOMIC_RELAXED);
+    }
     for (unsigned i = 0; i < c->nmodules; i++) {
-        n += progress_module(c->modules[i]);
+        n += mca_btl_ringbtl_progress_module(c->modules[i]);
     }
     return n;
 }

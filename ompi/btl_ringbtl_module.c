@@ -1038,6 +1038,8 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
     if (NULL == m->rt) {
         return OPAL_SUCCESS;
     }
+    /* No progress but the program's from here on. */
+    mca_btl_ringbtl_progress_thread_stop();
     RINGBTL_LOCK(m);
     /* The upper layers are gone: from here completions only recycle fragments and peer
      * failures are no longer reported. */

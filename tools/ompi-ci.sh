@@ -3,7 +3,8 @@
 # parameters, runs an MPI program that checks every byte (ompi/tests/ringbtl_check.c) over
 # `--mca btl self,ringbtl` at 2 and 4 ranks (both backends; large messages by put, by get
 # and by neither) and next to vader, a threaded one under MPI_THREAD_MULTIPLE
-# (ompi/tests/ringbtl_threads.c), bad settings, a rank killed mid-exchange on loopback and
+# (ompi/tests/ringbtl_threads.c), the progress thread (every byte checked, and an exchange
+# hidden behind a computation), bad settings, a rank killed mid-exchange on loopback and
 # across namespace hosts (tools/ompi-kill.sh: the job ends, the component names the dead
 # rank), the BTL over IPv6 only (tools/ompi-ipv6.sh), and a short subset of mpi4py's test
 # suite compared with btl tcp. A few minutes.
@@ -45,6 +46,31 @@ check ringbtl_check "self,ringbtl, 4 ranks, epoll backend" --mca btl self,ringbt
 check ringbtl_check "self,ringbtl, 2 ranks, small eager limit and fragments" --mca btl self,ringbtl \
   --mca btl_ringbtl_eager_limit 4096 --mca btl_ringbtl_max_send_size 32768 -np 2
 check ringbtl_check "self,vader,ringbtl, 4 ranks" --mca btl self,vader,ringbtl -np 4
+check ringbtl_check "self,ringbtl, 4 ranks, progress thread" --mca btl self,ringbtl \
+  --mca btl_ringbtl_progress_thread 1 -np 4
+
+# The progress thread moves a rendezvous while the program computes: an exchange posted
+# before 20 ms of computation (ringbtl_patterns -c) is done when it ends, at least 90 % of
+# its own time hidden; without the thread it waits for the program's next MPI call.
+echo "-- the progress thread: an exchange posted before 20 ms of computation"
+for size in 1048576 4194304; do
+  for thread in 1 0; do
+    out=$(timeout -k 5 180 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_if_include lo \
+      --mca btl_ringbtl_progress_thread $thread --bind-to core -np 2 \
+      "$OMPI_OUT/ringbtl_patterns" -c 20000 ovl "$size" 2>&1) || {
+      echo "$out" >&2; echo "FAILED: ovl $size, thread $thread" >&2; exit 1; }
+    pct=$(awk '$1 == "ovl" { print $3 }' <<<"$out")
+    echo "$size bytes, progress thread $thread: ${pct:-?} % hidden"
+    if [ "$thread" = 1 ]; then
+      awk -v p="${pct:-0}" 'BEGIN { exit !(p >= 90) }' || {
+        echo "$out" >&2; echo "the progress thread hid ${pct:-?} % (< 90 %)" >&2; exit 1; }
+    else
+      awk -v p="${pct:-100}" 'BEGIN { exit !(p < 90) }' || {
+        echo "$out" >&2; echo "${pct:-?} % hidden without the thread: the check shows nothing" >&2
+        exit 1; }
+    fi
+  done
+done
 
 echo "-- the job key: rank 0 draws it, the others read it from the modex"
 out=$(timeout -k 5 180 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_verbose 1 -np 4 \

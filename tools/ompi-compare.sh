@@ -13,12 +13,14 @@
 #          [--only ringbtl|tcp] [--name NAME]   (output files NAME.*, default compare)
 #          [--ucx]     also pml ucx over UCX's TCP transport (UCX_TLS=tcp,self, the same
 #                      interface), in the same alternating runs: a column and a ratio more
-#          [--patterns xchg,halo2,halo4,a2a,ovl] [--np N] [--fresh]
+#          [--patterns xchg,halo2,halo4,a2a,ovl] [--np N] [--fresh] [--compute US]
 #                      the exchanges applications run (ompi/tests/ringbtl_patterns.c)
 #                      instead of the ping-pong, stream and rate: each rank's MB/s sent
 #                      (ovl: the share of an exchange hidden behind computation, %),
 #                      at N ranks (default 2; halo2 needs 3, halo4 5), from fresh
-#                      buffers with --fresh; with --hosts, N namespace hosts, one rank each
+#                      buffers with --fresh; with --hosts, N namespace hosts, one rank each;
+#                      ovl with --compute: US of computation for every library (default
+#                      1.5 times each one's own exchange), and the time it ends (us)
 #          [--hosts]   between two namespace hosts of a network made here by tools/netns.sh
 #                      (prefix rbtlmc<pid>, removed on exit; root and iproute2): one rank
 #                      in h0 and one in h1, on CPU 0 and CPU 1, both BTLs and Open MPI's
@@ -38,7 +40,7 @@ export LC_ALL=C
 
 runs=5; sizes="8 65536 1048576 4194304"; plot=0; extra=(); tcp_extra=(); only=""; name=compare
 ucx=0
-hosts=0; cc=""; where=loopback; link=lo; patterns=""; np=2; fresh=()
+hosts=0; cc=""; where=loopback; link=lo; patterns=""; np=2; fresh=(); compute=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift ;;
@@ -57,6 +59,7 @@ while [ $# -gt 0 ]; do
     --patterns) patterns="$2"; shift ;;
     --np) np="$2"; shift ;;
     --fresh) fresh=(-f) ;;
+    --compute) compute=(-c "$2"); shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -148,7 +151,7 @@ for r in $(seq 1 "$runs"); do
         ;;
     esac
     if [ -n "$patterns" ]; then
-      prog=("$OMPI_OUT/ringbtl_patterns" "${fresh[@]}" "$patterns")
+      prog=("$OMPI_OUT/ringbtl_patterns" "${fresh[@]}" "${compute[@]}" "$patterns")
     else
       prog=("$OMPI_OUT/ringbtl_perf")
     fi
@@ -160,6 +163,7 @@ for r in $(seq 1 "$runs"); do
           $1 == "rate" { m = "rate_msg_s"; b = "rate" }
           $1 ~ /^(xchg|halo2|halo4|a2a)(-fresh)?$/ { m = "bw_mb_s"; b = $1 }
           $1 == "ovl"  { m = "overlap_pct"; b = "ovl" }
+          $1 == "ovl-time" { m = "time_us"; b = "ovl-time" }
           NF == 3 && m != "" {
             name = (sys == "ringbtl") ? "ringbtl (btl ringbtl)" : (sys == "ucx") ? "ucx (pml ucx, tcp)" : tcpname
             printf "{\"system\": \"%s\", \"bench\": \"%s\", \"metric\": \"%s\", \"size\": %d, \"run\": %d, \"value\": %s}\n", name, b, m, $2, run, $3
@@ -186,7 +190,8 @@ def fmt_size(n):
 # (label, larger is better); patterns: each rank's MB/s sent.
 kinds = {"latency": ("latency (us)", False), "bw": ("bandwidth (MB/s)", True),
          "rate": ("message rate (msg/s)", True),
-         "ovl": ("exchange hidden behind computation (%)", True)}
+         "ovl": ("exchange hidden behind computation (%)", True),
+         "ovl-time": ("computation and exchange, end (us)", False)}
 names = {"xchg": "exchange, both ways at once", "halo2": "halo, 2 neighbours",
          "halo4": "halo, 4 neighbours", "a2a": "alltoall"}
 def label(bench):
@@ -198,7 +203,7 @@ def target(bench, size):
     fixed = {("latency", 8): 0.9, ("latency", 65536): 0.7, ("bw", 65536): 1.2,
              ("bw", 1048576): 1.2, ("bw", 4194304): 1.2, ("rate", 8): 3.0}
     if bench in kinds:
-        return fixed.get((bench, size)) if bench != "ovl" else None
+        return fixed.get((bench, size)) if not bench.startswith("ovl") else None
     base = bench.removesuffix("-fresh")
     # Exchanges both ways, 64 KiB to 4 MiB: 1.2; every other pattern and size: 1.0.
     return 1.2 if base in ("xchg", "halo2", "halo4") and 65536 <= size <= 4194304 else 1.0

@@ -50,6 +50,8 @@ for backend in uring epoll; do
   done
 done
 check "self,sm,ringbtl, 4 ranks" --mca btl self,sm,ringbtl "${LO[@]}" -np 4
+check "self,ringbtl, 4 ranks, progress thread" --mca btl self,ringbtl "${LO[@]}" \
+  --mca btl_ringbtl_progress_thread 1 -np 4
 
 echo "-- the job key from the modex (PMIx); large messages by put, then by get"
 for backend in uring epoll; do

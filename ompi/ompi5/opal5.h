@@ -166,6 +166,8 @@ OPAL_DECLSPEC void opal_output(int output_id, const char *format, ...)
 OPAL_DECLSPEC const char *opal_strerror(int errnum);
 OPAL_DECLSPEC extern const char opal_version_string[];
 OPAL_DECLSPEC extern int opal_cache_line_size;
+/* opal/mca/threads/thread_usage.h: Open MPI is entered from more than one thread. */
+OPAL_DECLSPEC extern bool opal_uses_threads;
 
 struct opal_convertor_t;
 OPAL_DECLSPEC int32_t opal_convertor_pack(struct opal_convertor_t *pConv, struct iovec *iov,

@@ -1,0 +1,181 @@
+/*
+ * The progress thread (btl_ringbtl_progress_thread 1); docs/design/progress.md.
+ *
+ * While a program computes outside MPI, nobody calls opal_progress: ob1's protocols stand
+ * still (a rendezvous needs a call at each step: RNDV, the receiver's put request, the
+ * puts, FIN), although the kernel could move their bytes meanwhile. The thread sleeps
+ * btl_ringbtl_progress_thread_us at a time. When the program called the component's
+ * progress within the last RINGBTL_THREAD_AWAY_NS, it is inside MPI and progresses by
+ * itself: the thread sleeps again, having touched no lock. Otherwise, until the program
+ * calls again, it waits for the transports' descriptors (ringbtl_wait_fd) and progresses
+ * them whenever they have work, each under its module's lock taken with trylock (a
+ * program thread that holds it goes first). ob1 is then entered from two threads; as btl
+ * tcp does for its own progress thread, the component tells Open MPI so
+ * (opal_using_threads), and its modules serialise their entry points.
+ */
+#include "btl_ringbtl.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+volatile unsigned long mca_btl_ringbtl_progress_calls;
+volatile uint64_t mca_btl_ringbtl_progress_last_ns;
+
+static pthread_t progress_thread;
+static int progress_running; /* read and written with __atomic builtins */
+static bool progress_started;
+/* Wakes of the thread, those that found the program away, and those that moved something
+ * (btl_ringbtl_verbose). */
+static unsigned long wakes, away_count, moved_wakes;
+
+/* Passes in a row the thread makes while they move something, before it sleeps again. */
+#define RINGBTL_THREAD_PASSES 64
+/* Longest wait in poll(2) while the program is away (the transports' timers). */
+#define RINGBTL_THREAD_WAIT_MS 1
+/* The program is away from MPI when it has not called progress for this long. */
+#define RINGBTL_THREAD_AWAY_NS 100000ULL
+
+static unsigned long progress_calls(void)
+{
+    return __atomic_load_n(&mca_btl_ringbtl_progress_calls, __ATOMIC_RELAXED);
+}
+
+/* One round of the thread while the program is away: passes over every module while they
+ * move something (at most RINGBTL_THREAD_PASSES); whether any did. */
+static bool drive(mca_btl_ringbtl_component_t *c, unsigned long seen)
+{
+    bool moved = false;
+    for (int pass = 0; pass < RINGBTL_THREAD_PASSES; pass++) {
+        int n = 0;
+        for (unsigned i = 0; i < c->nmodules; i++) {
+            mca_btl_ringbtl_module_t *m = c->modules[i];
+            /* The job key is read by the program's first progress after the modex
+             * (mca_btl_ringbtl_ensure_key), never earlier: not from here. */
+            if (NULL != m && !__atomic_load_n(&m->key_pending, __ATOMIC_ACQUIRE)) {
+                n += mca_btl_ringbtl_progress_module(m);
+            }
+        }
+        moved |= n > 0;
+        if (0 == n || progress_calls() != seen
+            || !__atomic_load_n(&progress_running, __ATOMIC_ACQUIRE)) {
+            break;
+        }
+    }
+    return moved;
+}
+
+static void sleep_ns(long ns)
+{
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    (void) nanosleep(&ts, NULL);
+}
+
+/* While the program is away: readies each transport for a wait (ringbtl_wait_fd, under
+ * its module's lock), waits in poll(2) for their descriptors (at most
+ * RINGBTL_THREAD_WAIT_MS, for the transports' own timers) unless one has something
+ * already, and progresses them, until the program calls the component's progress again. */
+static void away(mca_btl_ringbtl_component_t *c, unsigned long seen, long period_ns)
+{
+    while (__atomic_load_n(&progress_running, __ATOMIC_ACQUIRE) && progress_calls() == seen) {
+        struct pollfd fds[RINGBTL_MAX_IF_MODULES];
+        nfds_t nfds = 0;
+        bool now = false;
+        for (unsigned i = 0; i < c->nmodules && nfds < RINGBTL_MAX_IF_MODULES; i++) {
+            mca_btl_ringbtl_module_t *m = c->modules[i];
+            if (NULL == m || NULL == m->rt || m->closing
+                || __atomic_load_n(&m->key_pending, __ATOMIC_ACQUIRE)) {
+                continue;
+            }
+            if (0 != pthread_mutex_trylock(&m->lock)) {
+                /* A program thread is in: it progresses. */
+                return;
+            }
+            int fd = -1;
+            const int rc = ringbtl_wait_fd(m->rt, &fd);
+            pthread_mutex_unlock(&m->lock);
+            if (RINGBTL_OK != rc || fd < 0) {
+                now = true;
+            } else {
+                fds[nfds].fd = fd;
+                fds[nfds].events = POLLIN;
+                nfds++;
+            }
+        }
+        if (!now) {
+            (void) poll(fds, nfds, RINGBTL_THREAD_WAIT_MS);
+        }
+        if (progress_calls() != seen) {
+            return;
+        }
+        if (drive(c, seen)) {
+            moved_wakes++;
+        } else if (now) {
+            /* Work the transport had, and left for later (a held link): no busy loop. */
+            sleep_ns(period_ns / 10);
+        }
+    }
+}
+
+static void *progress_main(void *arg)
+{
+    mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
+    const long period_ns = (long) c->progress_thread_us * 1000L;
+    unsigned long seen;
+
+    (void) arg;
+    /* The default timer slack (50 us) would stretch short sleeps. */
+    (void) prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+    while (__atomic_load_n(&progress_running, __ATOMIC_ACQUIRE)) {
+        sleep_ns(period_ns);
+        wakes++;
+        const uint64_t last =
+            __atomic_load_n(&mca_btl_ringbtl_progress_last_ns, __ATOMIC_RELAXED);
+        if (mca_btl_ringbtl_now_ns() - last < RINGBTL_THREAD_AWAY_NS) {
+            /* The program is in MPI: it progresses by itself. */
+            continue;
+        }
+        away_count++;
+        seen = progress_calls();
+        away(c, seen, period_ns);
+    }
+    return NULL;
+}
+
+bool mca_btl_ringbtl_progress_thread_start(void)
+{
+    if (progress_started) {
+        return true;
+    }
+    /* ob1 (and the rest of Open MPI) is entered from the thread too: said before it runs.
+     * Were it not started, Open MPI would only lock more than it needs. */
+    ringbtl_compat_set_using_threads();
+    __atomic_store_n(&mca_btl_ringbtl_progress_last_ns, mca_btl_ringbtl_now_ns(),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&progress_running, 1, __ATOMIC_RELEASE);
+    const int rc = pthread_create(&progress_thread, NULL, progress_main, NULL);
+    if (0 != rc) {
+        __atomic_store_n(&progress_running, 0, __ATOMIC_RELEASE);
+        opal_output(0, "btl ringbtl: no progress thread: pthread_create: %s", strerror(rc));
+        return false;
+    }
+    progress_started = true;
+    return true;
+}
+
+void mca_btl_ringbtl_progress_thread_stop(void)
+{
+    if (!progress_started) {
+        return;
+    }
+    __atomic_store_n(&progress_running, 0, __ATOMIC_RELEASE);
+    (void) pthread_join(progress_thread, NULL);
+    progress_started = false;
+    if (mca_btl_ringbtl_component.verbose > 0) {
+        opal_output(0, "btl ringbtl: progress thread: %lu wakes, %lu with the program away, "
+                       "%lu of them moved something",
+                    wakes, away_count, moved_wakes);
+    }
+}
