@@ -298,18 +298,8 @@ fn a_message_written_at_once_completes_after_the_lent_frame_before_it() {
         "the small message was not written at once"
     );
     let done = |net: &Net| -> Vec<u64> {
-        net.nodes[0]
-            .events
-            .iter()
-            .filter_map(|e| match e {
-                CoreEvent::Completed {
-                    cookie,
-                    result: Ok(()),
-                    ..
-                } if [lent, small].contains(cookie) => Some(*cookie),
-                _ => None,
-            })
-            .collect()
+        let mine = net.completed_ok(0).into_iter();
+        mine.filter(|c| [lent, small].contains(c)).collect()
     };
     net.run(false);
     assert_eq!(done(&net), [], "completed before the lent frame's ACK");

@@ -476,12 +476,7 @@ fn kept_frames_count_against_the_queue_cap() {
     let mut c0 = cfg(0);
     c0.max_queued_bytes = cap;
     let mut net = Net::new(7, vec![c0, cfg(1)]);
-    let first = confirmed_raw_peer(&mut net);
-    let r = net.raw_dial(0);
-    net.raw_hello_link(r, 1, 1);
-    let ans = net.raw_auth_link(r, 1, 1).expect("an answer to the join");
-    assert_eq!(ans.kind, HelloKind::Accept);
-    net.run(false);
+    let first = raw_peer_with_link(&mut net);
     let mut frames_read = 0u64;
     let (mut accepted, mut blocked) = (0u64, 0u64);
     for i in 0..400 {
@@ -730,12 +725,7 @@ fn each_failed_primarys_own_route_is_dialed_again() {
 #[test]
 fn a_short_send_completes_at_its_write_and_stays_kept() {
     let mut net = Net::new(3, vec![cfg(0), cfg(1)]);
-    let first = confirmed_raw_peer(&mut net);
-    let r = net.raw_dial(0);
-    net.raw_hello_link(r, 1, 1);
-    let ans = net.raw_auth_link(r, 1, 1).expect("an answer to the join");
-    assert_eq!(ans.kind, HelloKind::Accept);
-    net.run(false);
+    let first = raw_peer_with_link(&mut net);
     let _ = net.raw_read(first);
     let max = crate::wire::KEEP_COPY_MAX;
     let mut cookies = Vec::new();
@@ -744,7 +734,7 @@ fn a_short_send_completes_at_its_write_and_stays_kept() {
         net.run(false);
     }
     // The first three at their write; the fourth waits, and so do those behind it.
-    let done = completed(&net);
+    let done = net.completed_ok(0);
     assert_eq!(done, cookies[..3]);
     let ep = net.core(0).ep(PeerId(1)).unwrap();
     assert_eq!(ep.fo.kept.len(), 6, "every frame kept until confirmed");
@@ -824,18 +814,14 @@ fn a_ping_pong_with_a_standby_link_writes_one_batch_per_message() {
     }
 }
 
-/// The cookies node 0's sends completed with so far, without error, in order.
-fn completed(net: &Net) -> Vec<u64> {
-    net.nodes[0]
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            CoreEvent::Completed {
-                cookie,
-                result: Ok(()),
-                ..
-            } => Some(*cookie),
-            _ => None,
-        })
-        .collect()
+/// Node 0 and a confirmed raw peer (its first connection, returned) that joined link 1:
+/// node 0 then keeps and confirms as with a standby link.
+fn raw_peer_with_link(net: &mut Net) -> usize {
+    let first = confirmed_raw_peer(net);
+    let r = net.raw_dial(0);
+    net.raw_hello_link(r, 1, 1);
+    let ans = net.raw_auth_link(r, 1, 1).expect("an answer to the join");
+    assert_eq!(ans.kind, HelloKind::Accept);
+    net.run(false);
+    first
 }

@@ -529,6 +529,22 @@ impl Net {
             .collect()
     }
 
+    /// The cookies node `n`'s sends completed with so far without error, in order.
+    fn completed_ok(&self, n: usize) -> Vec<u64> {
+        self.nodes[n]
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                CoreEvent::Completed {
+                    cookie,
+                    result: Ok(()),
+                    ..
+                } => Some(*cookie),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Asserts every accepted send of `n` completed exactly once, and nothing else did.
     fn completions(&self, n: usize) -> BTreeMap<u64, Result<(), FailReason>> {
         let mut seen: BTreeMap<u64, Result<(), FailReason>> = BTreeMap::new();
