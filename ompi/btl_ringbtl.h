@@ -189,9 +189,9 @@ int mca_btl_ringbtl_progress_module(mca_btl_ringbtl_module_t *m);
  * thread could be started. */
 bool mca_btl_ringbtl_progress_thread_start(void);
 void mca_btl_ringbtl_progress_thread_stop(void);
-/* Progress called by Open MPI (the program's threads) since start, and the time of the
- * last call (ns, CLOCK_MONOTONIC; kept while the progress thread runs): the progress
- * thread stays out while the program calls. */
+/* While the progress thread runs: progress calls by Open MPI (the program's threads),
+ * and the time of the last (ns, CLOCK_MONOTONIC): the thread stays out while the program
+ * calls. */
 extern volatile unsigned long mca_btl_ringbtl_progress_calls;
 extern volatile uint64_t mca_btl_ringbtl_progress_last_ns;
 

@@ -769,12 +769,12 @@ int mca_btl_ringbtl_progress(void)
 {
     mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
     int n = 0;
-    /* A sign of life for the progress thread (a lost increment between two program
-     * threads still changes it). */
-    __atomic_store_n(&mca_btl_ringbtl_progress_calls,
-                     __atomic_load_n(&mca_btl_ringbtl_progress_calls, __ATOMIC_RELAXED) + 1,
-                     __ATOMIC_RELAXED);
     if (0 != c->progress_thread) {
+        /* Signs of life for the progress thread (a lost increment between two program
+         * threads still changes the count). */
+        __atomic_store_n(&mca_btl_ringbtl_progress_calls,
+                         __atomic_load_n(&mca_btl_ringbtl_progress_calls, __ATOMIC_RELAXED) + 1,
+                         __ATOMIC_RELAXED);
         __atomic_store_n(&mca_btl_ringbtl_progress_last_ns, mca_btl_ringbtl_now_ns(),
                          __ATOMIC_RELAXED);
     }

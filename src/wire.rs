@@ -135,11 +135,11 @@
 //! keeps each frame until it is confirmed. A frame of at most [`KEEP_COPY_MAX`] bytes
 //! after its header is kept as a copy, and its send completes at its write; a longer one
 //! is kept by reference to the caller's memory, and its send completes at its
-//! confirmation. So a receiver writes its CONFIRM at once only when it consumed more than
-//! [`KEEP_COPY_MAX`] bytes (headers counted) or a FIN since its last count (a sender may
-//! wait for it); otherwise the count goes with the next frames it writes anyway (the
-//! answer of a ping-pong), not in a write of its own. When the primary fails, one side
-//! writes a
+//! confirmation. So a receiver writes its CONFIRM at once only when a sender may wait
+//! for it (it consumed a frame longer than [`KEEP_COPY_MAX`] or a FIN since its last
+//! count), or to bound what the sender keeps (past 32 KiB consumed); otherwise the count
+//! goes with the next frames it writes anyway (the answer of a ping-pong), not in a write
+//! of its own. When the primary fails, one side writes a
 //! RESUME with its own count as the first frame on a standby link; the other side answers
 //! on that link with a RESUME of its count, and each sends again, on that link, its
 //! frames from the count it read. Counts start at 0 on the endpoint's first connection
@@ -618,8 +618,8 @@ impl FrameKind {
 pub const COUNT_LEN: usize = 8;
 
 /// While a standby link is open, a frame with at most this many bytes after its header is
-/// kept as a copy and completes at its write; a receiver owes a prompt CONFIRM only past
-/// this many bytes consumed since its last count, or at a FIN (see "Links" above).
+/// kept as a copy and completes at its write; a receiver owes a prompt CONFIRM for a
+/// longer frame, or a FIN (see "Links" above).
 pub const KEEP_COPY_MAX: usize = 4096;
 
 /// Payload bytes of a RESUME frame: a [`ResumeFrame`].

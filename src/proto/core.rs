@@ -819,18 +819,17 @@ impl Core {
             let Some(c) = self.conns[i].as_mut() else {
                 continue;
             };
-            if let Some(t) = c.confirm_at {
+            match c.confirm_at {
                 // A count of the peer's frames no frame of ours carried: it leaves now.
-                let due = (t <= now).then_some(c.peer).flatten();
-                if t <= now {
+                Some(t) if t <= now => {
                     c.confirm_at = None;
                     c.rx_lazy = u32::MAX;
-                } else {
-                    self.arm_timer(t);
+                    if let Some(p) = c.peer {
+                        self.mark_dirty(p);
+                    }
                 }
-                if let Some(p) = due {
-                    self.mark_dirty(p);
-                }
+                Some(t) => self.arm_timer(t),
+                None => {}
             }
             let Some(c) = self.conns[i].as_ref() else {
                 continue;

@@ -8,15 +8,15 @@
 //!
 //! - the sender keeps every frame it hands to a batch (header, inline bytes, segments)
 //!   until a CONFIRM covers it: its bytes may have to go again. A frame of at most
-//!   [`KEEP_COPY_MAX`](crate::wire::KEEP_COPY_MAX) bytes after its header is kept as a copy ([`Frag::own`]) and its
+//!   [`KEEP_COPY_MAX`] bytes after its header is kept as a copy ([`Frag::own`]) and its
 //!   send completes at its write, as without links; a longer one is kept by reference,
 //!   and its send completes at its confirmation (the caller may reuse its memory at the
 //!   completion), the copies behind it with it, so that sends complete in order;
 //! - the receiver sends a CONFIRM with the count it consumed when a sender may wait for
-//!   it: past [`KEEP_COPY_MAX`](crate::wire::KEEP_COPY_MAX) bytes consumed since its last count, or a FIN. Otherwise
-//!   the count goes with the next frames it writes (a ping-pong's answer carries the
-//!   count of its question, and no write is spent on it alone), at the latest
-//!   [`CONFIRM_LAZY`] after the first frame it covers;
+//!   it (a frame over [`KEEP_COPY_MAX`] bytes, or a FIN, consumed since its last count),
+//!   or past [`LAZY_BYTES`] consumed. Otherwise the count goes with the next frames it
+//!   writes (a ping-pong's answer carries the count of its question, and no write is
+//!   spent on it alone), at the latest [`CONFIRM_LAZY`] after the first frame it covers;
 //! - large payloads are not lent (a frame kept for resending must not wait for an ACK of
 //!   pages), and no frame leaves outside a batch.
 //!
@@ -34,6 +34,8 @@
 //! have lost some with the primary: the RESUME it reads then asks for frames no longer
 //! kept, and the endpoint fails as it would have without links (no silent loss). So does
 //! an endpoint with lent pages out, or one whose last link fails.
+//!
+//! [`KEEP_COPY_MAX`]: crate::wire::KEEP_COPY_MAX
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -132,6 +134,15 @@ impl Failover {
             held,
             ..Self::default()
         };
+    }
+
+    /// A copy of `s`, kept for resending (see [`Failover::copies`]).
+    pub(super) fn copy(&mut self, s: &[u8]) -> Bytes {
+        if self.copies.capacity() - self.copies.len() < s.len() {
+            self.copies.reserve(s.len().max(COPIES_BLOCK));
+        }
+        self.copies.extend_from_slice(s);
+        self.copies.split().freeze()
     }
 }
 
@@ -516,16 +527,5 @@ impl Core {
             });
         }
         self.release_written(peer);
-    }
-}
-
-impl Failover {
-    /// A copy of `s`, kept for resending (see [`Failover::copies`]).
-    pub(super) fn copy(&mut self, s: &[u8]) -> Bytes {
-        if self.copies.capacity() - self.copies.len() < s.len() {
-            self.copies.reserve(s.len().max(COPIES_BLOCK));
-        }
-        self.copies.extend_from_slice(s);
-        self.copies.split().freeze()
     }
 }
