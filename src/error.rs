@@ -70,13 +70,10 @@ pub enum ProtoError {
     /// A CONFIRM or RESUME counted more of our frames than were sent.
     #[error("a count beyond the frames sent")]
     CountBeyondSent,
-    /// A RESUME arrived where no failover can take it (on the primary, or on another
-    /// link than the one this side resumed on).
+    /// A RESUME arrived where no failover can take it: an answer on the primary to no
+    /// RESUME of ours, or one on another link than the one this side resumed on.
     #[error("RESUME where no failover can take it")]
     UnexpectedResume,
-    /// A RUN frame arrived on an endpoint whose stream is not spread over links.
-    #[error("RUN frame on an endpoint whose stream is not spread")]
-    UnexpectedRun,
     /// A RUN frame no honest sender writes: inside a run, of an epoch newer than the
     /// receiver's, starting before the stream's position or overlapping another link's
     /// run.

@@ -144,6 +144,12 @@ pub struct Stats {
     /// (retransmissions or probes) kept firing with a standby link open: a path gone without an error (an interface
     /// down), found within about a second rather than at `TCP_USER_TIMEOUT`.
     pub stalls: u64,
+    /// Times a peer's stream started to go in runs over several links at once: its
+    /// primary's send was busy and a link's idle, so the link took the next messages
+    /// (once per stream and failover at most).
+    pub spread_streams: u64,
+    /// Frames of peers' streams read on links beyond their first connection.
+    pub run_frames_in: u64,
     /// Large messages after whose send this side's socket was set to acknowledge at once
     /// (`TCP_QUICKACK`, see
     /// [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)), so that
@@ -911,6 +917,8 @@ impl Transport {
             links_lost: c.links_lost,
             failovers: c.failovers,
             stalls: c.stalls,
+            spread_streams: c.spread_streams,
+            run_frames_in: c.run_frames_in,
             quick_acks: self.quick_acks,
         }
     }

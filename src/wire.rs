@@ -172,19 +172,20 @@
 //!  +--------+----------------+--------+--------+
 //! ```
 //!
-//! A stream spread over several links is cut into *runs*: consecutive bytes of the
-//! stream (its counted frames, headers and payloads, as one link would carry them), each
-//! written on one link behind a RUN frame (kind 0x30, tag 0, no flags, length
-//! [`RUN_LEN`]; [`RunFrame`]), which is not counted, like CONFIRM and RESUME. `offset`
-//! is where the run starts in the stream of its epoch, in bytes; `length` how many bytes
-//! of the stream follow on that link (at least 1). A run may start or end inside a
-//! frame, so that a large payload is spread too. The *epoch* of a stream is 0 from the
-//! endpoint's first connection and grows by one at each RESUME its receiver writes,
-//! which names it; offsets count from the epoch's first frame (frame 0, or the count the
-//! RESUME carried). The receiver takes
-//! the bytes of the link whose run starts at the offset it has reached, and drops a run
-//! of an older epoch whole (its length says how much). An endpoint with one link sends
-//! no RUN.
+//! A stream spread over several links is cut into *runs*: consecutive counted frames of
+//! the stream, each run written whole on one link behind a RUN frame (kind 0x30, tag 0,
+//! no flags, length [`RUN_LEN`]; [`RunFrame`]), which is not counted, like CONFIRM and
+//! RESUME. `offset` is where the run starts in the stream of its epoch, in frames;
+//! `length` how many frames follow on that link (at least 1). A run never cuts a frame:
+//! a large payload is spread as several frames (a PUT as PUTs of its parts). The *epoch*
+//! of a stream is 0 from the endpoint's first connection and grows by one at each RESUME
+//! its receiver writes, which names it; offsets count from the epoch's first frame
+//! (frame 0, or the count the RESUME carried). The receiver takes the frames of the link
+//! whose run starts at the offset it has reached, and drops the frames of a run of an
+//! older epoch (its length says how many). Frames of epoch 0 written before the sender's
+//! first RUN go without one, on the first link, as with one link; from its first RUN of
+//! an epoch on, and in every epoch after 0, the sender writes every counted frame in a
+//! run. An endpoint with one link sends no RUN.
 //!
 //! # Put (one-sided write into registered memory)
 //!
@@ -319,14 +320,14 @@ pub enum WireError {
 
 /// The magic that opens every ringbtl handshake record.
 pub const MAGIC: [u8; 8] = *b"RINGBTL\0";
-/// Protocol version this build speaks (9: RUN frames; 8: GET and REPLY frames; 7: the link
+/// Protocol version this build speaks (10: runs counted in frames; 9: RUN frames; 8: GET and REPLY frames; 7: the link
 /// byte of the
 /// handshake, in the MACs;
 /// 6: padding before copied payloads; 5: the line
 /// offset of lent payloads; 4: the ACK
 /// flag and frame; 3: PUT frames; 2: the authenticated handshake; 1 had a 24-byte record
 /// that carried the job token).
-pub const VERSION: u16 = 0x0009;
+pub const VERSION: u16 = 0x000a;
 /// Length of the handshake record.
 pub const HELLO_LEN: usize = 84;
 /// Bytes of a handshake record that identify its protocol: magic and version.
@@ -684,11 +685,11 @@ pub const RUN_LEN: usize = 16;
 /// module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunFrame {
-    /// Where the run starts in its epoch's stream, in bytes.
+    /// Where the run starts in its epoch's stream, in frames.
     pub offset: u64,
     /// The stream's epoch.
     pub epoch: u32,
-    /// Bytes of the stream the run carries (at least 1).
+    /// Frames of the stream the run carries (at least 1).
     pub len: u32,
 }
 
@@ -711,7 +712,7 @@ impl RunFrame {
     }
 
     /// Parses a RUN frame's payload (the first [`RUN_LEN`] bytes of `buf`); a run of no
-    /// byte is [`WireError::BadRun`].
+    /// frame is [`WireError::BadRun`].
     pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
         let b = buf.get(..RUN_LEN).ok_or(WireError::Truncated)?;
         let r = Self {
@@ -1315,7 +1316,7 @@ mod tests {
                 len: RUN_LEN as u32,
                 tag: 0
             }),
-            "a run of no byte"
+            "a run of no frame"
         );
         let mut x = b;
         x[1] = 5;

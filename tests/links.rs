@@ -13,6 +13,7 @@ use ringbtl::{BackendKind, PeerId, SendError, Tag, Transport};
 backend_tests!(
     links_join_and_messages_keep_their_order,
     links_close_with_a_clean_shutdown,
+    a_stream_in_both_directions_spreads_over_every_link,
 );
 
 const LINKS: u32 = 3;
@@ -37,11 +38,17 @@ fn links_join_and_messages_keep_their_order(kind: BackendKind) {
         }
         // Side `first` sent one more message (cookie 0) than the other.
         let want = |side: u32| MESSAGES - 1 + u64::from(side == first);
+        // (A short send completes at its write: its delivery may come after.)
         drive(
             &mut [&mut a, &mut b],
             Duration::from_secs(30),
             "messages",
-            || done[0].borrow().len() as u64 == want(0) && done[1].borrow().len() as u64 == want(1),
+            || {
+                done[0].borrow().len() as u64 == want(0)
+                    && done[1].borrow().len() as u64 == want(1)
+                    && got[1].borrow().len() as u64 == want(0)
+                    && got[0].borrow().len() as u64 == want(1)
+            },
         );
         for (side, t) in [(0usize, &a), (1, &b)] {
             assert!(
@@ -61,6 +68,93 @@ fn links_join_and_messages_keep_their_order(kind: BackendKind) {
             assert_eq!(*g, expect, "side {side} (first speaker {first})");
         }
     }
+}
+
+/// Streams of large messages both ways at once go in runs over every link (frames are
+/// read on the links, not on the first connection alone), and arrive in order, every
+/// byte checked. (With the multishot receive, which takes no links, the same streams go
+/// on the first connection alone.)
+fn a_stream_in_both_directions_spreads_over_every_link(kind: BackendKind) {
+    const SIZE: usize = 96 * 1024 + 13;
+    const COUNT: u64 = 400;
+    let (mut a, mut b) = pair_with(kind, |c| c.wireup.links = LINKS);
+    let got = [big_checker(&mut a, SIZE), big_checker(&mut b, SIZE)];
+    let done = [completions(&mut a), completions(&mut b)];
+    a.send(PeerId(1), Tag(6), &[big(0, SIZE)], 0).unwrap();
+    open_links(&mut a, &mut b);
+    for seq in 1..COUNT {
+        send_big(&mut a, &mut b, PeerId(1), seq, SIZE);
+        send_big(&mut b, &mut a, PeerId(0), seq, SIZE);
+    }
+    drive(
+        &mut [&mut a, &mut b],
+        Duration::from_secs(60),
+        "large messages",
+        || {
+            done[0].borrow().len() as u64 == COUNT
+                && done[1].borrow().len() as u64 == COUNT - 1
+                && got[1].borrow().len() as u64 == COUNT
+                && got[0].borrow().len() as u64 == COUNT - 1
+        },
+    );
+    for (side, t) in [(0usize, &a), (1, &b)] {
+        assert!(
+            done[side].borrow().iter().all(|c| c.result.is_ok()),
+            "side {side}"
+        );
+        let s = t.stats();
+        let spread = s.run_frames_in > 0 && s.spread_streams > 0;
+        assert_eq!(
+            spread,
+            !common::multishot(),
+            "side {side}: frames read on links {}, spread {}",
+            s.run_frames_in,
+            s.spread_streams
+        );
+        assert_eq!((s.links_lost, s.failovers), (0, 0), "side {side}");
+    }
+    let want = |from: u64| (from..COUNT).collect::<Vec<u64>>();
+    assert_eq!(*got[1].borrow(), want(0), "side 1 read side 0's stream");
+    assert_eq!(*got[0].borrow(), want(1), "side 0 read side 1's stream");
+}
+
+/// `size` bytes that follow from `seq`, its first eight `seq` itself.
+fn big(seq: u64, size: usize) -> Bytes {
+    let mut v: Vec<u8> = (0..size).map(|i| (seq as usize * 31 + i) as u8).collect();
+    v[..8].copy_from_slice(&seq.to_be_bytes());
+    Bytes::from(v)
+}
+
+/// Records the sequence numbers of the large messages on tag 6, each checked whole.
+fn big_checker(t: &mut Transport, size: usize) -> std::rc::Rc<std::cell::RefCell<Vec<u64>>> {
+    let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let g = got.clone();
+    t.register(Tag(6), move |_, m| {
+        let seq = u64::from_be_bytes(m.payload[..8].try_into().expect("8 bytes"));
+        assert!(
+            m.payload[..] == big(seq, size)[..],
+            "message {seq}: bytes differ"
+        );
+        g.borrow_mut().push(seq);
+    })
+    .unwrap();
+    got
+}
+
+/// Sends large message `seq` from `t`, progressing both sides while the queue is full.
+fn send_big(t: &mut Transport, other: &mut Transport, peer: PeerId, seq: u64, size: usize) {
+    let m = big(seq, size);
+    for _ in 0..100_000 {
+        match t.send(peer, Tag(6), std::slice::from_ref(&m), seq) {
+            Ok(()) => return,
+            Err(SendError::WouldBlock(_)) => {
+                t.progress().unwrap();
+                other.progress().unwrap();
+            }
+            Err(e) => panic!("send {seq}: {e}"),
+        }
+    }
+    panic!("send {seq}: the queue never drained");
 }
 
 /// A clean shutdown closes the links with their endpoint: the peer sees the FIN and

@@ -822,8 +822,8 @@ impl Job {
             return;
         }
         eprintln!(
-            "# rank {} links: joined {}, lost {}, failovers {}, stalls {}",
-            self.rank, s.links_joined, s.links_lost, s.failovers, s.stalls
+            "# rank {} links: joined {}, lost {}, failovers {}, stalls {}, frames read on links {}",
+            self.rank, s.links_joined, s.links_lost, s.failovers, s.stalls, s.run_frames_in
         );
     }
 

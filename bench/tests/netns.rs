@@ -569,6 +569,12 @@ fn alltoall4_with(
 /// messages, all checked (the benchmark also checked that every send completed exactly
 /// once); returns rank 0's output.
 fn checked(done: &[Done], messages: u32) -> String {
+    if done.iter().any(|d| !d.ok) {
+        // Every rank's account, not only the first failed one's: the cause may be another's.
+        for (r, d) in done.iter().enumerate() {
+            eprintln!("rank {r} ({}): stderr: {}", d.status, d.stderr);
+        }
+    }
     for (r, d) in done.iter().enumerate() {
         assert!(
             d.ok,
@@ -1192,19 +1198,35 @@ fn none_exited(ranks: &mut [Rank], what: &str) {
     }
 }
 
-/// Takes interface `down` of host `host` down while the ranks stream, and returns how
-/// long it took until [`RESUMED`] bytes more left that host on `to`, where its streams
-/// move. Fails the test past [`RESUME_BOUND`], with `ss -tinp` of every host taken
-/// then (which side had frames waiting, the kernel's timer counts), or when a rank exits
-/// meanwhile.
-fn cut(net: &Net, ranks: &mut [Rank], host: u32, down: &str, to: &str) -> Duration {
+/// Takes interface `down` of host `host` (its address there `local`) down while the
+/// ranks stream, and returns how long it took until the host's connections from `local`
+/// to `peers` were ended (found dead: reset) and [`RESUMED`] bytes more left that host on
+/// `to` since. (A stream spread over both links sends on `to` all along; until the dead
+/// link is found, the receiver waits for the runs it carried, and what leaves on `to`
+/// stops at the sockets' buffers, below [`RESUMED`].) Fails the test past
+/// [`RESUME_BOUND`], with `ss -tinp` of every host taken then (which side had frames
+/// waiting, the kernel's timer counts), or when a rank exits meanwhile.
+fn cut(
+    net: &Net,
+    ranks: &mut [Rank],
+    host: u32,
+    (down, local, peers): (&str, &str, &[String]),
+    to: &str,
+) -> Duration {
     let h = host as usize;
-    let base = ranks[h].tx_bytes(to).expect("the rank runs");
     net.set_link(host, down, "down");
     let t0 = Instant::now();
+    let mut base = None;
     loop {
         let took = t0.elapsed();
-        let sent = ranks[h].tx_bytes(to).unwrap_or(base).saturating_sub(base);
+        if base.is_none()
+            && peers
+                .iter()
+                .all(|p| net.tcp_conns(host, local, p).is_empty())
+        {
+            base = ranks[h].tx_bytes(to);
+        }
+        let sent = base.map_or(0, |b| ranks[h].tx_bytes(to).unwrap_or(b).saturating_sub(b));
         if sent >= RESUMED {
             return took;
         }
@@ -1214,8 +1236,9 @@ fn cut(net: &Net, ranks: &mut [Rank], host: u32, down: &str, to: &str) -> Durati
         );
         if took > RESUME_BOUND {
             panic!(
-                "{down} of host {host} went down {took:?} ago and only {sent} bytes left on \
-                 {to} since (bound {RESUME_BOUND:?}):\n{}",
+                "{down} of host {host} went down {took:?} ago; its connections ended: {}; \
+                 {sent} bytes left on {to} since (bound {RESUME_BOUND:?}):\n{}",
+                base.is_some(),
                 ss_all(net, ranks.len())
             );
         }
@@ -1362,7 +1385,13 @@ fn failover(backend: &str, fam: Family) {
     let base = net.counters(1, "ra").0;
     let mut ranks: Vec<Rank> = (0..2).map(|r| net.rank(r, 2, &root, &env, &args)).collect();
     wait_flowing(&net, 1, "ra", base);
-    let to_rb = cut(&net, &mut ranks, 1, "ra", "rb");
+    let to_rb = cut(
+        &net,
+        &mut ranks,
+        1,
+        ("ra", &a1, std::slice::from_ref(&a0)),
+        "rb",
+    );
     // Connections left on ra (none expected: both sides reset the failed primary).
     let known: Vec<String> = net
         .tcp_conns(1, &a1, &a0)
@@ -1371,9 +1400,15 @@ fn failover(backend: &str, fam: Family) {
         .collect();
     net.set_link(1, "ra", "up");
     let rejoined = wait_rejoined(&net, &mut ranks, 1, (&a1, &a0), &known);
-    let to_ra = cut(&net, &mut ranks, 1, "rb", "ra");
     // rb back: the link that carried the stream is dialed again on its own route.
     let (b0, b1) = (fam.addr(0, 2), fam.addr(1, 2));
+    let to_ra = cut(
+        &net,
+        &mut ranks,
+        1,
+        ("rb", &b1, std::slice::from_ref(&b0)),
+        "ra",
+    );
     let known: Vec<String> = net
         .tcp_conns(1, &b1, &b0)
         .into_iter()
@@ -1400,9 +1435,11 @@ fn failover(backend: &str, fam: Family) {
         links[1]
     );
     for (r, l) in links.iter().enumerate() {
-        // One failover per interface that went down, on both sides (the side that did
-        // not find the stall follows the other's RESUME).
-        assert_eq!(l.failovers, 2, "rank {r}: {l}");
+        // At least one failover per interface that went down, on both sides (the side
+        // that did not find the stall follows the other's RESUME; one that finds the
+        // loss after it answered asks again: its frames since may have gone on the dead
+        // link).
+        assert!(l.failovers >= 2, "rank {r}: {l}");
         // rb at the start, ra once it was back, rb once it was back.
         assert!(l.joined >= 3, "rank {r}: {l}");
         assert!(l.stalls <= l.failovers, "rank {r}: {l}");
@@ -1434,7 +1471,8 @@ fn both_down(backend: &str, at_once: bool) {
         net.set_link(1, "rb", "down");
         "ra and rb down at once".to_owned()
     } else {
-        let moved = cut(&net, &mut ranks, 1, "ra", "rb");
+        let peer = ["10.231.1.10".to_owned()];
+        let moved = cut(&net, &mut ranks, 1, ("ra", "10.231.1.11", &peer), "rb");
         net.set_link(1, "rb", "down");
         format!(
             "ra down, rb down once the stream moved there ({:.3} s)",
@@ -1490,7 +1528,8 @@ fn four_hosts_link_down(backend: &str) {
     let start = Instant::now();
     let mut ranks: Vec<Rank> = (0..4).map(|r| net.rank(r, 4, root, &env, &args)).collect();
     wait_flowing(&net, 2, "ra", base);
-    let moved = cut(&net, &mut ranks, 2, "ra", "rb");
+    let peers: Vec<String> = [0, 1, 3].map(|h| format!("10.231.1.1{h}")).to_vec();
+    let moved = cut(&net, &mut ranks, 2, ("ra", "10.231.1.12", &peers), "rb");
     let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
     let took = start.elapsed();
     let out = checked(&done, 4 * 3 * 2 * ROUNDS);
@@ -1515,7 +1554,7 @@ fn four_hosts_link_down(backend: &str) {
         // A link to each of the three peers.
         assert!(l.joined >= 3, "rank {r}: {l}");
         let want = if r == 2 { 3 } else { 1 };
-        assert_eq!(l.failovers, want, "rank {r}: {l}");
+        assert!(l.failovers >= want, "rank {r}: {l}");
     }
     // Each of the three was started by a stall found on one side, or both.
     let stalls: u64 = links.iter().map(|l| l.stalls).sum();

@@ -85,6 +85,25 @@ impl TxBatch {
         self.note_arena(start, bytes.len());
     }
 
+    /// Bytes in the arena so far: where the next [`push_copy`](Self::push_copy) lands,
+    /// for a later [`patch`](Self::patch).
+    #[inline]
+    pub fn arena_len(&self) -> usize {
+        self.arena.len()
+    }
+
+    /// Overwrites arena bytes `at..at + bytes.len()`, pushed earlier, after whatever part
+    /// of the batch was written (a frame whose header is completed once what follows it
+    /// is known).
+    ///
+    /// # Panics
+    ///
+    /// When the range is not in the arena.
+    #[inline]
+    pub fn patch(&mut self, at: usize, bytes: &[u8]) {
+        self.arena[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
     /// Records `n` bytes appended to the arena at `start` as the batch's next piece.
     #[inline]
     fn note_arena(&mut self, start: usize, n: usize) {

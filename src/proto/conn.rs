@@ -141,6 +141,10 @@ pub(super) struct Conn {
     pub(super) answer_quick: bool,
     /// Which link of its endpoint this connection is (0: the first; see `links.rs`).
     pub(super) link: u8,
+    /// The number (on the scale of `Endpoint::head_seq`) of the first frame of the
+    /// batch, set as the batch takes its first frame: with runs on several links, batches
+    /// come back out of order.
+    pub(super) tx_first: u64,
     /// Frames of the peer's stream consumed on this connection (see `failover.rs`).
     pub(super) rx_frames: u64,
     /// The endpoint's primary while a standby link is open: reads make a CONFIRM due.
@@ -197,6 +201,7 @@ impl Conn {
             quick_ack: false,
             answer_quick: false,
             link: 0,
+            tx_first: 0,
             rx_frames: 0,
             confirms: false,
             rx_lazy: 0,

@@ -351,6 +351,11 @@ pub struct Counters {
     /// Of those, the ones this side started because the primary's kernel timer
     /// fired again and again ([`Action::Probe`]): a path gone without an error.
     pub stalls: u64,
+    /// Times a stream to a peer started to go in runs over several links (once per
+    /// epoch at most).
+    pub spread_streams: u64,
+    /// Frames of peers' streams read on links beyond the first, in runs.
+    pub run_frames_in: u64,
 }
 
 /// What [`Core::recv_step`] found.

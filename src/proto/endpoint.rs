@@ -1047,6 +1047,8 @@ impl Core {
 
     /// Both FINs exchanged (or the peer's EOF after its FIN): close without error.
     pub(super) fn close_clean(&mut self, peer: PeerId, conn: ConnKey) {
+        // (Seen on a link, the end closes the primary with the links.)
+        let conn = self.primary_conn(peer).unwrap_or(conn);
         self.kill_conn(conn);
         self.close_links(peer);
         if let Some(ep) = self.ep_mut(peer) {

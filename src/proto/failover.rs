@@ -44,10 +44,12 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::{Cause, FailReason, ProtoError};
 use crate::proto::conn::Conn;
+use crate::proto::conn::Stage;
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, Todo};
 use crate::proto::endpoint::{EpState, Frag};
 use crate::proto::links::LinkRoute;
-use crate::wire::{FrameKind, Header, PeerId, Tag, COUNT_LEN};
+use crate::proto::spread::RunOrder;
+use crate::wire::{FrameKind, Header, PeerId, ResumeFrame, Tag, COUNT_LEN};
 
 /// The failover state of one endpoint.
 #[derive(Debug, Default)]
@@ -76,13 +78,29 @@ pub(super) struct Failover {
     /// Our frames below this number whose sends completed at their write (own frames,
     /// written and not yet confirmed; on the scale of `Endpoint::head_seq`).
     pub(super) reported: u64,
-    /// A RESUME to write first: our count, and whether it asks (we start a failover) or
-    /// answers the peer's.
-    pub(super) resume_out: Option<(u64, bool)>,
-    /// The epoch of the peer's stream: 0, then one more at each RESUME we write, which
-    /// names it (see "Runs" in [`wire`](crate::wire); nothing reads it while no stream is
-    /// spread).
-    pub(super) rx_epoch: u32,
+    /// A RESUME to write first: our count, the epoch it starts for the stream we
+    /// receive, and whether it asks (we start a failover) or answers the peer's.
+    pub(super) resume_out: Option<(u64, u32, bool)>,
+    /// The receiver's order of the peer's runs (see [`spread`](super::spread)); its epoch
+    /// is the one our last RESUME named.
+    pub(super) rx_order: RunOrder,
+    /// Our count of the peer's frames when its stream's current epoch began.
+    pub(super) rx_epoch_base: u64,
+    /// The peer's stream comes in runs (a RUN was read in this epoch, or the epoch is
+    /// past 0): every frame goes through the walk, which follows the runs.
+    pub(super) rx_spread: bool,
+    /// Our stream goes in runs: every counted frame we write is in one, on any open
+    /// link (from our first spread batch of epoch 0 on, and in every later epoch).
+    pub(super) tx_runs: bool,
+    /// The epoch of our stream, as the peer's last RESUME named it, and the number of
+    /// our frame it began with (on the scale of `Endpoint::head_seq`).
+    pub(super) tx_epoch: u32,
+    pub(super) tx_epoch_start: u64,
+    /// Batches written out of order (a later run's link was faster): the frame numbers
+    /// they cover, until the frames before them are written too.
+    pub(super) written_ahead: Vec<(u64, u64)>,
+    /// Our asking RESUMEs the peer has not answered yet.
+    pub(super) asks_out: u32,
     /// We wrote a RESUME on this connection and wait for the peer's.
     pub(super) awaiting: Option<ConnKey>,
     /// Batches of failed primaries still with the driver: until they are back no send
@@ -128,12 +146,19 @@ impl Failover {
         let held = std::mem::take(&mut self.held);
         *self = Self {
             tx_origin: next,
+            tx_epoch_start: next,
             confirmed: next,
             kept_from: next,
             dead_batches,
             held,
             ..Self::default()
         };
+    }
+
+    /// The epoch of the peer's stream: 0, then the one each RESUME we wrote named.
+    #[cfg(test)]
+    pub(super) fn rx_epoch(&self) -> u32 {
+        self.rx_order.position().0
     }
 
     /// A copy of `s`, kept for resending (see [`Failover::copies`]).
@@ -174,18 +199,75 @@ pub(super) fn count_frame(kind: FrameKind, count: u64) -> [u8; Header::LEN + COU
 }
 
 impl Core {
-    /// Frames of `peer`'s stream consumed so far (0 for an unknown peer).
+    /// Frames of `peer`'s stream consumed so far, over every link (0 for an unknown
+    /// peer).
     pub(super) fn rx_count(&self, peer: PeerId) -> u64 {
         let Some(ep) = self.ep(peer) else { return 0 };
-        let on_primary = match ep.state {
-            EpState::Connected { conn } => self
-                .conns
-                .get(conn.0 as usize)
+        let frames = |k: ConnKey| {
+            self.conns
+                .get(k.0 as usize)
                 .and_then(Option::as_ref)
-                .map_or(0, |c| c.rx_frames),
+                .map_or(0, |c| c.rx_frames)
+        };
+        let on_primary = match ep.state {
+            EpState::Connected { conn } => frames(conn),
             _ => 0,
         };
-        ep.fo.rx_base + on_primary
+        let on_links: u64 = ep.links.iter().filter_map(|l| l.conn).map(frames).sum();
+        ep.fo.rx_base + on_primary + on_links
+    }
+
+    /// Folds the frames of `peer`'s stream consumed on each connection into the
+    /// endpoint's count (before a connection goes) and returns the count.
+    pub(super) fn fold_rx(&mut self, peer: PeerId) -> u64 {
+        let count = self.rx_count(peer);
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return count;
+        };
+        ep.fo.rx_base = count;
+        let primary = match ep.state {
+            EpState::Connected { conn } => Some(conn),
+            _ => None,
+        };
+        for k in ep.links.iter().filter_map(|l| l.conn).chain(primary) {
+            if let Some(c) = slot(&mut self.conns, k.0) {
+                c.rx_frames = 0;
+            }
+        }
+        count
+    }
+
+    /// A RESUME of ours is due: starts a new epoch of `peer`'s stream at the count
+    /// consumed now, from which on every run of an older epoch is dropped. Returns the
+    /// count and the epoch, or `None` (the endpoint failed) when the epochs ran out.
+    fn new_rx_epoch(&mut self, peer: PeerId) -> Option<(u64, u32)> {
+        let count = self.fold_rx(peer);
+        let ep = self.ep_mut(peer)?;
+        let Some(epoch) = ep.fo.rx_order.start_epoch() else {
+            let err = ProtoError::RunOutOfOrder;
+            self.fail_endpoint(peer, FailReason::Protocol { peer, err });
+            return None;
+        };
+        ep.fo.rx_epoch_base = count;
+        ep.fo.rx_spread = true;
+        // Every run read so far is of an older epoch now: held links are read again, to
+        // drop their runs and reach what follows (a RESUME behind them).
+        let primary = match ep.state {
+            EpState::Connected { conn } => Some(conn),
+            _ => None,
+        };
+        let conns: Vec<ConnKey> = ep
+            .links
+            .iter()
+            .filter_map(|l| l.conn)
+            .chain(primary)
+            .collect();
+        for k in conns {
+            self.resume_reading(k);
+        }
+        // A run of plain messages in progress stops: every frame now goes through the walk.
+        self.ended += 1;
+        Some((count, epoch))
     }
 
     /// Whether the count of `peer`'s frames we consumed is owed now (see
@@ -287,15 +369,27 @@ impl Core {
         let Some(next) = ep.links.iter().position(|l| l.open && l.conn.is_some()) else {
             return false;
         };
-        let count = self.promote(now, peer, dead, next);
+        self.promote(now, peer, dead, next);
+        self.ask_resume(now, peer)
+    }
+
+    /// Starts a failover of `peer`'s streams on its primary: a new epoch of the stream
+    /// we receive, and a RESUME that asks for the peer's (written first, see
+    /// `Core::fill_batch`); nothing else leaves until the peer answers. False when the
+    /// endpoint failed.
+    pub(super) fn ask_resume(&mut self, now: Instant, peer: PeerId) -> bool {
         let handshake = self.cfg.handshake_timeout;
+        let Some((count, epoch)) = self.new_rx_epoch(peer) else {
+            return false;
+        };
         let Some(ep) = self.ep_mut(peer) else {
             return false;
         };
         let EpState::Connected { conn } = ep.state else {
             return false;
         };
-        ep.fo.resume_out = Some((count, true));
+        ep.fo.resume_out = Some((count, epoch, true));
+        ep.fo.asks_out += 1;
         ep.fo.awaiting = Some(conn);
         // The peer answers at once; a silent new primary fails over again, or fails.
         if let Some(c) = self.conn_mut(conn) {
@@ -308,17 +402,21 @@ impl Core {
     }
 
     /// Makes link `i + 1` of `peer` its primary in place of `dead` (reset), whose route
-    /// that link's slot takes to be dialed again; returns our count of the peer's frames,
-    /// final for the failed connection.
-    fn promote(&mut self, now: Instant, peer: PeerId, dead: ConnKey, i: usize) -> u64 {
-        let count = self.rx_count(peer);
-        let dead_out = self.conn_mut(dead).is_some_and(|c| c.tx.is_none());
+    /// that link's slot takes to be dialed again. What was consumed on `dead` stays
+    /// counted.
+    fn promote(&mut self, now: Instant, peer: PeerId, dead: ConnKey, i: usize) {
+        self.fold_rx(peer);
+        // (A batch of an older epoch is counted already.)
+        let dead_out = self
+            .conn_mut(dead)
+            .is_some_and(|c| c.tx.is_none() && !c.failed_over);
         if let Some(c) = self.conn_mut(dead) {
-            c.failed_over = dead_out;
+            c.failed_over |= dead_out;
         }
         self.reset_conn(dead);
         let ep = self.ep_mut(peer).expect("promoting a known peer");
-        ep.fo.rx_base = count;
+        // The new primary's runs are read as link 0's from now on.
+        ep.fo.rx_order.moved(i + 1, 0);
         if dead_out {
             ep.fo.dead_batches += 1;
         }
@@ -344,52 +442,75 @@ impl Core {
         }
         // The failed interface may come back: its route is dialed again as a link.
         self.link_dial_later(now, peer, (i + 1) as u8);
-        count
     }
 
-    /// A RESUME with `count` arrived on `conn`. Returns false when the endpoint failed.
+    /// A RESUME `r` arrived on `conn`. Returns false when the endpoint failed.
     pub(super) fn on_resume(
         &mut self,
         now: Instant,
         peer: PeerId,
         conn: ConnKey,
-        count: u64,
+        r: ResumeFrame,
     ) -> bool {
         let Some(ep) = self.ep(peer) else {
             return false;
         };
+        if r.epoch <= ep.fo.tx_epoch {
+            // Overtaken: a newer RESUME of the peer was read already.
+            return true;
+        }
         let primary = match ep.state {
             EpState::Connected { conn } => Some(conn),
             _ => None,
         };
-        let awaiting = ep.fo.awaiting;
+        let (awaiting, asked) = (ep.fo.awaiting, ep.fo.asks_out > 0);
         let link = self.conn_mut(conn).map_or(0, |c| c.link);
-        match (awaiting, primary) {
-            // The answer to ours (or the peer's own, crossing ours on the same link).
-            (Some(k), _) if k == conn => {}
+        let answer = match (awaiting, primary) {
+            // The answer to ours, or the peer's own crossing ours, which is answered
+            // too (each then resends from the other's count, one epoch more).
+            (Some(k), _) if k == conn => r.asks,
             // The peer moved the stream to a standby link: so do we, from our primary
             // (which it found dead, even one we had just moved to ourselves).
             (_, Some(p)) if link > 0 => {
-                let i = usize::from(link) - 1;
-                let ours = self.promote(now, peer, p, i);
+                self.promote(now, peer, p, usize::from(link) - 1);
                 self.counters.failovers += 1;
-                if let Some(ep) = self.ep_mut(peer) {
-                    ep.fo.resume_out = Some((ours, false));
-                }
+                true
             }
+            // On the primary: the peer lost a link that carried runs, and asks; or it
+            // answers an earlier RESUME of ours (we asked again before its first answer).
+            (None, Some(p)) if p == conn && (r.asks || asked) => r.asks,
             _ => {
                 let err = ProtoError::UnexpectedResume;
                 self.fail_endpoint(peer, FailReason::Protocol { peer, err });
                 return false;
+            }
+        };
+        if answer {
+            let Some((ours, epoch)) = self.new_rx_epoch(peer) else {
+                return false;
+            };
+            if let Some(ep) = self.ep_mut(peer) {
+                ep.fo.resume_out = Some((ours, epoch, false));
+            }
+            if link == 0 && awaiting.is_none() {
+                // (A side that asked counted its failover then.)
+                self.counters.failovers += 1;
             }
         }
         if let Some(c) = self.conn_mut(conn) {
             c.deadline = None;
         }
         if let Some(ep) = self.ep_mut(peer) {
+            if !r.asks {
+                ep.fo.asks_out = ep.fo.asks_out.saturating_sub(1);
+            }
             ep.fo.awaiting = None;
+            ep.fo.tx_epoch = r.epoch;
+            // After a failover the stream goes in runs (its frames of older epochs may
+            // still be read on surviving links, and must be told from the new).
+            ep.fo.tx_runs = true;
         }
-        self.resend_from(peer, count)
+        self.resend_from(peer, r.count)
     }
 
     /// The peer consumed `count` frames of our stream: those complete, the kept frames
@@ -415,6 +536,8 @@ impl Core {
         }
         let fo = &mut ep.fo;
         fo.confirmed = fo.confirmed.max(at);
+        fo.tx_epoch_start = at;
+        fo.written_ahead.clear();
         // Kept frames from `at` on go back to the front of the queue, in order.
         let skip = (at - fo.kept_from) as usize;
         let mut again: Vec<Frag> = fo.kept.drain(..).collect();
@@ -446,6 +569,29 @@ impl Core {
         let keep = (at - ep.head_seq) as usize;
         ep.inflight.truncate(keep);
         ep.written = ep.inflight.len();
+        // Batches still out carry frames of the old epoch: until they are back no send
+        // completes (the kernel may still read their bytes), and they count nothing.
+        let primary = match ep.state {
+            EpState::Connected { conn } => Some(conn),
+            _ => None,
+        };
+        let out: Vec<ConnKey> = ep
+            .links
+            .iter()
+            .filter_map(|l| l.conn)
+            .chain(primary)
+            .collect();
+        for k in out {
+            let Some(c) = slot(&mut self.conns, k.0) else {
+                continue;
+            };
+            if c.tx.is_none() && !c.failed_over && c.stage != Stage::Dead {
+                c.failed_over = true;
+                if let Some(ep) = slot(&mut self.endpoints, peer.0) {
+                    ep.fo.dead_batches += 1;
+                }
+            }
+        }
         self.release_written(peer);
         self.mark_dirty(peer);
         true
@@ -480,8 +626,14 @@ impl Core {
         }
         let next = now + PROBE_EVERY;
         ep.fo.probe_at = Some(next);
+        // Every open link with it: a stream in runs may have frames on any.
+        let links: Vec<ConnKey> = (ep.links.iter())
+            .filter(|l| l.open && ep.fo.tx_runs)
+            .filter_map(|l| l.conn)
+            .collect();
         self.arm_timer(next);
         self.todo.push_back(Todo::Probe(primary));
+        self.todo.extend(links.into_iter().map(Todo::Probe));
     }
 
     /// Starts probing `peer`'s primary, if it is not probed already.
@@ -508,6 +660,10 @@ impl Core {
         };
         if self.fail_over(now, peer, conn) {
             self.counters.stalls += 1;
+        } else if self.is_link(conn) && self.conn_mut(conn).is_some_and(|c| c.stage == Stage::Open)
+        {
+            self.counters.stalls += 1;
+            self.link_lost(now, conn);
         }
     }
 

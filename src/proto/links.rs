@@ -199,10 +199,24 @@ impl Core {
 
     /// A link's connection failed or ended (at any stage): it is closed, and the dialer
     /// tries the link again later while the endpoint is connected.
+    ///
+    /// A link lost while the stream goes in runs (either way) may take frames with it:
+    /// the endpoint starts a failover on its primary (a RESUME that asks, see
+    /// `failover.rs`), after which each side sends again what the other did not consume.
     pub(super) fn link_lost(&mut self, now: Instant, conn: ConnKey) {
         let Some(c) = self.conn_mut(conn) else { return };
         let (peer, link, open) = (c.peer, c.link, c.stage == Stage::Open);
-        self.kill_conn(conn);
+        let batch_out = open && c.tx.is_none() && !c.failed_over;
+        if let Some(p) = peer.filter(|_| open) {
+            // What was consumed on it stays counted.
+            self.fold_rx(p);
+        }
+        if open {
+            // A path that failed: no FIN to wait for.
+            self.reset_conn(conn);
+        } else {
+            self.kill_conn(conn);
+        }
         let Some(peer) = peer else { return };
         // After a FIN either way the links end with their endpoint: no loss.
         let lost = open && self.links_wanted(peer);
@@ -211,8 +225,32 @@ impl Core {
         };
         l.conn = None;
         l.open = false;
+        let ep = self.ep_mut(peer).expect("a link's endpoint exists");
+        ep.fo.rx_order.link_lost(usize::from(link));
+        // (Once our FIN is written the peer may close its links at its clean end, having
+        // consumed all of ours: an end or a reset then says nothing of a loss.)
+        let runs = matches!(ep.state, EpState::Connected { .. })
+            && ep.fo.on
+            && (ep.fo.tx_runs || ep.fo.rx_spread)
+            && !ep.fin_sent
+            && !ep.fin_rcvd;
         if lost {
             self.counters.links_lost += 1;
+            if runs {
+                if batch_out {
+                    // Its bytes may still be read by the kernel: no send completes
+                    // before the batch is back.
+                    if let Some(c) = self.conn_mut(conn) {
+                        c.failed_over = true;
+                    }
+                    if let Some(ep) = self.ep_mut(peer) {
+                        ep.fo.dead_batches += 1;
+                    }
+                }
+                if !self.ask_resume(now, peer) {
+                    return;
+                }
+            }
         }
         self.links_changed(peer);
         self.schedule_link(now, peer, link);

@@ -11,11 +11,11 @@ use crate::error::{Cause, Errno, FailReason, ProtoError, WireError};
 use crate::proto::conn::{Conn, Stage};
 use crate::proto::core::{slot, ConnKey, Core, CoreEvent, InputStep, RunHead, Step, Todo};
 use crate::proto::deframe::Source;
-#[cfg(feature = "testing")]
 use crate::proto::endpoint::EpState;
 use crate::proto::failover::CONFIRM_LAZY;
+use crate::proto::spread::Take;
 use crate::wire::{
-    FrameKind, GetRequest, Header, Hello, PeerId, ResumeFrame, HEADER_LEN, KEEP_COPY_MAX,
+    FrameKind, GetRequest, Header, Hello, PeerId, ResumeFrame, RunFrame, HEADER_LEN, KEEP_COPY_MAX,
 };
 
 impl Core {
@@ -107,7 +107,7 @@ impl Core {
             return None;
         }
         let peer = c.peer?;
-        if slot(&mut self.endpoints, peer.0).is_none_or(|e| e.fin_rcvd) {
+        if slot(&mut self.endpoints, peer.0).is_none_or(|e| e.fin_rcvd || e.fo.rx_spread) {
             return None;
         }
         Some((peer, c))
@@ -261,7 +261,6 @@ impl Core {
     /// the socket (and flow control holds its sender). A read in flight completes into
     /// the buffer and is kept. [`resume_reading`](Self::resume_reading) walks the kept
     /// bytes, then reads again.
-    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))] // see links.md
     pub(super) fn hold_reading(&mut self, conn: ConnKey) {
         if self.cfg.multishot {
             return;
@@ -278,7 +277,6 @@ impl Core {
     /// Ends a hold of `conn` ([`hold_reading`](Self::hold_reading)): a kept buffer goes
     /// to the driver to be walked ([`Action::Walk`](super::core::Action::Walk)), and the
     /// reads follow; a read in flight goes on as if nothing happened.
-    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))] // see links.md
     pub(super) fn resume_reading(&mut self, conn: ConnKey) {
         let Some(c) = self.conn_mut(conn) else { return };
         if !c.hold_rx {
@@ -438,20 +436,46 @@ impl Core {
                         c.deadline = None;
                         return InputStep::Done;
                     }
-                    if c.link > 0 && standby_unread(rx, input, *at) < HEADER_LEN {
-                        // A standby link: the header of what comes is not whole yet.
-                        return InputStep::Done;
-                    }
-                    if c.link > 0 && next_kind(rx, &input[*at..]) != Some(FrameKind::Resume) {
-                        // A standby link carries no frame but a RESUME: bytes on it end it.
-                        if *at < input.len() || (!rx.wants_all() && rx.pending() > 0) {
-                            self.events.push_back(CoreEvent::Refused {
-                                why: ProtoError::FrameOnLink,
-                            });
-                            self.link_lost(now, conn);
-                            return InputStep::Drop;
+                    let link = usize::from(c.link);
+                    // Runs (see `spread.rs`): what this link's next frame is.
+                    let take = slot(&mut self.endpoints, peer.0)
+                        .map_or(Take::Frame, |e| e.fo.rx_order.next(link));
+                    if take == Take::Hold {
+                        // A run further in the stream: it waits, unread, until the
+                        // position reaches it.
+                        self.hold_reading(conn);
+                        if let Some(c) = self.conn_mut(conn) {
+                            c.deadline = None;
                         }
                         return InputStep::Done;
+                    }
+                    let c = slot(&mut self.conns, conn.0).expect("conn exists");
+                    // (After a large payload read into its own buffer, the deframer moves to
+                    // the next frame first; the check below the frame covers it.)
+                    if link > 0 && take == Take::Frame && !rx.wants_all() {
+                        // Between runs a link carries a RUN, a CONFIRM or a RESUME only:
+                        // other bytes on it end it.
+                        let unread = standby_unread(rx, input, *at);
+                        if unread < HEADER_LEN {
+                            // The next header is not whole yet: as for any frame in
+                            // progress, its bytes must come within `frame_stall`.
+                            c.deadline = (unread > 0).then(|| now + stall);
+                            if let Some(d) = c.deadline {
+                                self.arm_timer(d);
+                            }
+                            return InputStep::Done;
+                        }
+                        let kind = next_kind(rx, &input[*at..]);
+                        if kind.is_none_or(|k| k.counted()) {
+                            if *at < input.len() || (!rx.wants_all() && rx.pending() > 0) {
+                                self.events.push_back(CoreEvent::Refused {
+                                    why: ProtoError::FrameOnLink,
+                                });
+                                self.link_lost(now, conn);
+                                return InputStep::Drop;
+                            }
+                            return InputStep::Done;
+                        }
                     }
                     // An adopted connection trades its handshake-sized buffer for the
                     // full cache: at once with provided buffers; reading into its own
@@ -468,11 +492,13 @@ impl Core {
                     if unread && c.unconfirmed {
                         self.confirm(peer, conn);
                     }
-                    // After its FIN a peer sends nothing but ACKs and CONFIRMs.
+                    // After its FIN a peer sends nothing but ACKs and CONFIRMs (and the
+                    // RUNs of its ACKs).
                     if unread
                         && self.ep(peer).is_some_and(|e| e.fin_rcvd)
-                        && next_kind(rx, &input[*at..])
-                            .is_some_and(|k| !matches!(k, FrameKind::Ack | FrameKind::Confirm))
+                        && next_kind(rx, &input[*at..]).is_some_and(|k| {
+                            !matches!(k, FrameKind::Ack | FrameKind::Confirm | FrameKind::Run)
+                        })
                         && self.data_after_fin(peer)
                     {
                         return InputStep::Drop;
@@ -480,6 +506,23 @@ impl Core {
                     let c = slot(&mut self.conns, conn.0).expect("conn exists");
                     match c.deframer.frame(rx, input, at, max, &self.regions) {
                         Ok(Some((h, src))) => {
+                            if take != Take::Frame && !h.kind.counted() {
+                                // A CONFIRM, RESUME or RUN inside a run.
+                                self.fail_protocol(peer, ProtoError::RunOutOfOrder);
+                                return InputStep::Drop;
+                            }
+                            if link > 0 && take == Take::Frame && h.kind.counted() {
+                                self.events.push_back(CoreEvent::Refused {
+                                    why: ProtoError::FrameOnLink,
+                                });
+                                self.link_lost(now, conn);
+                                return InputStep::Drop;
+                            }
+                            match self.run_frame(peer, conn, link, take, h.kind) {
+                                RunFrameIs::Consumed => {}
+                                RunFrameIs::Dropped => continue,
+                            }
+                            let c = slot(&mut self.conns, conn.0).expect("conn exists");
                             let mut lazy = None;
                             if h.kind.counted() {
                                 c.rx_frames += 1;
@@ -552,14 +595,18 @@ impl Core {
                                             return InputStep::Drop;
                                         }
                                     };
-                                    if !self.on_resume(now, peer, conn, r.count) {
+                                    if !self.on_resume(now, peer, conn, r) {
                                         return InputStep::Drop;
                                     }
                                 }
-                                // This engine spreads no stream, so it asks for no run.
                                 FrameKind::Run => {
-                                    self.fail_protocol(peer, ProtoError::UnexpectedRun);
-                                    return InputStep::Drop;
+                                    let r = RunFrame::parse(bytes_at(rx, input, &src))
+                                        .map_err(ProtoError::Wire)
+                                        .and_then(|r| self.on_run(peer, link, r));
+                                    if let Err(e) = r {
+                                        self.fail_protocol(peer, e);
+                                        return InputStep::Drop;
+                                    }
                                 }
                             }
                         }
@@ -582,6 +629,87 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// A whole frame of `kind` read on `conn` (link `link` of `peer`), whose link was
+    /// at `take`: whether it is consumed (handled as usual) or dropped (a frame of an
+    /// older epoch, see `spread.rs`). A consumed frame moves the stream's position: a
+    /// link held for the run that starts there is read again.
+    fn run_frame(
+        &mut self,
+        peer: PeerId,
+        conn: ConnKey,
+        link: usize,
+        take: Take,
+        kind: FrameKind,
+    ) -> RunFrameIs {
+        if !kind.counted() {
+            return RunFrameIs::Consumed;
+        }
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return RunFrameIs::Consumed;
+        };
+        let order = &mut ep.fo.rx_order;
+        let moved = match take {
+            Take::Frame if order.position().0 > 0 => {
+                // Outside a run after a failover: a frame of epoch 0, sent again.
+                return RunFrameIs::Dropped;
+            }
+            Take::Frame => {
+                if !ep.fo.rx_spread {
+                    return RunFrameIs::Consumed;
+                }
+                order.took_bare();
+                true
+            }
+            Take::Drop(_) => {
+                order.took(link, 1);
+                return RunFrameIs::Dropped;
+            }
+            Take::Stream(_) | Take::Hold => order.took(link, 1),
+        };
+        let next = if moved { order.ready() } else { None };
+        let held = match next {
+            Some(l) if l != link => match l {
+                0 => match ep.state {
+                    EpState::Connected { conn } => Some(conn),
+                    _ => None,
+                },
+                l => ep.links.get(l - 1).and_then(|x| x.conn),
+            },
+            _ => None,
+        };
+        if link > 0 {
+            // Frames read on a link: the count is owed at once (a stream spread over
+            // links is a large one, whose sender waits for it).
+            self.counters.run_frames_in += 1;
+            if let Some(p) = self.primary_conn(peer).and_then(|k| self.conn_mut(k)) {
+                p.rx_lazy = u32::MAX;
+            }
+            self.mark_dirty(peer);
+        }
+        if let Some(k) = held.filter(|&k| k != conn) {
+            self.resume_reading(k);
+        }
+        RunFrameIs::Consumed
+    }
+
+    /// A RUN `r` was read on link `link` of `peer`.
+    fn on_run(&mut self, peer: PeerId, link: usize, r: RunFrame) -> Result<(), ProtoError> {
+        let count = self.rx_count(peer);
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return Ok(());
+        };
+        // (A RUN may come before this side saw the link it was sent beside open: the
+        // acceptor of a link spreads once it answered the join.)
+        if !ep.fo.rx_spread {
+            // The first run of epoch 0: the frames consumed outside runs (some on the
+            // fast paths, which stop now) set the position.
+            ep.fo.rx_spread = true;
+            ep.fo.rx_order.sync(count - ep.fo.rx_epoch_base);
+            self.ended += 1;
+        }
+        ep.fo.rx_order.on_run(link, r)
     }
 
     /// Handles what a connection still in its handshake parsed: `Some(true)` a record was
@@ -654,6 +782,12 @@ impl Core {
 
 /// The kind of the next frame of `rx`'s cache and then `input`, whatever its length;
 /// `None` while less than a header is there, or for a header the deframer will refuse.
+/// What [`Core::run_frame`] made of a frame.
+enum RunFrameIs {
+    Consumed,
+    Dropped,
+}
+
 fn next_kind(rx: &RxBuf, input: &[u8]) -> Option<FrameKind> {
     let mut h = [0u8; HEADER_LEN];
     let cached = if rx.wants_all() { &[][..] } else { rx.unread() };

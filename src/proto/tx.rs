@@ -20,7 +20,8 @@ use crate::proto::core::{
 use crate::proto::endpoint::{Endpoint, EpState, Frag, Lent, FRAG_INLINE, FRAG_WIRE};
 use crate::proto::failover::count_frame;
 use crate::wire::{
-    FrameKind, Header, PeerId, ResumeFrame, Tag, FLAG_ACK, KEEP_COPY_MAX, LINE, PAD_ALIGN,
+    FrameKind, Header, PeerId, ResumeFrame, RunFrame, Tag, FLAG_ACK, HEADER_LEN, KEEP_COPY_MAX,
+    LINE, MAX_LINKS, PAD_ALIGN, RUN_LEN,
 };
 
 /// The ACK frame (see [`FrameKind::Ack`]).
@@ -115,11 +116,72 @@ impl Core {
                 continue;
             }
             self.fill_batch(peer, conn, true);
+            self.spread(peer);
             held |= self.ep(peer).is_some_and(|e| !e.queue.is_empty());
         }
         dirty.clear();
         self.dirty = dirty;
         held
+    }
+
+    /// Frames of `peer` still queued after its primary's batch was filled (that batch is
+    /// out, or full) go to every open link whose batch is idle, each batch a run: a link
+    /// takes the next frames each time its batch comes back, so each carries a share in
+    /// proportion to what it moves. The first spread batch of an epoch puts the stream in
+    /// runs for good (see "Runs" in [`wire`](crate::wire)).
+    fn spread(&mut self, peer: PeerId) {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        let EpState::Connected { conn: primary } = ep.state else {
+            return;
+        };
+        if ep.queue.is_empty()
+            || !ep.fo.on
+            || ep.fo.awaiting.is_some()
+            || ep.fo.resume_out.is_some()
+            || !ep.lent.is_empty()
+        {
+            return;
+        }
+        let mut idle = [None; MAX_LINKS];
+        for (slot_, l) in idle.iter_mut().zip(&ep.links) {
+            *slot_ = l.conn.filter(|_| l.open);
+        }
+        for k in idle.into_iter().flatten() {
+            let ok = self
+                .conn_mut(k)
+                .is_some_and(|c| c.stage == Stage::Open && c.tx.is_some() && !c.tx_ready);
+            if !ok {
+                continue;
+            }
+            if self.ep(peer).is_some_and(|e| !e.fo.tx_runs) {
+                self.runs_begin(peer, primary);
+            }
+            self.fill_batch(peer, k, true);
+            if self.ep(peer).is_none_or(|e| e.queue.is_empty()) {
+                break;
+            }
+        }
+    }
+
+    /// `peer`'s stream goes in runs from its next batch on. The primary's batch holds the
+    /// last frames handed out (one connection carried them all).
+    fn runs_begin(&mut self, peer: PeerId, primary: ConnKey) {
+        let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+            return;
+        };
+        ep.fo.tx_runs = true;
+        let next = ep.head_seq + ep.inflight.len() as u64;
+        if let Some(c) = slot(&mut self.conns, primary.0) {
+            c.tx_first = match c.tx.as_ref() {
+                // Out: the frames after the written ones.
+                None => ep.head_seq + ep.written as u64,
+                // Here: the last frames handed out, written at once or gathered into it.
+                Some(b) => next - b.frames() as u64,
+            };
+        }
+        self.counters.spread_streams += 1;
     }
 
     /// A send finished (`Err`: the OS error it failed with): the batch comes back.
@@ -164,7 +226,8 @@ impl Core {
             self.complete_orphans(o);
         }
         if let Some(peer) = dead_of {
-            // A failed primary's batch: the sends it held may complete now.
+            // A failed primary's batch, or one of an epoch before a failover: the sends it
+            // held may complete now. Its frames went again; it counts none.
             self.dead_batch_back(peer);
         }
         let Some(c) = self.conn_mut(conn) else { return };
@@ -217,7 +280,9 @@ impl Core {
         }
         if stage == Stage::Open {
             if let Some(peer) = peer {
-                self.complete_frames(peer, frames);
+                if dead_of.is_none() {
+                    self.complete_frames(peer, conn, frames);
+                }
                 self.await_acks(now, peer, false);
                 let ep = self.ep(peer).expect("open conn has an endpoint");
                 if ep.fo.on && ep.fo.probe_at.is_none() {
@@ -281,6 +346,13 @@ impl Core {
             self.cfg.splice_max,
             self.cfg.splice_idle,
         );
+        // The count of the peer's frames we consumed (over every link), and whether it
+        // is owed now; it may leave on any link, between runs.
+        let (rx_count, due, primary) = (
+            self.rx_count(peer),
+            self.confirm_due(peer),
+            self.primary_conn(peer),
+        );
         let Some(c) = slot(&mut self.conns, conn.0) else {
             return;
         };
@@ -290,44 +362,58 @@ impl Core {
             IdleCopy::Paced => (0, splice_idle.map(|m| m.min(IDLE_COPY_PACED_MAX))),
             IdleCopy::Full => (IDLE_COPY_MIN, splice_idle),
         };
-        let (lending, due) = (c.lending, c.count_due());
+        let lending = c.lending;
         let Some(batch) = c.tx.as_mut() else { return }; // in flight: next completion refills
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
-        // Failover (see `failover.rs`): a RESUME first; nothing else until the peer's
-        // answers ours; then the count of the peer's frames we consumed, when it grew.
-        if let Some((count, asks)) = ep.fo.resume_out.take() {
-            ep.fo.rx_epoch = ep.fo.rx_epoch.saturating_add(1);
-            let epoch = ep.fo.rx_epoch;
-            batch.push_copy(&ResumeFrame { count, epoch, asks }.to_bytes());
-            ep.fo.rx_told = count;
-            c.rx_lazy = 0;
-            c.confirm_at = None;
+        let mut told = false;
+        // Failover (see `failover.rs`): a RESUME first, on the primary; nothing else
+        // until the peer's answers ours; then the count of the peer's frames we
+        // consumed, when it grew.
+        if Some(conn) == primary {
+            if let Some((count, epoch, asks)) = ep.fo.resume_out.take() {
+                batch.push_copy(&ResumeFrame { count, epoch, asks }.to_bytes());
+                ep.fo.rx_told = count;
+                told = true;
+            }
         }
-        if ep.fo.awaiting.is_some() {
+        if ep.fo.awaiting.is_some() || ep.fo.resume_out.is_some() {
             if submit {
                 submit_batch(c, conn, &mut self.counters, &mut self.todo);
+            }
+            if told {
+                self.count_told(primary);
             }
             return;
         }
         if ep.fo.on {
             // The count leaves on its own when the peer may wait for it (`Conn::rx_lazy`),
             // else with the frames that leave anyway (the answer of a ping-pong).
-            let count = ep.fo.rx_base + c.rx_frames;
             let rides = batch.frames() > 0 || !ep.queue.is_empty() || ep.acks_owed > 0;
-            if count > ep.fo.rx_told && (rides || due) {
-                batch.push_copy(&count_frame(FrameKind::Confirm, count));
-                ep.fo.rx_told = count;
-                c.rx_lazy = 0;
-                c.confirm_at = None;
+            if rx_count > ep.fo.rx_told && (rides || due) {
+                batch.push_copy(&count_frame(FrameKind::Confirm, rx_count));
+                ep.fo.rx_told = rx_count;
+                told = true;
             }
         }
+        let next = ep.head_seq + ep.inflight.len() as u64;
+        if batch.frames() == 0 {
+            c.tx_first = next;
+        }
+        // In runs, the batch's counted frames are one: its RUN goes before the first, and
+        // says how many once they are known. A batch whose frames another link's run
+        // followed takes no more (its frames must stay consecutive).
+        let runs = ep.fo.tx_runs;
+        let closed = runs && c.tx_first + batch.frames() as u64 != next;
+        let mut run_at: Option<usize> = None;
+        let mut run_frames = 0u32;
         // ACKs first: the peer's lent pages wait for them.
         // A batch that held frames already (gathered small messages) holds a message.
         let (fresh, mut acks) = (batch.frames() == 0, 0);
-        while ep.acks_owed > 0 && (batch.frames() == 0 || batch.parts() < max_iov) {
+        while !closed && ep.acks_owed > 0 && (batch.frames() == 0 || batch.parts() < max_iov) {
             ep.acks_owed -= 1;
+            open_run(batch, runs, &mut run_at, &mut run_frames);
             batch.push_copy(&ACK_FRAME);
             batch.add_frame();
             ep.inflight.push(None);
@@ -336,7 +422,7 @@ impl Core {
             }
             acks += 1;
         }
-        while let Some(f) = ep.queue.front() {
+        while let Some(f) = ep.queue.front().filter(|_| !closed) {
             let first = batch.frames() == 0;
             // No message before this one in the batch (ACKs aside).
             let data_first = fresh && batch.frames() == acks;
@@ -346,6 +432,7 @@ impl Core {
             }
             let mut f = ep.queue.pop_front().expect("front exists");
             let (hdr, cookie, queued) = (f.hdr, f.pending_cookie(), f.queued());
+            open_run(batch, runs, &mut run_at, &mut run_frames);
             let keep = ep.fo.on;
             // Kept, a short payload is copied: its send completes at its write.
             let copy = keep && !f.own && hdr.len as usize <= KEEP_COPY_MAX;
@@ -448,8 +535,36 @@ impl Core {
                 ep.fo.kept.push_back(f);
             }
         }
+        if let Some(at) = run_at {
+            let first = ep.head_seq + ep.inflight.len() as u64 - u64::from(run_frames);
+            let run = RunFrame {
+                offset: first - ep.fo.tx_epoch_start,
+                epoch: ep.fo.tx_epoch,
+                len: run_frames,
+            };
+            batch.patch(at, &run.to_bytes());
+        }
         if submit {
             submit_batch(c, conn, &mut self.counters, &mut self.todo);
+        }
+        if told {
+            self.count_told(primary);
+        }
+    }
+
+    /// The primary connection of `peer` (the one its stream started on, or moved to).
+    pub(super) fn primary_conn(&self, peer: PeerId) -> Option<ConnKey> {
+        match self.ep(peer)?.state {
+            EpState::Connected { conn } => Some(conn),
+            _ => None,
+        }
+    }
+
+    /// A count went out: the primary owes none until more is consumed.
+    fn count_told(&mut self, primary: Option<ConnKey>) {
+        if let Some(c) = primary.and_then(|k| self.conn_mut(k)) {
+            c.rx_lazy = 0;
+            c.confirm_at = None;
         }
     }
 
@@ -495,11 +610,30 @@ impl Core {
     /// The first `frames` sends in flight to `peer` completed without error: their
     /// cookies become one run of completions (no event per message), due after the
     /// events queued before it.
-    fn complete_frames(&mut self, peer: PeerId, frames: usize) {
+    /// `conn`'s batch came back written with `frames` counted frames.
+    fn complete_frames(&mut self, peer: PeerId, conn: ConnKey, frames: usize) {
+        let first = self.conn_mut(conn).map_or(0, |c| c.tx_first);
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
-        ep.written += frames;
+        if !ep.fo.tx_runs {
+            // One connection carries the stream: its batches come back in order.
+            ep.written += frames;
+        } else if frames > 0 {
+            let at = ep.head_seq + ep.written as u64;
+            if first > at {
+                // A later run came back first: written once the ones before it are.
+                ep.fo.written_ahead.push((first, first + frames as u64));
+                return;
+            }
+            ep.written += frames;
+            while let Some(i) =
+                (ep.fo.written_ahead.iter()).position(|r| r.0 == ep.head_seq + ep.written as u64)
+            {
+                let (from, to) = ep.fo.written_ahead.swap_remove(i);
+                ep.written += (to - from) as usize;
+            }
+        }
         self.release_written(peer);
     }
 
@@ -701,6 +835,21 @@ impl Core {
     }
 }
 
+/// Before a counted frame goes into a batch of a stream in runs (`runs`): the batch's
+/// RUN, at its first such frame (its arena offset in `run_at`, completed by
+/// `Core::fill_batch`), and one more frame in it.
+#[inline]
+fn open_run(batch: &mut TxBatch, runs: bool, run_at: &mut Option<usize>, frames: &mut u32) {
+    if !runs {
+        return;
+    }
+    if run_at.is_none() {
+        *run_at = Some(batch.arena_len());
+        batch.push_copy(&[0u8; HEADER_LEN + RUN_LEN]);
+    }
+    *frames += 1;
+}
+
 /// Hands `conn`'s batch to the driver (one [`Todo::Transmit`]) when it holds frames and
 /// is not with the driver already, and counts it.
 #[inline]
@@ -757,7 +906,8 @@ fn idle_conn<'a>(ep: &Endpoint, conns: &'a mut [Option<Conn>]) -> Option<(ConnKe
     let EpState::Connected { conn } = ep.state else {
         return None;
     };
-    if !ep.queue.is_empty() {
+    // A stream in runs has each batch's RUN written by `Core::fill_batch`.
+    if !ep.queue.is_empty() || ep.fo.tx_runs {
         return None;
     }
     let c = slot(conns, conn.0)?;

@@ -139,10 +139,10 @@ fn an_ack_for_nothing_fails_the_endpoint() {
     assert!(net.raw_eof(r));
 }
 
-/// An endpoint whose stream is not spread (one link) asks for no run: a RUN fails it, and
-/// the messages before it were delivered.
+/// A RUN that starts before where the stream stands (two frames were consumed outside
+/// runs) fails the endpoint, and the messages before it were delivered.
 #[test]
-fn a_run_on_one_link_fails_the_endpoint() {
+fn a_run_behind_the_stream_fails_the_endpoint() {
     let mut net = Net::pair(1);
     let r = confirmed_raw_peer(&mut net);
     net.raw_write(r, &frame(FrameKind::Send, 4, b"before"));
@@ -154,7 +154,7 @@ fn a_run_on_one_link_fails_the_endpoint() {
     net.raw_write(r, &run.to_bytes());
     net.raw_write(r, &frame(FrameKind::Send, 5, b"after"));
     net.drive();
-    assert_failed_with(&net, &ProtoError::UnexpectedRun);
+    assert_failed_with(&net, &ProtoError::RunOutOfOrder);
     assert_eq!(
         net.received(0, 1),
         [(9, b"hi".to_vec()), (4, b"before".to_vec())]

@@ -171,6 +171,8 @@ struct Sock {
     silent: bool,
     /// Reads armed on this end ([`Action::Receive`]).
     reads: usize,
+    /// Bytes the engine read on this end.
+    read_bytes: usize,
 }
 
 impl Sock {
@@ -197,6 +199,7 @@ impl Sock {
             src: None,
             silent: false,
             reads: 0,
+            read_bytes: 0,
         }
     }
 
@@ -1064,6 +1067,7 @@ impl Net {
                     *d = b;
                 }
                 rx.commit(want);
+                self.socks[s].read_bytes += want;
                 self.walk(n, key, rx);
                 self.pump(n);
             }
