@@ -191,6 +191,9 @@ pub struct Transport {
     ifaces: Option<Vec<Interface>>,
     cfg: Config,
     dispatching: u32,
+    /// Buffers of held links to walk again ([`Action::Walk`]) that came up while a handler
+    /// ran (its `flush`): walked once no handler runs, since a walk calls handlers.
+    walks: Vec<(ConnKey, RxBuf)>,
     accept_errors: u64,
     /// Successful `TCP_QUICKACK` calls ([`Stats::quick_acks`]).
     quick_acks: u64,
@@ -374,6 +377,7 @@ impl Transport {
             ifaces,
             cfg,
             dispatching: 0,
+            walks: Vec::new(),
             accept_errors: 0,
             quick_acks: 0,
             backend_note,
@@ -742,9 +746,8 @@ impl Transport {
             // Frames wait behind a batch in flight (one per connection): it may be back by
             // now, and then they can leave too.
             self.reap_sent()?;
-            self.core.flush();
         }
-        self.run_actions();
+        self.settle();
         self.backend.submit().map_err(|e| Error::io("submit", e))
     }
 
@@ -957,8 +960,7 @@ impl Transport {
                 self.handle_event(now, ev);
             }
         }
-        self.core.flush();
-        self.run_actions();
+        self.settle();
         let mut evs = mem::take(&mut self.events);
         // Stashed events count as work: no sleep in the kernel after handling them.
         let timeout = if stashed > 0 { None } else { timeout };
@@ -985,8 +987,7 @@ impl Transport {
             }
         }
         // Replies queued by handlers leave now, gathered per connection.
-        self.core.flush();
-        self.run_actions();
+        self.settle();
         self.deliver_core_events();
         Ok(n)
     }
@@ -1116,6 +1117,26 @@ impl Transport {
         self.dispatching -= 1;
     }
 
+    /// Moves queued frames into batches and performs what the engine decided, until
+    /// nothing is left to do: a buffer walked here ([`Action::Walk`], a held link read
+    /// again) may owe a count or queue frames, which leave in this pass too.
+    #[inline]
+    fn settle(&mut self) {
+        loop {
+            self.core.flush();
+            if self.dispatching == 0 && !self.walks.is_empty() {
+                for (k, buf) in mem::take(&mut self.walks) {
+                    self.on_recv(Instant::now(), k, buf);
+                }
+                continue;
+            }
+            if !self.core.has_actions() {
+                return;
+            }
+            self.run_actions_now();
+        }
+    }
+
     /// Performs what the engine decided. The engine owns every decision (including
     /// when a large payload bypasses the provided buffers) and at most one send per
     /// connection is ever handed out; this only forwards.
@@ -1131,6 +1152,7 @@ impl Transport {
             match a {
                 Action::Transmit { conn, batch } => self.backend.send(conn_id(conn), batch),
                 Action::Receive { conn, buf } => self.backend.recv(conn_id(conn), buf),
+                Action::Walk { conn, buf } if self.dispatching > 0 => self.walks.push((conn, buf)),
                 Action::Walk { conn, buf } => self.on_recv(Instant::now(), conn, buf),
                 Action::ArmProvided(k) => self.arm_provided(k),
                 Action::PauseProvided(k) => self.pause_provided(k),
@@ -1254,8 +1276,7 @@ impl Transport {
                 return;
             }
             // The answers (ACCEPT or REJECT) leave now.
-            self.core.flush();
-            self.run_actions();
+            self.settle();
         }
     }
 

@@ -125,17 +125,24 @@ fn big(seq: u64, size: usize) -> Bytes {
     Bytes::from(v)
 }
 
-/// Records the sequence numbers of the large messages on tag 6, each checked whole.
+/// Records the sequence numbers of the large messages on tag 6, each checked whole. The
+/// handler flushes, as Open MPI's handlers do: a held link read again meanwhile must not
+/// run a handler inside it.
 fn big_checker(t: &mut Transport, size: usize) -> std::rc::Rc<std::cell::RefCell<Vec<u64>>> {
     let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let g = got.clone();
-    t.register(Tag(6), move |_, m| {
+    let depth = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    t.register(Tag(6), move |t, m| {
+        depth.set(depth.get() + 1);
+        assert_eq!(depth.get(), 1, "a handler ran inside a handler");
         let seq = u64::from_be_bytes(m.payload[..8].try_into().expect("8 bytes"));
         assert!(
             m.payload[..] == big(seq, size)[..],
             "message {seq}: bytes differ"
         );
         g.borrow_mut().push(seq);
+        t.flush().unwrap();
+        depth.set(depth.get() - 1);
     })
     .unwrap();
     got

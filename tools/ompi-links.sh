@@ -7,7 +7,7 @@
 #   tcp ra,rb       btl tcp, one module per interface, ob1 stripes (btl_tcp_if_include ra,rb)
 #   ringbtl ra      btl ringbtl on ra alone: one link's rate
 #   ringbtl 1 mod   btl ringbtl, one module over ra and rb (btl_ringbtl_if_include ra,rb):
-#                   its primary link carries the stream, the other stands by
+#                   its stream spread over a link on each
 #   ringbtl per-if  btl ringbtl, one module per interface (btl_ringbtl_if_modules 1), each
 #                   with a transport of its own on its interface, ob1 stripes
 # First the module per interface alone: ompi/tests/ringbtl_check (every byte, 1 B to
@@ -20,8 +20,8 @@
 # 8: half the round trip, messages per second; medians over the runs), what a second
 # module costs small messages.
 # Asserted: every stream completes and checks; in the configurations that stripe (STRIPED
-# below: today the module per interface, ringbtl per-if) each interface carries at least
-# 35 % of the bytes in every run.
+# below: ringbtl 1 mod and ringbtl per-if) each interface carries at least 35 % of the
+# bytes in every run.
 # Then, unless --no-down, the interface-down case: ringbtl_check for 8 s at 2 ranks over
 # ra and rb, host 1's ra taken down once host 1's ra carried 1 MiB: with one module the
 # job must complete (the stream moves to rb); with a module per interface it is reported
@@ -129,9 +129,10 @@ MCA=(
   "--mca btl self,ringbtl --mca btl_ringbtl_if_include ra,rb --mca btl_ringbtl_if_modules 1"
 )
 PER_IF=4
-# The configurations whose split is asserted (35 % per interface): the module per interface
-# now; the one module too once ringbtl stripes its stream over its links.
-STRIPED=("$PER_IF")
+# The configurations whose split is asserted (35 % per interface): the one module, which
+# spreads its stream over its links, and the module per interface, which ob1 stripes.
+ONE_MOD=3
+STRIPED=("$ONE_MOD" "$PER_IF")
 
 # stream CONFIG SIZE: one run; appends "CONFIG SIZE MBPS RA_BYTES RB_BYTES" to results.
 results="$work/results"

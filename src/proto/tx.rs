@@ -430,6 +430,11 @@ impl Core {
             if !first && (batch.len() + f.wire_len() > budget || parts > max_iov) {
                 break;
             }
+            if f.hdr.kind == FrameKind::Fin && Some(conn) != primary {
+                // A FIN goes on the primary: the peer, having read it, may close, and
+                // its end of the primary must come after our FIN on the primary.
+                break;
+            }
             let mut f = ep.queue.pop_front().expect("front exists");
             let (hdr, cookie, queued) = (f.hdr, f.pending_cookie(), f.queued());
             open_run(batch, runs, &mut run_at, &mut run_frames);

@@ -1041,3 +1041,100 @@ fn a_link_cut_without_a_word_is_found_by_its_probes() {
     }
     assert!(found >= 75, "found by a probe in {found} of 150 runs");
 }
+
+/// Large messages back and forth with a link open, some behind a short one: each arrives
+/// and every send completes without any timer (no count waits for the lazy deadline).
+#[test]
+fn large_messages_both_ways_need_no_timer_with_a_link() {
+    for seed in 0..20 {
+        let mut net = Net::pair(seed);
+        plan(&mut net, 0, 1, 1);
+        connect_pair(&mut net);
+        for i in 0..30 {
+            let (a, b) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
+            net.send(a, b as u32, 1, vec![i as u8; 262144]).unwrap();
+            if i % 3 == 0 {
+                net.send(a, b as u32, 1, vec![i as u8; 300]).unwrap();
+                net.send(a, b as u32, 1, vec![i as u8; 100000]).unwrap();
+            }
+            net.run(false);
+            let got = net.received(b, a).len();
+            let sent = net.sent(a, b).len();
+            assert_eq!(got, sent, "seed {seed} round {i}: {a}->{b}");
+        }
+        for n in 0..2 {
+            let pending = net.core(n).pending(PeerId(1 - n as u32));
+            assert_eq!(pending, 0, "seed {seed}: node {n} pending without timers");
+        }
+    }
+}
+
+/// Puts of 256 KiB, each followed by a message, with a link open: they spread, land in
+/// the region, and complete without any timer, in rounds.
+#[test]
+fn puts_over_links_land_and_complete_without_timers() {
+    use crate::buf::Access;
+    use crate::wire::PutTarget;
+    use bytes::Bytes;
+    use std::ptr::NonNull;
+    const CHUNK: usize = 262_144;
+    const N: usize = 8;
+    for seed in 0..20 {
+        let mut net = Net::pair(seed);
+        plan(&mut net, 0, 1, 1);
+        connect_pair(&mut net);
+        let mut dst = vec![0u8; CHUNK * N].into_boxed_slice();
+        let dst_at = dst.as_ptr() as u64;
+        // SAFETY: `dst` outlives `net` (dropped first below), and nothing reads or writes
+        // it while it lives but node 1's engine placing puts.
+        #[allow(unsafe_code)]
+        let key = unsafe {
+            let d = NonNull::new(dst.as_mut_ptr()).expect("boxed");
+            net.core(1)
+                .regions_mut()
+                .register(d, dst.len(), Access::Write)
+        };
+        let src: Vec<u8> = (0..CHUNK * N)
+            .map(|i| (i * 13 + seed as usize) as u8)
+            .collect();
+        let base = net.nodes[1]
+            .got
+            .iter()
+            .filter(|(p, _, _)| *p == PeerId(0))
+            .count();
+        for round in 0..3 {
+            for i in 0..N {
+                let seg = Bytes::copy_from_slice(&src[i * CHUNK..(i + 1) * CHUNK]);
+                let target = PutTarget {
+                    key,
+                    addr: dst_at + (i * CHUNK) as u64,
+                };
+                net.core(0)
+                    .put(PeerId(1), target, &[seg], 1000 + (round * N + i) as u64)
+                    .unwrap();
+                net.send(0, 1, 3, vec![i as u8; 8]).unwrap();
+                let k = net.rng.below(4);
+                net.steps(k);
+            }
+            net.run(false);
+            let puts = net.nodes[0]
+                .events
+                .iter()
+                .filter(|e| matches!(e, CoreEvent::Completed { cookie, result: Ok(()), .. } if (1000..2000).contains(cookie)))
+                .count();
+            assert_eq!(
+                puts,
+                (round + 1) * N,
+                "seed {seed} round {round}: puts completed without timers"
+            );
+            let got = net.nodes[1]
+                .got
+                .iter()
+                .filter(|(p, _, _)| *p == PeerId(0))
+                .count();
+            assert_eq!(got, base + (round + 1) * N, "seed {seed}");
+        }
+        drop(net);
+        assert!(dst[..] == src[..], "seed {seed}: region");
+    }
+}
