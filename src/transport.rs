@@ -934,7 +934,7 @@ impl Transport {
     #[doc(hidden)]
     pub fn hold_reading(&mut self, peer: PeerId, hold: bool) -> bool {
         let held = self.core.hold_primary(peer, hold);
-        self.run_actions();
+        self.settle();
         held
     }
 
@@ -1140,13 +1140,6 @@ impl Transport {
     /// Performs what the engine decided. The engine owns every decision (including
     /// when a large payload bypasses the provided buffers) and at most one send per
     /// connection is ever handed out; this only forwards.
-    #[inline]
-    fn run_actions(&mut self) {
-        if self.core.has_actions() {
-            self.run_actions_now();
-        }
-    }
-
     fn run_actions_now(&mut self) {
         while let Some(a) = self.core.poll_action() {
             match a {

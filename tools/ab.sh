@@ -6,7 +6,7 @@
 #
 # Usage: tools/ab.sh [--runs N] [--backend uring|epoll] [--lat-sizes L] [--bw-sizes L]
 #                    [--rate-sizes L] [--rate-window W] [--rate-iters N]
-#                    [--hosts [--cc ALGO]] A_BIN B_BIN
+#                    [--hosts [--cc ALGO] [--link-mbit R]] A_BIN B_BIN
 #   A_BIN, B_BIN: two ringbtl-bench executables (e.g. built from two commits), or two
 #   scripts that run one with different settings (`exec env RINGBTL_X=.. ringbtl-bench "$@"`).
 # Measures: latency p50 at 8 B, 64 KiB and 1 MiB; bandwidth at 1 MiB; message rate at 8 B
@@ -17,11 +17,14 @@
 # rbtlab<pid>, removed on exit; needs root and iproute2), one rank in each (rank 0 on CPU 0
 # in h0, rank 1 on CPU 1 in h1, over subnet a, wired up by RINGBTL_WIREUP=env), the hosts'
 # congestion control --cc (default: the system's); the latency is the launcher table's p50.
+# Both hosts have ra and rb: a binary run through `exec env RINGBTL_IF_INCLUDE=ra,rb ...`
+# takes both (a link on each). --link-mbit R: every ra and rb sends at most R Mbit/s (tc
+# tbf in both hosts), so that the links, not the cores, bound the stream.
 set -euo pipefail
 
 runs=5
 backend=uring
-lat=8,64K,1M bw=1M rate=8 rate_window=64 rate_iters='' hosts='' cc=''
+lat=8,64K,1M bw=1M rate=8 rate_window=64 rate_iters='' hosts='' cc='' mbit=''
 while [ $# -gt 2 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -33,12 +36,15 @@ while [ $# -gt 2 ]; do
     --rate-iters) rate_iters=$2; shift 2 ;;
     --hosts) hosts=1; shift ;;
     --cc) cc=$2; shift 2 ;;
+    --link-mbit) mbit=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-[ $# -eq 2 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
+[ $# -eq 2 ] || { sed -n '2,22p' "$0" >&2; exit 2; }
 [ -z "$cc" ] || [ -n "$hosts" ] \
   || { echo "--cc needs --hosts (on loopback RINGBTL_TCP_CONGESTION chooses)" >&2; exit 2; }
+[ -z "$mbit" ] || { [ -n "$hosts" ] && [[ $mbit =~ ^[1-9][0-9]*$ ]]; } \
+  || { echo "--link-mbit needs --hosts and a rate in Mbit/s" >&2; exit 2; }
 rate_opts=(--window "$rate_window")
 [ -z "$rate_iters" ] || rate_opts+=(--iters "$rate_iters" --warmup $((rate_iters / 10)))
 a=$1 b=$2
@@ -57,6 +63,13 @@ if [ -n "$hosts" ]; then
   cc_opt=()
   [ -z "$cc" ] || cc_opt=(--cc "$cc")
   "$netns" up $NET "${cc_opt[@]}" >/dev/null
+  if [ -n "$mbit" ]; then
+    for ns in $NS0 $NS1; do
+      for d in ra rb; do
+        tc -n "$ns" qdisc replace dev "$d" root tbf rate "${mbit}mbit" burst 256kb latency 100ms
+      done
+    done
+  fi
 fi
 # launcher_p50 FILE: "SIZE P50" per line of ringbtl-bench latency's table under a launcher
 # (size avg min max p50).
@@ -110,6 +123,7 @@ done
 
 where=loopback
 [ -z "$hosts" ] || where="two namespace hosts, congestion control ${cc:-of the system}"
+[ -z "$mbit" ] || where="$where, ra and rb at $mbit Mbit/s each"
 python3 - "$out/lines" "$runs" "$backend" "$where" <<'EOF'
 import json, statistics, sys
 path, runs, backend, where = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]

@@ -8,9 +8,10 @@
 #     out carried nothing and the chosen one the job's traffic, and the peers added when
 #     they connected first are those the program's traffic implies (check_first below);
 #   - for 8 s over both interfaces (btl_ringbtl_if_include ra,rb), host 2's ra taken down
-#     once the job's traffic flows: the job completes, its traffic moves to rb, the pause
-#     (host 2's byte counters sampled every 50 ms, and the longest round) stays under
-#     10 s, and each of host 2's peers fails over once, on both sides;
+#     once the job's traffic flows: the job completes, its traffic (spread over ra and
+#     rb) goes on over rb, the pause (host 2's byte counters sampled every 50 ms, and the
+#     longest round) stays under 10 s, and each of host 2's peers fails over at least
+#     once, on both sides;
 #   - the same job and link down over btl tcp (btl_tcp_if_include ra,rb): it must not
 #     complete (it hangs until timeout ends it at 30 s).
 # Then tears down.
@@ -301,20 +302,21 @@ stalls=$(awk '{ s += $3 } END { print s + 0 }' <<<"$stats")
 per_rank=$(awk '{ printf "%s%s: %s (%s)", (NR > 1 ? ", " : ""), $1, $2, $3 }' <<<"$stats")
 echo "   OK in $took s ($rounds); host 2 before the down: ra $ra_before, rb $rb_before bytes;" \
   "after: rb $rb_after bytes"
-echo "   traffic on rb $moved s after the down; longest pause of host 2's bytes $gap s" \
+echo "   traffic on rb $moved s after the down (spread: at once); longest pause of host 2's bytes $gap s" \
   "(beginning $gap_at s from the down); failovers (after a stall) per rank: $per_rank"
-[ "$rb_before" -lt $((1 << 20)) ] ||
-  job_failed "rb carried $rb_before bytes before the down: ra was not the primary"
+# (The stream is spread over ra and rb: rb carries bytes before the down too.)
 [ "$rb_after" -ge $((4 << 20)) ] || job_failed "rb carried only $rb_after bytes after the down"
 [ "$moved" != - ] || job_failed "no traffic on host 2's rb after the down"
 awk -v m="$moved" -v g="$gap" -v l="${longest:-x}" -v b="$STALL_BOUND" \
   'BEGIN { exit !(l != "x" && m <= b && g <= b && l <= b) }' ||
   job_failed "the pause exceeds $STALL_BOUND s (rb after $moved s, no byte for $gap s, longest round ${longest:-?} s)"
-# Each of host 2's three peers moves to rb once, on both sides: 3 at rank 2, 1 at the
-# others; each move starts with a stall found by the probe on at least one side (an
-# interface down sends no reset).
-[ "$(awk '{ print $1, $2 }' <<<"$stats" | paste -sd, -)" = "0 1,1 1,2 3,3 1" ] ||
-  job_failed "failovers (after a stall) per rank: $per_rank; expected 3 at rank 2, 1 at the others"
+# Each of host 2's three peers fails over at least once, on both sides: 3 or more at
+# rank 2, 1 or more at the others (a side that finds the loss after it answered the
+# other's RESUME asks again); each starts with a stall found by a probe, or by a receiver
+# whose stream stood still, on at least one side (an interface down sends no reset).
+awk '{ n[$1] = $2 } END { exit !(n[2] >= 3 && n[0] >= 1 && n[1] >= 1 && n[3] >= 1) }' \
+  <<<"$stats" ||
+  job_failed "failovers (after a stall) per rank: $per_rank; expected 3 or more at rank 2, 1 or more at the others"
 [ "$stalls" -ge 3 ] || job_failed "$stalls stalls found, expected one per peer of host 2 at least"
 
 echo "-- the same job over btl tcp (btl_tcp_if_include ra,rb), host 2's ra taken down mid-run"

@@ -18,12 +18,16 @@
 //!   only; one host's `rb` goes down mid-stream; with `TCP_USER_TIMEOUT` at 2 s both ranks
 //!   fail every pending send, each exactly once (`ETIMEDOUT`, or `ENETUNREACH` on the host
 //!   whose route went with the link), and exit non-zero within a bound.
-//! - `a_link_going_down_mid_stream_loses_nothing`: two ranks with two links each (`ra`,
-//!   the primary, and `rb`, standing by) run a checked alltoall, both directions at once;
-//!   host 1's own `ra` goes down mid-stream and the stream moves to `rb` within a bound;
-//!   `ra` comes back and rejoins as a standby link; then `rb` goes down, the stream
-//!   moves back to `ra`, and `rb` comes back and rejoins on its own route. Every message arrives once, intact and in order, every send
-//!   completes once, and each rank counts both failovers (`# rank R links: ...`).
+//! - `a_stream_between_hosts_is_spread_over_both_interfaces`: two ranks stream 64 MiB
+//!   each way over a link on `ra` and one on `rb`; each interface carries at least 35 %
+//!   of the bytes (its counters), on each backend.
+//! - `a_link_going_down_mid_stream_loses_nothing`: two ranks with two links each (`ra`
+//!   and `rb`, the stream spread over both) run a checked alltoall, both directions at
+//!   once; host 1's own `ra` goes down mid-stream, its connections are found dead and the
+//!   stream goes on over `rb` within a bound; `ra` comes back and rejoins; then `rb` goes
+//!   down, the stream goes on over `ra`, and `rb` comes back and rejoins on its own
+//!   route. Every message arrives once, intact and in order, every send completes once,
+//!   and each rank counts at least one failover per interface down (`# rank R links:`).
 //! - `a_link_going_down_mid_stream_loses_nothing_over_ipv6`: the same with the ranks on
 //!   IPv6 only (`RINGBTL_IF_INCLUDE=fd31:231::/32`, both subnets).
 //! - `both_links_going_down_fail_the_sends_in_bounded_time`: the same two ranks; host 1's
@@ -1277,6 +1281,50 @@ fn wait_rejoined(
             ss_all(net, ranks.len())
         );
         thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Two ranks on two hosts with `ra` and `rb` stream checked messages to each other (64
+/// MiB each way, in messages of 1 MiB and of 1,000,000 bytes): the stream is spread over
+/// a link on each interface, and each interface carries at least 35 % of the bytes (host
+/// 0's counters, sent and received), on each backend.
+#[test]
+fn a_stream_between_hosts_is_spread_over_both_interfaces() {
+    let Some(_one) = prepare() else { return };
+    for backend in backends() {
+        let net = Net::up();
+        let env = [("RINGBTL_BACKEND", backend)];
+        const ROUNDS: u32 = 32;
+        let rounds = ROUNDS.to_string();
+        let args = ["--sizes", "1M,1000000", "--rounds", &rounds];
+        let bytes = |net: &Net| {
+            let (a, b) = (net.counters(0, "ra"), net.counters(0, "rb"));
+            (a.0 + a.1, b.0 + b.1)
+        };
+        let (a0, b0) = bytes(&net);
+        let ranks: Vec<Rank> = (0..2)
+            .map(|r| net.rank(r, 2, "10.231.1.10:23011", &env, &args))
+            .collect();
+        let done: Vec<Done> = ranks.into_iter().map(Rank::wait).collect();
+        checked(&done, 2 * 2 * ROUNDS);
+        let (a1, b1) = bytes(&net);
+        let (ra, rb) = (a1 - a0, b1 - b0);
+        let total = (ra + rb).max(1);
+        println!(
+            "{backend}: ra carried {ra} bytes ({:.1} %), rb {rb} ({:.1} %)",
+            100.0 * ra as f64 / total as f64,
+            100.0 * rb as f64 / total as f64
+        );
+        for (name, n) in [("ra", ra), ("rb", rb)] {
+            assert!(
+                100 * n >= 35 * total,
+                "{backend}: {name} carried {n} of {total} bytes, less than 35 %"
+            );
+        }
+        for (r, d) in done.iter().enumerate() {
+            let l = Links::of(r, &d.stderr);
+            assert_eq!((l.lost, l.failovers), (0, 0), "rank {r}: {l}");
+        }
     }
 }
 

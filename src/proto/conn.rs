@@ -145,6 +145,9 @@ pub(super) struct Conn {
     /// batch, set as the batch takes its first frame: with runs on several links, batches
     /// come back out of order.
     pub(super) tx_first: u64,
+    /// Bytes of frames put into this connection's batches (`Core::spread` gives the next
+    /// frames to the one that carried the fewest).
+    pub(super) tx_bytes: u64,
     /// Frames of the peer's stream consumed on this connection (see `failover.rs`).
     pub(super) rx_frames: u64,
     /// The endpoint's primary while a standby link is open: reads make a CONFIRM due.
@@ -202,6 +205,7 @@ impl Conn {
             answer_quick: false,
             link: 0,
             tx_first: 0,
+            tx_bytes: 0,
             rx_frames: 0,
             confirms: false,
             rx_lazy: 0,

@@ -908,6 +908,12 @@ impl Core {
                 self.link_timers(now, peer);
                 self.probe_timer(now, peer);
             }
+            if self.endpoints[i]
+                .as_ref()
+                .is_some_and(|e| e.fo.owed.is_some())
+            {
+                self.owed_timer(now, peer);
+            }
             let Some(ep) = self.endpoints[i].as_mut() else {
                 continue;
             };

@@ -96,6 +96,9 @@ pub(super) struct Failover {
     /// our frame it began with (on the scale of `Endpoint::head_seq`).
     pub(super) tx_epoch: u32,
     pub(super) tx_epoch_start: u64,
+    /// While the peer's stream is owed frames (`RunOrder::waiting`): the position it
+    /// stood at, and when a RESUME is asked if it has not moved by then.
+    pub(super) owed: Option<(Instant, (u32, u64))>,
     /// Batches written out of order (a later run's link was faster): the frame numbers
     /// they cover, until the frames before them are written too.
     pub(super) written_ahead: Vec<(u64, u64)>,
@@ -127,6 +130,10 @@ pub(super) const COPIES_BLOCK: usize = 64 << 10;
 /// Longest a count of consumed frames that no sender waits for stays unsent when no frame
 /// of ours carries it (see `Conn::rx_lazy`).
 pub(crate) const CONFIRM_LAZY: Duration = Duration::from_millis(10);
+
+/// Longest the position of a stream owed frames may stand still before its receiver
+/// starts a new epoch itself (`Core::owed_timer`): past the probe's (about 0.7 s).
+pub(super) const OWED_STALL: Duration = Duration::from_secs(1);
 
 /// How often the primary of a peer with a standby link is probed while frames wait.
 pub(super) const PROBE_EVERY: Duration = Duration::from_millis(100);
@@ -585,7 +592,10 @@ impl Core {
             let Some(c) = slot(&mut self.conns, k.0) else {
                 continue;
             };
-            if c.tx.is_none() && !c.failed_over && c.stage != Stage::Dead {
+            // (A batch here that holds frames was filled before the RESUME: it leaves with
+            // them, of the old epoch, and must count none either.)
+            let old = c.tx.as_ref().is_none_or(|b| b.frames() > 0);
+            if old && !c.failed_over && c.stage != Stage::Dead {
                 c.failed_over = true;
                 if let Some(ep) = slot(&mut self.endpoints, peer.0) {
                     ep.fo.dead_batches += 1;
@@ -634,6 +644,38 @@ impl Core {
         self.arm_timer(next);
         self.todo.push_back(Todo::Probe(primary));
         self.todo.extend(links.into_iter().map(Todo::Probe));
+    }
+
+    /// The receiver's watch over a stream owed frames (see `RunOrder::waiting`): armed
+    /// when a link is held for a later run; when the position has not moved for
+    /// [`OWED_STALL`], the frames at the position went with a link this side did not see
+    /// fail, or the peer's RESUME waits behind a held run: a RESUME that asks, which
+    /// starts a new epoch (held links are read again) and makes the peer send again.
+    pub(super) fn owed_timer(&mut self, now: Instant, peer: PeerId) {
+        let Some(ep) = self.ep_mut(peer) else { return };
+        let waiting = ep.fo.rx_order.waiting()
+            && matches!(ep.state, EpState::Connected { .. })
+            && !ep.fin_rcvd;
+        if !waiting {
+            ep.fo.owed = None;
+            return;
+        }
+        let pos = ep.fo.rx_order.position();
+        match ep.fo.owed {
+            Some((at, p)) if p == pos && at <= now => {
+                ep.fo.owed = None;
+                if ep.fo.awaiting.is_none() && ep.fo.resume_out.is_none() {
+                    self.counters.stalls += 1;
+                    self.ask_resume(now, peer);
+                }
+            }
+            Some((at, p)) if p == pos => self.arm_timer(at),
+            _ => {
+                let at = now + OWED_STALL;
+                ep.fo.owed = Some((at, pos));
+                self.arm_timer(at);
+            }
+        }
     }
 
     /// Starts probing `peer`'s primary, if it is not probed already.

@@ -442,8 +442,9 @@ impl Core {
                         .map_or(Take::Frame, |e| e.fo.rx_order.next(link));
                     if take == Take::Hold {
                         // A run further in the stream: it waits, unread, until the
-                        // position reaches it.
+                        // position reaches it (watched: `Core::owed_timer`).
                         self.hold_reading(conn);
+                        self.owed_timer(now, peer);
                         if let Some(c) = self.conn_mut(conn) {
                             c.deadline = None;
                         }

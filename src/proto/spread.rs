@@ -162,6 +162,17 @@ impl RunOrder {
         })
     }
 
+    /// Whether the stream is owed frames: a RUN of the epoch was read on some link and
+    /// its frames have not all come (at the position, or further on, held). The link that
+    /// should bring the frames at the position may be slow, or lost without this side
+    /// seeing it, and a RESUME of the peer may wait behind a held run: see
+    /// `Core::owed_timer`.
+    pub(super) fn waiting(&self) -> bool {
+        self.links
+            .iter()
+            .any(|c| matches!(*c, Cur::In { epoch, .. } if epoch == self.epoch))
+    }
+
     /// Writing a RESUME: a new epoch starts at offset 0, and every run read or in flight
     /// so far belongs to an older one (dropped whole). Returns the new epoch, to put in
     /// the RESUME, or `None` when the epochs are exhausted (the endpoint must fail).

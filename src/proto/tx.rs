@@ -115,8 +115,19 @@ impl Core {
                 submit_batch(c, conn, &mut self.counters, &mut self.todo);
                 continue;
             }
-            self.fill_batch(peer, conn, true);
-            self.spread(peer);
+            let turns = self.ep(peer).is_some_and(|e| {
+                e.fo.tx_runs
+                    && !e.queue.is_empty()
+                    && e.fo.resume_out.is_none()
+                    && e.fo.awaiting.is_none()
+            });
+            if turns {
+                // In runs every open connection takes its turn first.
+                self.spread(peer, true);
+            } else {
+                self.fill_batch(peer, conn, true);
+                self.spread(peer, false);
+            }
             held |= self.ep(peer).is_some_and(|e| !e.queue.is_empty());
         }
         dirty.clear();
@@ -125,11 +136,12 @@ impl Core {
     }
 
     /// Frames of `peer` still queued after its primary's batch was filled (that batch is
-    /// out, or full) go to every open link whose batch is idle, each batch a run: a link
+    /// out, or full) go to every open link whose batch is here, each batch a run: a link
     /// takes the next frames each time its batch comes back, so each carries a share in
     /// proportion to what it moves. The first spread batch of an epoch puts the stream in
-    /// runs for good (see "Runs" in [`wire`](crate::wire)).
-    fn spread(&mut self, peer: PeerId) {
+    /// runs for good (see "Runs" in [`wire`](crate::wire)); from then on the primary
+    /// (`with_primary`) is one of the connections.
+    fn spread(&mut self, peer: PeerId, with_primary: bool) {
         let Some(ep) = slot(&mut self.endpoints, peer.0) else {
             return;
         };
@@ -144,17 +156,26 @@ impl Core {
         {
             return;
         }
-        let mut idle = [None; MAX_LINKS];
-        for (slot_, l) in idle.iter_mut().zip(&ep.links) {
-            *slot_ = l.conn.filter(|_| l.open);
-        }
-        for k in idle.into_iter().flatten() {
-            let ok = self
-                .conn_mut(k)
-                .is_some_and(|c| c.stage == Stage::Open && c.tx.is_some() && !c.tx_ready);
-            if !ok {
-                continue;
+        // The connections whose batch is here, the one that carried the fewest bytes
+        // first: links of equal speed carry equal shares, and a slower one, whose batch
+        // is out longer, takes fewer.
+        let mut idle = [(u64::MAX, None); MAX_LINKS];
+        let mut n = 0;
+        for k in with_primary
+            .then_some(primary)
+            .into_iter()
+            .chain(ep.links.iter().filter(|l| l.open).filter_map(|l| l.conn))
+        {
+            if let Some(c) = slot(&mut self.conns, k.0) {
+                if c.stage == Stage::Open && c.tx.is_some() {
+                    idle[n] = (c.tx_bytes, Some(k));
+                    n += 1;
+                }
             }
+        }
+        idle[..n].sort_unstable_by_key(|&(b, _)| b);
+        for &(_, k) in &idle[..n] {
+            let Some(k) = k else { continue };
             if self.ep(peer).is_some_and(|e| !e.fo.tx_runs) {
                 self.runs_begin(peer, primary);
             }
@@ -521,6 +542,7 @@ impl Core {
                 }
             }
             batch.add_frame();
+            c.tx_bytes += f.wire_len() as u64;
             if queued && !keep {
                 // (A kept frame counts until it completes, see `Core::drop_kept`.)
                 ep.queued_bytes -= (Header::LEN + hdr.len as usize) as u64;
