@@ -28,7 +28,10 @@
 //! its kept frames from the count it read; the first side, reading the answer, does the
 //! same. So each side resends exactly the frames the other did not consume: nothing is
 //! lost, nothing delivered twice, the order holds, and every send completes once. Both
-//! sides may start at once (both saw the reset): each RESUME is then the other's answer.
+//! sides may start at once (both saw the reset): each resends from the other's RESUME and
+//! answers it as well, which starts one more epoch (see `spread.rs`). A link beyond the
+//! primary that carried runs and fails makes its side ask on the primary, and a receiver
+//! whose stream stood still while owed frames asks too ([`OWED_STALL`]).
 //!
 //! A peer whose frames were written before a standby link opened, and not confirmed, may
 //! have lost some with the primary: the RESUME it reads then asks for frames no longer
