@@ -148,20 +148,9 @@ fn big_checker(t: &mut Transport, size: usize) -> std::rc::Rc<std::cell::RefCell
     got
 }
 
-/// Sends large message `seq` from `t`, progressing both sides while the queue is full.
+/// Sends large message `seq` from `t` (tag 6), as [`send_retrying`] does.
 fn send_big(t: &mut Transport, other: &mut Transport, peer: PeerId, seq: u64, size: usize) {
-    let m = big(seq, size);
-    for _ in 0..100_000 {
-        match t.send(peer, Tag(6), std::slice::from_ref(&m), seq) {
-            Ok(()) => return,
-            Err(SendError::WouldBlock(_)) => {
-                t.progress().unwrap();
-                other.progress().unwrap();
-            }
-            Err(e) => panic!("send {seq}: {e}"),
-        }
-    }
-    panic!("send {seq}: the queue never drained");
+    send_until_taken(t, other, (peer, Tag(6)), big(seq, size), seq);
 }
 
 /// A clean shutdown closes the links with their endpoint: the peer sees the FIN and
@@ -256,10 +245,23 @@ fn checker(t: &mut Transport) -> std::rc::Rc<std::cell::RefCell<Vec<u64>>> {
     got
 }
 
-/// Sends message `seq` from `t`, progressing both sides while the peer's queue is full.
+/// Sends message `seq` from `t` (tag 5), progressing both sides while the peer's queue
+/// is full.
 fn send_retrying(t: &mut Transport, other: &mut Transport, peer: PeerId, seq: u64) {
+    send_until_taken(t, other, (peer, Tag(5)), payload(seq), seq);
+}
+
+/// Sends `m` to `to` (peer, tag) from `t` with cookie `seq`, progressing both sides while
+/// the queue is full.
+fn send_until_taken(
+    t: &mut Transport,
+    other: &mut Transport,
+    (peer, tag): (PeerId, Tag),
+    m: Bytes,
+    seq: u64,
+) {
     for _ in 0..100_000 {
-        match t.send(peer, Tag(5), &[payload(seq)], seq) {
+        match t.send(peer, tag, std::slice::from_ref(&m), seq) {
             Ok(()) => return,
             Err(SendError::WouldBlock(_)) => {
                 t.progress().unwrap();

@@ -324,18 +324,7 @@ fn with_two_standby_links_two_failures_in_a_row_lose_nothing() {
         }
         churn(&mut net, 6);
         net.drive();
-        for (n, p) in [(0, 1), (1, 0)] {
-            assert!(connected(&net, n, p), "seed {seed}: node {n}");
-            assert!(net.failed_events(n).is_empty(), "seed {seed}: node {n}");
-        }
-        net.assert_all_delivered(0, 1);
-        net.assert_all_delivered(1, 0);
-        for n in 0..2 {
-            assert!(
-                net.completions(n).values().all(Result::is_ok),
-                "seed {seed}: node {n}"
-            );
-        }
+        all_arrived(&net, seed);
     }
 }
 
@@ -361,18 +350,7 @@ fn a_primary_cut_without_a_word_is_found_by_its_retransmissions() {
         cut_conn(&mut net, primary);
         churn(&mut net, 6);
         net.drive();
-        for (n, p) in [(0, 1), (1, 0)] {
-            assert!(connected(&net, n, p), "seed {seed}: node {n}");
-            assert!(net.failed_events(n).is_empty(), "seed {seed}: node {n}");
-        }
-        net.assert_all_delivered(0, 1);
-        net.assert_all_delivered(1, 0);
-        for n in 0..2 {
-            assert!(
-                net.completions(n).values().all(Result::is_ok),
-                "seed {seed}: node {n}"
-            );
-        }
+        all_arrived(&net, seed);
         let stalls = net.core(0).counters().stalls + net.core(1).counters().stalls;
         assert!(stalls >= 1, "seed {seed}: found by a probe");
     }
@@ -833,6 +811,23 @@ fn raw_peer_and_link(net: &mut Net) -> (usize, usize) {
     (first, r)
 }
 
+/// Both still connected, nothing failed, every message arrived once and in order both
+/// ways, every send completed without error.
+fn all_arrived(net: &Net, seed: u64) {
+    for (n, p) in [(0, 1), (1, 0)] {
+        assert!(connected(net, n, p), "seed {seed}: node {n}");
+        assert!(net.failed_events(n).is_empty(), "seed {seed}: node {n}");
+    }
+    net.assert_all_delivered(0, 1);
+    net.assert_all_delivered(1, 0);
+    for n in 0..2 {
+        assert!(
+            net.completions(n).values().all(Result::is_ok),
+            "seed {seed}: node {n}"
+        );
+    }
+}
+
 /// Node 1's sockets, but for its end of the primary.
 fn links_of_node_1(net: &Net) -> Vec<usize> {
     net.open_socks(1)
@@ -986,18 +981,7 @@ fn a_link_that_carried_runs_breaks_and_nothing_is_lost() {
         break_conn(&mut net, victim);
         churn(&mut net, 10);
         net.drive();
-        for (n, p) in [(0, 1), (1, 0)] {
-            assert!(connected(&net, n, p), "seed {seed}: node {n}");
-            assert!(net.failed_events(n).is_empty(), "seed {seed}: node {n}");
-        }
-        net.assert_all_delivered(0, 1);
-        net.assert_all_delivered(1, 0);
-        for n in 0..2 {
-            assert!(
-                net.completions(n).values().all(Result::is_ok),
-                "seed {seed}: node {n}"
-            );
-        }
+        all_arrived(&net, seed);
         assert_eq!(net.core(0).pending(PeerId(1)), 0, "seed {seed}");
         assert_eq!(net.core(1).pending(PeerId(0)), 0, "seed {seed}");
         resumed +=
@@ -1025,18 +1009,7 @@ fn a_link_cut_without_a_word_is_found_by_its_probes() {
         cut_conn(&mut net, link);
         churn(&mut net, 10);
         net.drive();
-        for (n, p) in [(0, 1), (1, 0)] {
-            assert!(connected(&net, n, p), "seed {seed}: node {n}");
-            assert!(net.failed_events(n).is_empty(), "seed {seed}: node {n}");
-        }
-        net.assert_all_delivered(0, 1);
-        net.assert_all_delivered(1, 0);
-        for n in 0..2 {
-            assert!(
-                net.completions(n).values().all(Result::is_ok),
-                "seed {seed}: node {n}"
-            );
-        }
+        all_arrived(&net, seed);
         found += usize::from(net.core(0).counters().stalls + net.core(1).counters().stalls > 0);
     }
     assert!(found >= 75, "found by a probe in {found} of 150 runs");
