@@ -195,6 +195,17 @@ pub(super) struct Endpoint {
 }
 
 impl Endpoint {
+    /// Its connections: the primary's (while connected), then its links'.
+    pub(super) fn conns(&self) -> impl Iterator<Item = ConnKey> + '_ {
+        let primary = match self.state {
+            EpState::Connected { conn } => Some(conn),
+            _ => None,
+        };
+        primary
+            .into_iter()
+            .chain(self.links.iter().filter_map(|l| l.conn))
+    }
+
     /// Nothing left to send or to answer, and every frame complete: a clean close may
     /// follow once both FINs are exchanged.
     pub(super) fn drained(&self) -> bool {

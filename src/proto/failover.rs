@@ -219,12 +219,7 @@ impl Core {
                 .and_then(Option::as_ref)
                 .map_or(0, |c| c.rx_frames)
         };
-        let on_primary = match ep.state {
-            EpState::Connected { conn } => frames(conn),
-            _ => 0,
-        };
-        let on_links: u64 = ep.links.iter().filter_map(|l| l.conn).map(frames).sum();
-        ep.fo.rx_base + on_primary + on_links
+        ep.fo.rx_base + ep.conns().map(frames).sum::<u64>()
     }
 
     /// Folds the frames of `peer`'s stream consumed on each connection into the
@@ -235,11 +230,7 @@ impl Core {
             return count;
         };
         ep.fo.rx_base = count;
-        let primary = match ep.state {
-            EpState::Connected { conn } => Some(conn),
-            _ => None,
-        };
-        for k in ep.links.iter().filter_map(|l| l.conn).chain(primary) {
+        for k in ep.conns() {
             if let Some(c) = slot(&mut self.conns, k.0) {
                 c.rx_frames = 0;
             }
@@ -262,16 +253,7 @@ impl Core {
         ep.fo.rx_spread = true;
         // Every run read so far is of an older epoch now: held links are read again, to
         // drop their runs and reach what follows (a RESUME behind them).
-        let primary = match ep.state {
-            EpState::Connected { conn } => Some(conn),
-            _ => None,
-        };
-        let conns: Vec<ConnKey> = ep
-            .links
-            .iter()
-            .filter_map(|l| l.conn)
-            .chain(primary)
-            .collect();
+        let conns: Vec<ConnKey> = ep.conns().collect();
         for k in conns {
             self.resume_reading(k);
         }
@@ -581,16 +563,7 @@ impl Core {
         ep.written = ep.inflight.len();
         // Batches still out carry frames of the old epoch: until they are back no send
         // completes (the kernel may still read their bytes), and they count nothing.
-        let primary = match ep.state {
-            EpState::Connected { conn } => Some(conn),
-            _ => None,
-        };
-        let out: Vec<ConnKey> = ep
-            .links
-            .iter()
-            .filter_map(|l| l.conn)
-            .chain(primary)
-            .collect();
+        let out: Vec<ConnKey> = ep.conns().collect();
         for k in out {
             let Some(c) = slot(&mut self.conns, k.0) else {
                 continue;

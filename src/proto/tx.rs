@@ -369,11 +369,14 @@ impl Core {
         );
         // The count of the peer's frames we consumed (over every link), and whether it
         // is owed now; it may leave on any link, between runs.
-        let (rx_count, due, primary) = (
-            self.rx_count(peer),
-            self.confirm_due(peer),
-            self.primary_conn(peer),
-        );
+        // (Counted only while confirmations are on: one link's fill reads no other
+        // connection.)
+        let confirms = self.ep(peer).is_some_and(|e| e.fo.on);
+        let (rx_count, due) = match confirms {
+            true => (self.rx_count(peer), self.confirm_due(peer)),
+            false => (0, false),
+        };
+        let primary = self.primary_conn(peer);
         let Some(c) = slot(&mut self.conns, conn.0) else {
             return;
         };
