@@ -75,7 +75,7 @@ pub(crate) struct AlltoallArgs {
     #[arg(long, value_enum, value_name = "BACKEND")]
     pub(crate) backend: Option<BackendArg>,
 
-    /// Give up after this many seconds in any phase.
+    /// Give up after this many seconds in any phase (each window of a stream is a phase).
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub(crate) timeout: u64,

@@ -782,7 +782,9 @@ impl Job {
             (s.streamed, s.window_acks)
         };
         self.barrier()?;
-        let deadline = Instant::now() + self.timeout;
+        // Each window has the whole timeout: a stream over a slow link may take longer
+        // than the timeout in all (22 windows of 64 x 4 MiB at 100 MB/s take 59 s), and
+        // only a window that does not end is a stall.
         if self.rank < half {
             let peer = PeerId(self.rank + half);
             let mut t0 = Instant::now();
@@ -790,6 +792,7 @@ impl Job {
                 if w == warmup {
                     t0 = Instant::now();
                 }
+                let deadline = Instant::now() + self.timeout;
                 for _ in 0..window {
                     flow::send(&mut self.tr, peer, TAG_STREAM, &seg, 0, deadline)?;
                 }
@@ -801,9 +804,13 @@ impl Job {
                 window, loops, size, t0,
             )))
         } else if self.rank < 2 * half {
-            let n = (warmup + loops) * window;
             // The handler acknowledges every full window.
-            self.progress_until(deadline, "receiving the stream", |s| s.streamed >= r0 + n)?;
+            for w in 1..=warmup + loops {
+                let deadline = Instant::now() + self.timeout;
+                self.progress_until(deadline, "receiving the stream", |s| {
+                    s.streamed >= r0 + w * window
+                })?;
+            }
             Ok(None)
         } else {
             Ok(None)
