@@ -19,8 +19,8 @@
 //!   fail every pending send, each exactly once (`ETIMEDOUT`, or `ENETUNREACH` on the host
 //!   whose route went with the link), and exit non-zero within a bound.
 //! - `a_stream_between_hosts_is_spread_over_both_interfaces`: two ranks stream 64 MiB
-//!   each way over a link on `ra` and one on `rb`, each shaped to 400 Mbit/s; each
-//!   interface carries at least a quarter of the bytes (its counters), on each backend.
+//!   each way over a link on `ra` and one on `rb`, each shaped to 50 Mbit/s; each
+//!   interface carries at least 35 % of the bytes (its counters), on each backend.
 //! - `a_link_going_down_mid_stream_loses_nothing`: two ranks with two links each (`ra`
 //!   and `rb`, the stream spread over both) run a checked alltoall, both directions at
 //!   once; host 1's own `ra` goes down mid-stream, its connections are found dead and the
@@ -1316,12 +1316,13 @@ fn wait_rejoined(
 
 /// Two ranks on two hosts with `ra` and `rb` stream checked messages to each other (64
 /// MiB each way, in messages of 1 MiB and of 1,000,000 bytes) over interfaces that send
-/// at most 400 Mbit/s each (`tc tbf`: the links, not the cores, are the bound, as on a
-/// node whose NICs one flow fills; a stream bound by its sender's cores is spread only
-/// as far as it queues): the stream is spread over a link on each interface, and each
-/// interface carries at least a quarter of the bytes (host 0's counters, sent and
-/// received), on each backend. (The split measured 31-51 % on the less used one; the
-/// issue's 35 % is asserted for the MPI stream, `tools/ompi-links.sh`.)
+/// at most 50 Mbit/s each (`tc tbf`): the links, not the cores, are the bound, as on a
+/// node whose NICs one flow fills, also for this test's debug build under load. The
+/// stream is spread over a link on each interface, and each interface carries at least
+/// 35 % of the bytes (host 0's counters, sent and received), on each backend. (A stream
+/// bound by its sender's cores queues little and is spread only as far as it queues: at
+/// 400 Mbit/s the debug build put 32.6-38 % on `rb`; at 50 Mbit/s, with a core busy
+/// elsewhere, 43.6-47.6 %.)
 #[test]
 fn a_stream_between_hosts_is_spread_over_both_interfaces() {
     let Some(_one) = prepare() else { return };
@@ -1329,7 +1330,7 @@ fn a_stream_between_hosts_is_spread_over_both_interfaces() {
         let net = Net::up();
         for host in 0..2 {
             for iface in ["ra", "rb"] {
-                net.shape(host, iface, 400);
+                net.shape(host, iface, 50);
             }
         }
         let env = [("RINGBTL_BACKEND", backend)];
@@ -1356,8 +1357,8 @@ fn a_stream_between_hosts_is_spread_over_both_interfaces() {
         );
         for (name, n) in [("ra", ra), ("rb", rb)] {
             assert!(
-                4 * n >= total,
-                "{backend}: {name} carried {n} of {total} bytes, less than 25 %"
+                100 * n >= 35 * total,
+                "{backend}: {name} carried {n} of {total} bytes, less than 35 %"
             );
         }
         for (r, d) in done.iter().enumerate() {
