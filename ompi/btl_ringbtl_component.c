@@ -115,15 +115,12 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
 #define RINGBTL_DEFAULT_EAGER_LIMIT (128 * 1024)
 #define RINGBTL_DEFAULT_MAX_SEND (1024 * 1024)
 /* Large messages: after the rendezvous, this much goes as messages, the rest as puts of
- * at most RINGBTL_DEFAULT_PUT_FRAG bytes straight into the receiver's buffer. A put is one
- * frame, and a stream spread over links keeps a link's frame waiting in its socket while
- * the one before it is read: frames above about 2 MiB outgrow what a socket holds and the
- * links take turns. tools/ompi-links.sh --link-mbit 800, 4 MiB messages, one module over
- * two links: 113 MB/s with 4 MiB puts, 169 with 2 MiB, 172 with 1 MiB (one link: 93 with
- * each); on loopback, one link, 4 MiB messages: 1,240 MB/s with 2 MiB puts against 1,227
- * with 4 MiB (medians of 10 alternating runs). */
+ * at most RINGBTL_DEFAULT_PUT_FRAG bytes straight into the receiver's buffer. Over links,
+ * the library cuts a put into 1 MiB pieces that spread (ringbtl_put): tools/ompi-links.sh
+ * --link-mbit 800, 4 MiB messages, one module over two links: 172 MB/s with 4 MiB puts
+ * (113 before the library cut them), the same as with 2 MiB puts (171). */
 #define RINGBTL_DEFAULT_PIPELINE_SEND (128 * 1024)
-#define RINGBTL_DEFAULT_PUT_FRAG (2 * 1024 * 1024)
+#define RINGBTL_DEFAULT_PUT_FRAG (4 * 1024 * 1024)
 #define RINGBTL_DEFAULT_LATENCY 90
 #define RINGBTL_DEFAULT_BANDWIDTH 10000
 

@@ -654,7 +654,10 @@ impl Transport {
     /// peer checks the whole write against its region and treats a write outside it as
     /// a protocol error on the connection. Completion, errors, would-block and ordering
     /// are those of [`send`](Self::send): a message sent after a put reaches the peer
-    /// after the put's data is in place, which is how the peer learns it.
+    /// after the put's data is in place, which is how the peer learns it. While a second
+    /// link to `peer` is open, a put of more than 1 MiB goes as pieces of 1 MiB that
+    /// spread over the links (one completion still); the peer checks each piece, so
+    /// pieces inside a region may be in place before one outside it fails the connection.
     #[inline]
     pub fn put(
         &mut self,

@@ -185,7 +185,10 @@ int  ringbtl_send(ringbtl_t *t, uint32_t peer, uint8_t tag,
  * callback runs there. The peer checks the whole write against its regions: one outside
  * them is a protocol error that fails the connection (RINGBTL_ERR_PROTOCOL on both sides).
  * Memory, completion, RINGBTL_ERR_WOULD_BLOCK and order are those of ringbtl_send: a message
- * sent after the put arrives after its data is in place, which is how the peer learns it. */
+ * sent after the put arrives after its data is in place, which is how the peer learns it.
+ * While a second link to `peer` is open, a put of more than 1 MiB goes as pieces of 1 MiB
+ * that spread over the links (one completion still, with the last); the peer checks each
+ * piece, so pieces inside a region may be in place before one outside it fails the link. */
 int  ringbtl_put(ringbtl_t *t, uint32_t peer, uint64_t key, uint64_t addr,
                  const ringbtl_iov_t *iov, size_t iovcnt, uint64_t cookie);
 /* One-sided get: queues a read of `len` bytes at `addr` in the region `key` that `peer`

@@ -1042,31 +1042,36 @@ fn large_messages_both_ways_need_no_timer_with_a_link() {
     }
 }
 
+/// A region of `len` zero bytes registered for writing with node 1's engine: the
+/// buffer (to be dropped after `net`), its key and its address.
+fn region(net: &mut Net, len: usize) -> (Box<[u8]>, u64, u64) {
+    let mut dst = vec![0u8; len].into_boxed_slice();
+    let at = dst.as_ptr() as u64;
+    // SAFETY: the caller drops `dst` after `net`, and nothing reads or writes it while
+    // `net` lives but node 1's engine placing puts.
+    #[allow(unsafe_code)]
+    let key = unsafe {
+        let d = std::ptr::NonNull::new(dst.as_mut_ptr()).expect("boxed");
+        net.core(1)
+            .regions_mut()
+            .register(d, len, crate::buf::Access::Write)
+    };
+    (dst, key, at)
+}
+
 /// Puts of 256 KiB, each followed by a message, with a link open: they spread, land in
 /// the region, and complete without any timer, in rounds.
 #[test]
 fn puts_over_links_land_and_complete_without_timers() {
-    use crate::buf::Access;
     use crate::wire::PutTarget;
     use bytes::Bytes;
-    use std::ptr::NonNull;
     const CHUNK: usize = 262_144;
     const N: usize = 8;
     for seed in 0..20 {
         let mut net = Net::pair(seed);
         plan(&mut net, 0, 1, 1);
         connect_pair(&mut net);
-        let mut dst = vec![0u8; CHUNK * N].into_boxed_slice();
-        let dst_at = dst.as_ptr() as u64;
-        // SAFETY: `dst` outlives `net` (dropped first below), and nothing reads or writes
-        // it while it lives but node 1's engine placing puts.
-        #[allow(unsafe_code)]
-        let key = unsafe {
-            let d = NonNull::new(dst.as_mut_ptr()).expect("boxed");
-            net.core(1)
-                .regions_mut()
-                .register(d, dst.len(), Access::Write)
-        };
+        let (dst, key, dst_at) = region(&mut net, CHUNK * N);
         let src: Vec<u8> = (0..CHUNK * N)
             .map(|i| (i * 13 + seed as usize) as u8)
             .collect();
@@ -1110,4 +1115,124 @@ fn puts_over_links_land_and_complete_without_timers() {
         drop(net);
         assert!(dst[..] == src[..], "seed {seed}: region");
     }
+}
+
+/// A put larger than a piece, from segments of odd sizes, with a link open: it goes as
+/// several PUT frames that spread over both connections, lands whole in the region, and
+/// completes exactly once, before the message sent after it arrives. In half the seeds
+/// the link breaks while the pieces are in flight: nothing is lost or placed twice.
+#[test]
+fn a_large_put_is_cut_into_pieces_that_spread_over_the_links() {
+    use crate::proto::endpoint::PUT_PIECE;
+    use crate::wire::PutTarget;
+    use bytes::Bytes;
+    const LEN: usize = 3 * PUT_PIECE + 5;
+    const COOKIE: u64 = 7777;
+    let mut on_link = 0;
+    for seed in 0..40 {
+        let big = |pid| CoreConfig {
+            max_frame: 4 << 20,
+            ..cfg(pid)
+        };
+        let mut net = Net::new(seed, vec![big(0), big(1)]);
+        plan(&mut net, 0, 1, 1);
+        connect_pair(&mut net);
+        let (dst, key, dst_at) = region(&mut net, LEN);
+        let src: Vec<u8> = (0..LEN).map(|i| (i * 7 + seed as usize) as u8).collect();
+        let src_b = Bytes::from(src.clone());
+        let segs = [
+            src_b.slice(..1_000_003),
+            src_b.slice(1_000_003..3_000_000),
+            src_b.slice(3_000_000..),
+        ];
+        let link = links_of_node_1(&net)[0];
+        let before = net.socks[link].read_bytes;
+        let target = PutTarget { key, addr: dst_at };
+        net.core(0).put(PeerId(1), target, &segs, COOKIE).unwrap();
+        net.send(0, 1, 3, vec![9; 8]).unwrap();
+        let broke = seed % 2 == 1;
+        if broke {
+            let k = net.rng.below(8);
+            net.steps(k);
+            break_conn(&mut net, link);
+        }
+        net.drive();
+        let done = net.count_events(0, |e| {
+            matches!(
+                e,
+                CoreEvent::Completed {
+                    cookie: COOKIE,
+                    result: Ok(()),
+                    ..
+                }
+            )
+        });
+        assert_eq!(done, 1, "seed {seed}: the put completed {done} times");
+        for (n, p) in [(0, 1), (1, 0)] {
+            assert!(connected(&net, n, p), "seed {seed}: node {n}");
+            assert!(net.failed_events(n).is_empty(), "seed {seed}: node {n}");
+        }
+        net.assert_all_delivered(0, 1);
+        assert_eq!(net.core(0).pending(PeerId(1)), 0, "seed {seed}");
+        if !broke {
+            on_link += usize::from(net.socks[link].read_bytes - before >= PUT_PIECE);
+        }
+        drop(net);
+        assert!(dst[..] == src[..], "seed {seed}: region");
+    }
+    // The link carried at least a piece in most unbroken runs.
+    assert!(
+        on_link >= 15,
+        "a piece went on the link in {on_link} of 20 runs"
+    );
+}
+
+/// A cut put is checked against the queue cap whole: behind another, it is refused
+/// whole (nothing of it queued), and taken once the queue drained.
+#[test]
+fn a_cut_put_is_refused_or_taken_whole_at_the_queue_cap() {
+    use crate::proto::endpoint::PUT_PIECE;
+    use crate::wire::PutTarget;
+    use bytes::Bytes;
+    const LEN: usize = PUT_PIECE + PUT_PIECE / 2;
+    let small = |pid| CoreConfig {
+        max_frame: 4 << 20,
+        max_queued_bytes: 2 << 20,
+        ..cfg(pid)
+    };
+    let mut net = Net::new(3, vec![small(0), small(1)]);
+    plan(&mut net, 0, 1, 1);
+    connect_pair(&mut net);
+    let (dst, key, at) = region(&mut net, 2 * LEN);
+    let src: Vec<u8> = (0..2 * LEN).map(|i| (i % 251) as u8).collect();
+    let seg = |k: usize| [Bytes::copy_from_slice(&src[k * LEN..(k + 1) * LEN])];
+    let to = |k: usize| PutTarget {
+        key,
+        addr: at + (k * LEN) as u64,
+    };
+    let queue = |net: &mut Net| net.core(0).ep(PeerId(1)).map_or(0, |e| e.queue.len());
+    let before = queue(&mut net);
+    net.core(0).put(PeerId(1), to(0), &seg(0), 9001).unwrap();
+    let queued = queue(&mut net);
+    assert_eq!(queued, before + 2, "two pieces queued");
+    let refused = net.core(0).put(PeerId(1), to(1), &seg(1), 9002);
+    assert!(
+        matches!(refused, Err(SendError::WouldBlock(_))),
+        "{refused:?}"
+    );
+    assert_eq!(queue(&mut net), queued, "nothing of the refused put queued");
+    assert_eq!(net.core(0).pending(PeerId(1)), 1);
+    net.drive();
+    net.core(0).put(PeerId(1), to(1), &seg(1), 9002).unwrap();
+    net.drive();
+    for c in [9001, 9002] {
+        let done = net.count_events(
+            0,
+            |e| matches!(e, CoreEvent::Completed { cookie, result: Ok(()), .. } if *cookie == c),
+        );
+        assert_eq!(done, 1, "put {c} completed {done} times");
+    }
+    assert_eq!(net.core(0).pending(PeerId(1)), 0);
+    drop(net);
+    assert!(dst[..] == src[..], "region");
 }
