@@ -593,12 +593,15 @@ impl Core {
     }
 
     /// The probe timer of `peer`: due, it asks the driver to probe the primary
-    /// ([`Action::Probe`](super::core::Action::Probe)) while frames wait and a standby
-    /// link is open, and stops otherwise.
+    /// ([`Action::Probe`](super::core::Action::Probe)) while frames, or a RESUME of ours,
+    /// wait for the peer and a standby link is open, and stops otherwise.
     pub(super) fn probe_timer(&mut self, now: Instant, peer: PeerId) {
         let Some(ep) = self.ep_mut(peer) else { return };
         let Some(at) = ep.fo.probe_at else { return };
-        let waiting = ep.fo.on && !ep.inflight.is_empty() && ep.links.iter().any(|l| l.open);
+        // Frames wait for their confirmation, or a RESUME of ours for its answer.
+        let waiting = ep.fo.on
+            && (!ep.inflight.is_empty() || ep.fo.awaiting.is_some())
+            && ep.links.iter().any(|l| l.open);
         let primary = match ep.state {
             EpState::Connected { conn } if waiting => conn,
             _ => {
@@ -627,6 +630,11 @@ impl Core {
     /// [`OWED_STALL`], the frames at the position went with a link this side did not see
     /// fail, or the peer's RESUME waits behind a held run: a RESUME that asks, which
     /// starts a new epoch (held links are read again) and makes the peer send again.
+    ///
+    /// Also while an earlier RESUME of ours waits for its answer: that answer may be
+    /// behind a held run too, or lost with a link that failed since (asking again is
+    /// asking twice, which the peer answers as two RESUMEs that crossed). While a RESUME
+    /// of ours is still to be written, the watch waits another period.
     pub(super) fn owed_timer(&mut self, now: Instant, peer: PeerId) {
         let Some(ep) = self.ep_mut(peer) else { return };
         let waiting = ep.fo.rx_order.waiting()
@@ -639,11 +647,15 @@ impl Core {
         let pos = ep.fo.rx_order.position();
         match ep.fo.owed {
             Some((at, p)) if p == pos && at <= now => {
-                ep.fo.owed = None;
-                if ep.fo.awaiting.is_none() && ep.fo.resume_out.is_none() {
-                    self.counters.stalls += 1;
-                    self.ask_resume(now, peer);
+                if ep.fo.resume_out.is_some() {
+                    let at = now + OWED_STALL;
+                    ep.fo.owed = Some((at, pos));
+                    self.arm_timer(at);
+                    return;
                 }
+                ep.fo.owed = None;
+                self.counters.stalls += 1;
+                self.ask_resume(now, peer);
             }
             Some((at, p)) if p == pos => self.arm_timer(at),
             _ => {

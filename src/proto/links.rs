@@ -283,15 +283,24 @@ impl Core {
 
     /// Timers of `peer`'s links: a scheduled attempt that is due dials (while the
     /// endpoint is connected; otherwise it is dropped, and the next adoption dials).
+    ///
+    /// No link is dialed while a RESUME of ours waits for its answer: after we moved the
+    /// stream to a link, the peer may still hold that connection as the link's, and a
+    /// join for the slot would make it close the connection that is now our primary.
+    /// Its answer comes once it read our RESUME there and moved the stream too.
     pub(super) fn link_timers(&mut self, now: Instant, peer: PeerId) {
         let wanted = self.links_wanted(peer) && peer > self.cfg.pid;
+        let recheck = now + self.cfg.retry_delay;
         let Some(ep) = self.ep_mut(peer) else { return };
+        let unanswered = ep.fo.awaiting.is_some();
         let mut due = Vec::new();
         let mut next: Option<Instant> = None;
         for (i, l) in ep.links.iter_mut().enumerate() {
             let Some(t) = l.retry_at else { continue };
             if !wanted {
                 l.retry_at = None;
+            } else if t <= now && unanswered {
+                next = Some(next.map_or(recheck, |n| n.min(recheck)));
             } else if t <= now {
                 l.retry_at = None;
                 if let (Some((addr, bind)), None) = (l.route, l.conn) {

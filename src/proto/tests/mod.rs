@@ -167,8 +167,11 @@ struct Sock {
     /// A raw dialing end's source address (node ends come from their node's address).
     src: Option<IpAddr>,
     /// The path is gone without a word (an interface down): nothing written arrives,
-    /// nothing ends, and the kernel's retransmission timer keeps firing.
+    /// nothing ends.
     silent: bool,
+    /// Bytes this end wrote were lost on a silent path: the kernel's retransmission
+    /// timer keeps firing (without them, a probe finds nothing wrong).
+    unacked: bool,
     /// Reads armed on this end ([`Action::Receive`]).
     reads: usize,
     /// Bytes the engine read on this end.
@@ -198,6 +201,7 @@ impl Sock {
             head: Vec::new(),
             src: None,
             silent: false,
+            unacked: false,
             reads: 0,
             read_bytes: 0,
         }
@@ -842,6 +846,7 @@ impl Net {
                             // process is gone).
                             // A path gone silently takes the bytes and says nothing.
                             let silent = self.socks[s].silent;
+                            self.socks[s].unacked |= silent;
                             if !silent && (self.socks[s].peer_dead || self.rng.chance(1, 2)) {
                                 self.socks[s].tx_err = Some(Errno::ECONNRESET);
                             }
@@ -902,9 +907,11 @@ impl Net {
                 self.socks[s].reset = matches!(a, Action::Reset(_));
             }
             Action::Probe(k) => {
-                // A path gone silently keeps timing out; any other is acknowledged.
+                // A path gone silently keeps timing out once bytes written on it were
+                // lost; any other is acknowledged.
                 let s = self.sock_of(n, k);
-                let retransmits = if self.socks[s].silent { 3 } else { 0 };
+                let sock = &self.socks[s];
+                let retransmits = if sock.silent && sock.unacked { 3 } else { 0 };
                 let now = self.now();
                 self.nodes[n].core.probed(now, k, retransmits);
             }
@@ -1196,21 +1203,42 @@ impl Net {
             if self.step() {
                 continue;
             }
-            if !timers {
+            if !timers || !self.next_timer() {
                 return;
             }
-            let next = self
-                .nodes
-                .iter()
-                .filter(|x| x.alive)
-                .filter_map(|x| x.core.poll_timeout())
-                .min();
-            let Some(t) = next else { return };
-            if t > self.now() {
-                self.offset = t - self.base;
-            }
-            self.fire_due_timers();
         }
+    }
+
+    /// Moves the clock to the earliest timer of a live node and fires what is due then;
+    /// false when no node has a timer.
+    fn next_timer(&mut self) -> bool {
+        let next = self
+            .nodes
+            .iter()
+            .filter(|x| x.alive)
+            .filter_map(|x| x.core.poll_timeout())
+            .min();
+        let Some(t) = next else { return false };
+        if t > self.now() {
+            self.offset = t - self.base;
+        }
+        self.fire_due_timers();
+        true
+    }
+
+    /// As [`drive`](Self::drive), until `done` holds (true) or the clock passed `until`
+    /// (false).
+    fn drive_until(&mut self, until: Instant, done: impl Fn(&Self) -> bool) -> bool {
+        self.pump_all();
+        for _ in 0..STEP_LIMIT {
+            if done(self) {
+                return true;
+            }
+            if self.now() > until || (!self.step() && !self.next_timer()) {
+                return done(self);
+            }
+        }
+        panic!("seed {}: not done after {STEP_LIMIT} steps", self.seed);
     }
 
     fn drive(&mut self) {
