@@ -446,7 +446,7 @@ impl Core {
     /// errors and orders exactly like [`send`](Self::send): a message sent after the put
     /// arrives after its data is in place.
     ///
-    /// While a second link to `peer` is open, a put of more than [`PUT_PIECE`] bytes goes
+    /// While a second link to `peer` is open, a put of more than 1 MiB (`PUT_PIECE`) goes
     /// as consecutive PUT frames of at most that much each, so that its pieces spread
     /// over the links (a frame is never cut across links, and one larger than a socket
     /// holds makes the links take turns; see docs/design/links.md). The receiver places
