@@ -358,6 +358,23 @@ fn a_primary_cut_without_a_word_is_found_by_its_retransmissions() {
     }
 }
 
+/// Nodes 0 and 1 connected, with one link beside the first connection.
+fn pair_with_link(seed: u64) -> Net {
+    let mut net = Net::pair(seed);
+    plan(&mut net, 0, 1, 1);
+    connect_pair(&mut net);
+    net
+}
+
+/// `k` random messages from node 1 to node 0, with a few steps of progress between.
+fn one_way(net: &mut Net, k: usize) {
+    for _ in 0..k {
+        net.send_random(1, 0).unwrap();
+        let n = net.rng.below(3);
+        net.steps(n);
+    }
+}
+
 /// A stream one way only, spread over the primary and a link, and the primary cut
 /// without a word: the receiver, which wrote nothing since, finds nothing wrong with its
 /// own path, and may hold the link for a run whose predecessor went with the primary,
@@ -367,26 +384,15 @@ fn a_primary_cut_without_a_word_is_found_by_its_retransmissions() {
 fn a_primary_cut_under_a_one_way_stream_is_found_by_either_side() {
     let mut watched = 0;
     for seed in 0..200 {
-        let mut net = Net::pair(seed);
-        plan(&mut net, 0, 1, 1);
-        connect_pair(&mut net);
+        let mut net = pair_with_link(seed);
         // Both ways first, so that a failover already put the stream in runs in some.
         churn(&mut net, 4);
         net.drive();
-        for _ in 0..20 {
-            net.send_random(1, 0).unwrap();
-            let n = net.rng.below(3);
-            net.steps(n);
-        }
+        one_way(&mut net, 20);
         let t0 = net.now();
         let primary = first_carrying(&net);
-        eprintln!("DBG CUT {:?}", net.now());
         cut_conn(&mut net, primary);
-        for _ in 0..10 {
-            net.send_random(1, 0).unwrap();
-            let n = net.rng.below(3);
-            net.steps(n);
-        }
+        one_way(&mut net, 10);
         let bound = t0 + Duration::from_secs(3);
         let arrived = net.drive_until(bound, |n| n.received(0, 1).len() == n.sent(1, 0).len());
         assert!(arrived, "seed {seed}: the stream stood still for 3 s");
@@ -405,9 +411,7 @@ fn a_primary_cut_under_a_one_way_stream_is_found_by_either_side() {
 fn a_second_cut_during_a_failover_moves_the_stream_again() {
     let mut moved = 0;
     for seed in 0..200 {
-        let mut net = Net::pair(seed);
-        plan(&mut net, 0, 1, 1);
-        connect_pair(&mut net);
+        let mut net = pair_with_link(seed);
         churn(&mut net, 6);
         let first = first_carrying(&net);
         cut_conn(&mut net, first);
