@@ -210,6 +210,17 @@ impl Endpoint {
             .chain(self.links.iter().filter_map(|l| l.conn))
     }
 
+    /// Whether a caller's frame (or cut put) of `wire` bytes is refused now for the cap
+    /// `cap` on queued bytes. Frames kept for resending count as queued (see
+    /// `failover.rs`). Those kept as copies completed, and their count may wait for the
+    /// peer's next frames: below the cap they refuse no send alone. A message is always
+    /// taken when nothing is queued.
+    fn over_cap(&self, wire: u64, cap: u64) -> bool {
+        let idle = self.queue.is_empty()
+            && (self.fo.kept.is_empty() || (self.fo.kept_borrowed == 0 && self.queued_bytes < cap));
+        self.queued_bytes + wire > cap && !idle
+    }
+
     /// Nothing left to send or to answer, and every frame complete: a clean close may
     /// follow once both FINs are exchanged.
     pub(super) fn drained(&self) -> bool {
@@ -495,9 +506,7 @@ impl Core {
         // The whole put against the cap, as one frame would be (see `enqueue`).
         let pieces = len.div_ceil(PUT_PIECE);
         let wire = (len + pieces * (Header::LEN + PUT_TARGET_LEN)) as u64;
-        let idle = ep.queue.is_empty()
-            && (ep.fo.kept.is_empty() || (ep.fo.kept_borrowed == 0 && ep.queued_bytes < cap));
-        if ep.queued_bytes + wire > cap && !idle {
+        if ep.over_cap(wire, cap) {
             return Err(SendError::WouldBlock(peer));
         }
         let (mut seg, mut at) = (0, 0);
@@ -586,12 +595,7 @@ impl Core {
             return Err(SendError::Unreachable(peer));
         }
         let wire = (Header::LEN + len) as u64;
-        // Frames kept for resending count as queued (see `failover.rs`). Those kept as
-        // copies completed, and their count may wait for the peer's next frames: below
-        // the cap they refuse no send alone.
-        let idle = ep.queue.is_empty()
-            && (ep.fo.kept.is_empty() || (ep.fo.kept_borrowed == 0 && ep.queued_bytes < cap));
-        if cookie.is_some() && !cut && ep.queued_bytes + wire > cap && !idle {
+        if cookie.is_some() && !cut && ep.over_cap(wire, cap) {
             return Err(SendError::WouldBlock(peer));
         }
         hdr.len = len as u32;
