@@ -150,6 +150,12 @@ pub struct Stats {
     pub spread_streams: u64,
     /// Frames of peers' streams read on links beyond their first connection.
     pub run_frames_in: u64,
+    /// Frames larger than the receive cache that a connection read whole, ahead, while
+    /// it waited for the stream to reach its run (so that its sender did not wait).
+    pub read_ahead: u64,
+    /// Messages that arrived cut into pieces spread over links (their sender had a
+    /// second link open), assembled in place and handed out whole.
+    pub parts_assembled: u64,
     /// Large messages after whose send this side's socket was set to acknowledge at once
     /// (`TCP_QUICKACK`, see
     /// [`SocketConfig::paced_quick_ack`](crate::SocketConfig::paced_quick_ack)), so that
@@ -925,6 +931,8 @@ impl Transport {
             stalls: c.stalls,
             spread_streams: c.spread_streams,
             run_frames_in: c.run_frames_in,
+            read_ahead: c.read_ahead,
+            parts_assembled: c.parts_assembled,
             quick_acks: self.quick_acks,
         }
     }

@@ -49,6 +49,10 @@ fn check_header_bytes(b: &[u8], max_len: u32) {
         "PUT without its target or with a tag: {h:?}"
     );
     assert!(
+        h.kind != FrameKind::Part || (h.len as usize >= PUT_TARGET_LEN && !h.ack && h.line == 0),
+        "PART without its head or with a flag: {h:?}"
+    );
+    assert!(
         h.kind != FrameKind::Run || (h.len as usize == RUN_LEN && h.tag == Tag(0) && !h.ack),
         "RUN of another length, with a tag or a flag: {h:?}"
     );

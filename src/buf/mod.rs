@@ -18,6 +18,6 @@ mod regions;
 mod rx;
 mod tx;
 
-pub use regions::{Access, Claim, RegionError, Regions};
+pub use regions::{Access, Claim, OwnedMem, RegionError, Regions};
 pub use rx::{RxBuf, LINE, RECORD_ALIGN, WHOLE_FIRST};
 pub use tx::{TxBatch, DIRECT_PIECES};

@@ -159,7 +159,7 @@ impl Regions {
         Ok(Claim {
             ptr,
             len,
-            _lease: r.lease.clone(),
+            _lease: Lease::Region(r.lease.clone()),
         })
     }
 
@@ -214,13 +214,89 @@ fn key(index: usize, generation: u32) -> u64 {
 }
 
 /// Bytes of a registered region, checked and claimed for one receive
-/// ([`Regions::claim`]); the region is in use while the claim lives.
+/// ([`Regions::claim`]); the region is in use while the claim lives. Or the whole of
+/// memory the engine owns ([`Claim::owned`]), kept alive while the claim lives.
 #[derive(Debug)]
 pub struct Claim {
     ptr: NonNull<u8>,
     pub(super) len: usize,
-    _lease: Arc<()>,
+    _lease: Lease,
 }
+
+/// What keeps a claim's memory valid: held for its drop, never read.
+#[derive(Debug)]
+#[allow(dead_code)]
+enum Lease {
+    /// A registered region's lease: `deregister` refuses while it lives.
+    Region(Arc<()>),
+    /// The memory itself.
+    Owned(Arc<OwnedMem>),
+}
+
+/// Memory of the engine's own that receives write into through claims
+/// ([`Claim::owned`]): a message assembled from the pieces it was cut into. Zeroed when
+/// made, freed when the last holder drops it.
+#[derive(Debug)]
+pub struct OwnedMem {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl OwnedMem {
+    /// `len` zeroed bytes.
+    pub fn zeroed(len: usize) -> Arc<Self> {
+        let b = vec![0u8; len].into_boxed_slice();
+        let len = b.len();
+        let ptr = NonNull::new(Box::into_raw(b).cast::<u8>()).expect("a box is never null");
+        Arc::new(Self { ptr, len })
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when it holds no byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Memory of the same length whose first `n` bytes are a copy of these. The caller
+    /// knows that no claim writes below `n` meanwhile.
+    #[allow(unsafe_code)]
+    pub fn copy_prefix(&self, n: usize) -> Arc<Self> {
+        let n = n.min(self.len);
+        let copy = Self::zeroed(self.len);
+        // SAFETY: both ranges lie inside live allocations of at least `n` bytes (`copy` is
+        // new and not shared yet); the caller guarantees that nothing writes the first
+        // `n` bytes of `self` during the copy.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), copy.ptr.as_ptr(), n) };
+        copy
+    }
+}
+
+impl Drop for OwnedMem {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and `len` are those of the boxed slice `zeroed` leaked; this is the
+        // only place that takes it back, once, when the last holder goes.
+        drop(unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr.as_ptr(),
+                self.len,
+            ))
+        });
+    }
+}
+
+// SAFETY: the memory is plain bytes owned by this value; it is written only through a
+// claim's `mem_mut` (one receive at a time, see `Claim::owned`) and read through
+// `mem`, from whichever thread holds the claim.
+#[allow(unsafe_code)]
+unsafe impl Send for OwnedMem {}
+// SAFETY: as for `Send`: shared holders only keep the memory alive.
+#[allow(unsafe_code)]
+unsafe impl Sync for OwnedMem {}
 
 /// The owner of the bytes [`Regions::lend`] returns: a readable part of a region, in use
 /// while this lives.
@@ -247,18 +323,41 @@ impl AsRef<[u8]> for Loan {
 }
 
 impl Claim {
+    /// The whole of `mem`, for one receive. The caller hands claims of one memory to one
+    /// receive at a time (`proto::part::Parts`: the next piece of a message is claimed
+    /// only once the one before was taken).
+    pub fn owned(mem: &Arc<OwnedMem>) -> Self {
+        Self {
+            ptr: mem.ptr,
+            len: mem.len,
+            _lease: Lease::Owned(mem.clone()),
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when it claims no byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     #[allow(unsafe_code)]
-    pub(super) fn mem(&self) -> &[u8] {
+    pub(crate) fn mem(&self) -> &[u8] {
         // SAFETY: `ptr .. ptr + len` lies inside a region registered with
         // `Regions::register`, whose contract keeps it valid and untouched by others while
-        // a claim on it lives (`deregister` refuses meanwhile).
+        // a claim on it lives (`deregister` refuses meanwhile), or is the whole of an
+        // `OwnedMem` the claim keeps alive.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     #[allow(unsafe_code)]
-    pub(super) fn mem_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn mem_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `mem`; `&mut self` makes this the only borrow through the claim,
-        // and claims of one region are handed to one receive at a time per connection.
+        // and claims of one region (or owned memory) are handed to one receive at a time
+        // per connection.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }

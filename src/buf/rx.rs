@@ -320,20 +320,37 @@ impl RxBuf {
     /// The buffer holds the claim until it is dropped or [`reset_whole`](Self::reset_whole),
     /// so the region is in use meanwhile ([`Regions::deregister`](super::Regions::deregister) refuses). `spare` is an idle
     /// buffer whose box is reused (its memory, if any, is freed).
-    pub fn split_placed(&mut self, note: u64, claim: Claim, mut spare: Self) -> Self {
+    pub fn split_placed(&mut self, note: u64, claim: Claim, spare: Self) -> Self {
         let len = claim.len;
-        let have = self.pending().min(len);
+        self.split_placed_at(note, claim, 0, len, spare)
+    }
+
+    /// [`split_placed`](Self::split_placed) of a record that fills `from .. end` of the
+    /// claim's memory, whose first `from` bytes are there already: the buffer's bytes are
+    /// the claim's `..end` ([`whole_complete`](Self::whole_complete) gives them all once
+    /// the record is in).
+    pub fn split_placed_at(
+        &mut self,
+        note: u64,
+        claim: Claim,
+        from: usize,
+        end: usize,
+        mut spare: Self,
+    ) -> Self {
+        debug_assert!(from <= end && end <= claim.len);
+        let have = self.pending().min(end - from);
         *spare.0 = RxState {
             placed: Some(claim),
-            limit: len,
-            target: len,
+            limit: end,
+            target: end,
             whole: Some(note),
             ..RxState::IDLE
         };
         let mut placed = spare;
-        placed.mem_mut()[..have].copy_from_slice(&self.0.data[self.0.pos..self.0.pos + have]);
+        placed.mem_mut()[from..from + have]
+            .copy_from_slice(&self.0.data[self.0.pos..self.0.pos + have]);
         self.0.pos += have;
-        placed.0.filled = have;
+        placed.0.filled = from + have;
         placed
     }
 

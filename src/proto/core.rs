@@ -356,6 +356,11 @@ pub struct Counters {
     pub spread_streams: u64,
     /// Frames of peers' streams read on links beyond the first, in runs.
     pub run_frames_in: u64,
+    /// Frames larger than the receive cache read whole, ahead, on a connection held for
+    /// a run further in the stream.
+    pub read_ahead: u64,
+    /// Messages assembled from the PART frames their sender cut them into.
+    pub parts_assembled: u64,
 }
 
 /// What [`Core::recv_step`] found.

@@ -36,8 +36,10 @@ use std::mem;
 use std::ops::Range;
 
 use crate::buf::{Regions, RxBuf, LINE, RECORD_ALIGN};
+use crate::proto::part::Parts;
 use crate::wire::{
-    FrameKind, Header, Hello, PutTarget, Tag, WireError, HEADER_LEN, HELLO_LEN, PUT_TARGET_LEN,
+    FrameKind, Header, Hello, PartHead, PutTarget, Tag, WireError, HEADER_LEN, HELLO_LEN,
+    PUT_TARGET_LEN,
 };
 
 /// Whole large-payload buffers above this size are released after use (others are kept).
@@ -155,6 +157,16 @@ impl Frames for RxBuf {
     }
 }
 
+/// What [`Deframer::next`] found.
+enum Found {
+    /// A frame handed out: consumed, its payload at the source.
+    Frame(Header, Source),
+    /// (Reading ahead.) The next frame is whole in its buffer, or it places: unread.
+    Whole,
+    /// More bytes are needed.
+    More,
+}
+
 /// Per-connection deframing state beside its receive buffer: the cache parked while a
 /// large payload is read into its own buffer, and the reused large-payload buffer.
 #[derive(Debug, Default)]
@@ -222,7 +234,9 @@ impl Deframer {
     /// size: once the header and the target are in, `rx` becomes a whole buffer placed in
     /// the region (the bytes already received are copied there, the rest is read straight
     /// into it), and the frame comes out when its data is complete, as `Source::Cache`
-    /// over the region's bytes. A target outside every region is an error.
+    /// over the region's bytes. A target outside every region is an error. A PART's piece
+    /// goes where `parts` says, the same way, and comes out as `Source::Cache` over the
+    /// message's bytes up to the piece's end.
     #[inline]
     pub fn frame(
         &mut self,
@@ -231,13 +245,60 @@ impl Deframer {
         at: &mut usize,
         max: u32,
         regions: &Regions,
+        parts: &mut Parts,
     ) -> Result<Option<(Header, Source)>, WireError> {
+        Ok(
+            match self.next::<true>(rx, input, at, max, regions, parts)? {
+                Found::Frame(h, src) => Some((h, src)),
+                Found::Whole | Found::More => None,
+            },
+        )
+    }
+
+    /// Reads the next frame of `rx` (the own-cache mode: no input) without handing it
+    /// out: true once it is whole in its buffer, where [`frame`](Self::frame) hands it
+    /// out later without another read; false while bytes are missing (read into `rx`
+    /// and call again). A PUT or REPLY is not read ahead (its data would be placed
+    /// before the frames ahead of it are taken): true as soon as its header is in.
+    pub fn read_ahead(
+        &mut self,
+        rx: &mut RxBuf,
+        max: u32,
+        regions: &Regions,
+    ) -> Result<bool, WireError> {
+        let mut at = 0;
+        let mut none = Parts::default();
+        Ok(
+            match self.next::<false>(rx, &[], &mut at, max, regions, &mut none)? {
+                Found::Whole => true,
+                Found::More => false,
+                Found::Frame(..) => unreachable!("a frame read ahead is not handed out"),
+            },
+        )
+    }
+
+    /// [`frame`](Self::frame) (`TAKE`) or [`read_ahead`](Self::read_ahead) (not `TAKE`:
+    /// a frame found whole, or a placing frame's header, is [`Found::Whole`] and stays
+    /// unread).
+    #[inline(always)]
+    fn next<const TAKE: bool>(
+        &mut self,
+        rx: &mut RxBuf,
+        input: &[u8],
+        at: &mut usize,
+        max: u32,
+        regions: &Regions,
+        parts: &mut Parts,
+    ) -> Result<Found, WireError> {
         // The common case first: a whole frame already in the cache (the own-cache mode
         // reads many at once), handed out where it lies.
         if let Some((h, need)) = whole_in_cache(rx, max)? {
+            if !TAKE {
+                return Ok(Found::Whole);
+            }
             if !h.kind.places() {
                 let (h, r) = self.take_cached(rx, h, need);
-                return Ok(Some((h, Source::Cache(r))));
+                return Ok(Found::Frame(h, Source::Cache(r)));
             }
         }
         loop {
@@ -256,17 +317,21 @@ impl Deframer {
                     *at += rx.append(&input[(*at).min(input.len())..]);
                 }
                 let start = rx.record_start();
-                return Ok(rx.large_complete().map(|(h, p)| {
-                    self.large_delivered = true;
-                    (h, Source::Cache(start + h.pad()..start + p.len()))
-                }));
+                return Ok(match rx.large_complete() {
+                    Some((h, p)) if TAKE => {
+                        self.large_delivered = true;
+                        Found::Frame(h, Source::Cache(start + h.pad()..start + p.len()))
+                    }
+                    Some(_) => Found::Whole,
+                    None => Found::More,
+                });
             }
             if rx.pending() == 0 {
                 if rest.is_empty() {
                     if self.big && !self.last_large {
                         self.leave_big(rx);
                     }
-                    return Ok(None);
+                    return Ok(Found::More);
                 }
                 // A whole frame inside the input is delivered where it lies.
                 if rest.len() >= HEADER_LEN {
@@ -276,7 +341,7 @@ impl Deframer {
                         let start = *at + HEADER_LEN;
                         *at += need;
                         let payload = start + h.pad()..start + h.len as usize;
-                        return Ok(Some((h, Source::Input(payload))));
+                        return Ok(Found::Frame(h, Source::Input(payload)));
                     }
                 }
             }
@@ -285,28 +350,38 @@ impl Deframer {
             // the next input.
             *at += rx.append_upto(rest, HEADER_LEN);
             let Some(h) = rx.peek_header(max)? else {
-                return Ok(None);
+                return Ok(Found::More);
             };
+            if !TAKE && h.kind.places() {
+                return Ok(Found::Whole);
+            }
             if h.kind.places() {
                 let rest = &input[(*at).min(input.len())..];
                 *at += rx.append_upto(rest, HEADER_LEN + PUT_TARGET_LEN);
                 if rx.pending() < HEADER_LEN + PUT_TARGET_LEN {
-                    return Ok(None);
+                    return Ok(Found::More);
                 }
-                let t = PutTarget::parse(&rx.unread()[HEADER_LEN..])?;
+                let head = &rx.unread()[HEADER_LEN..];
                 let len = h.len as usize - PUT_TARGET_LEN;
-                let by_peer = h.kind == FrameKind::Put;
-                let claim = regions.claim(t.key, t.addr, len, by_peer).map_err(|_| {
-                    WireError::PutOutsideRegions {
-                        key: t.key,
-                        addr: t.addr,
-                        len: len as u64,
-                    }
-                })?;
+                let (claim, from) = if h.kind == FrameKind::Part {
+                    parts.claim(h.tag, PartHead::parse(head)?, len, max)?
+                } else {
+                    let t = PutTarget::parse(head)?;
+                    let by_peer = h.kind == FrameKind::Put;
+                    let claim = regions.claim(t.key, t.addr, len, by_peer).map_err(|_| {
+                        WireError::PutOutsideRegions {
+                            key: t.key,
+                            addr: t.addr,
+                            len: len as u64,
+                        }
+                    })?;
+                    self.placed_at = Some(t);
+                    (claim, 0)
+                };
                 rx.consume(HEADER_LEN + PUT_TARGET_LEN);
-                self.placed_at = Some(t);
                 let spare = self.spare_placed.take().unwrap_or_else(RxBuf::empty_large);
-                let placed = rx.split_placed(u64::from_be_bytes(h.to_bytes()), claim, spare);
+                let note = u64::from_be_bytes(h.to_bytes());
+                let placed = rx.split_placed_at(note, claim, from, from + len, spare);
                 self.parked = Some(mem::replace(rx, placed));
                 continue;
             }
@@ -338,10 +413,13 @@ impl Deframer {
                         rx.fill_next_read();
                     }
                 }
-                return Ok(None);
+                return Ok(Found::More);
+            }
+            if !TAKE {
+                return Ok(Found::Whole);
             }
             let (h, r) = self.take_cached(rx, h, need);
-            return Ok(Some((h, Source::Cache(r))));
+            return Ok(Found::Frame(h, Source::Cache(r)));
         }
     }
 
@@ -653,7 +731,14 @@ mod tests {
             };
             let input = if lent { &stream[off..off + n] } else { &[][..] };
             let mut at = 0;
-            while let Some((h, src)) = d.frame(&mut rx, input, &mut at, 1 << 24, regions)? {
+            while let Some((h, src)) = d.frame(
+                &mut rx,
+                input,
+                &mut at,
+                1 << 24,
+                regions,
+                &mut Parts::default(),
+            )? {
                 if h.kind == FrameKind::Put {
                     continue;
                 }
@@ -725,7 +810,17 @@ mod tests {
             rx.commit(n);
             off += n;
             let mut at = 0;
-            while let Some((h, src)) = d.frame(&mut rx, &[], &mut at, 1 << 24, &regions).unwrap() {
+            while let Some((h, src)) = d
+                .frame(
+                    &mut rx,
+                    &[],
+                    &mut at,
+                    1 << 24,
+                    &regions,
+                    &mut Parts::default(),
+                )
+                .unwrap()
+            {
                 let Source::Cache(r) = src else {
                     panic!("the own cache hands out cached bytes")
                 };
@@ -913,7 +1008,14 @@ mod tests {
             off += n;
             let mut at = 0;
             while let Some((h, src)) = d
-                .frame(&mut rx, &[], &mut at, 1 << 24, &Regions::default())
+                .frame(
+                    &mut rx,
+                    &[],
+                    &mut at,
+                    1 << 24,
+                    &Regions::default(),
+                    &mut Parts::default(),
+                )
                 .unwrap()
             {
                 let Source::Cache(r) = src else {
@@ -988,7 +1090,14 @@ mod tests {
                 let input = if lent { &stream[off..off + n] } else { &[][..] };
                 let mut at = 0;
                 while let Some((h, src)) = d
-                    .frame(&mut rx, input, &mut at, 1 << 30, &Regions::default())
+                    .frame(
+                        &mut rx,
+                        input,
+                        &mut at,
+                        1 << 30,
+                        &Regions::default(),
+                        &mut Parts::default(),
+                    )
                     .unwrap()
                 {
                     if h.tag.0 == 2 {

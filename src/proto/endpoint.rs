@@ -18,9 +18,10 @@ use crate::proto::core::{
 use crate::proto::failover::Failover;
 use crate::proto::get::PendingGet;
 use crate::proto::links::Link;
+use crate::proto::part::Parts;
 use crate::proto::tx;
 use crate::wire::{
-    FrameKind, Header, Hello, HelloKind, PeerId, PutTarget, RejectReason, Tag, HELLO_LEN,
+    FrameKind, Header, Hello, HelloKind, PartHead, PeerId, PutTarget, RejectReason, Tag, HELLO_LEN,
     PUT_TARGET_LEN,
 };
 
@@ -71,15 +72,15 @@ impl Frag {
         Self::new(hdr, None, None)
     }
 
-    /// A frame of `hdr` (and a PUT's `target`) without payload bytes yet (the caller
-    /// adds them).
+    /// A frame of `hdr` (and the 16-byte head of a PUT, REPLY or PART, `place`) without
+    /// payload bytes yet (the caller adds them).
     #[inline]
-    fn new(hdr: Header, target: Option<&PutTarget>, cookie: Option<u64>) -> Self {
+    fn new(hdr: Header, place: Option<&[u8; PUT_TARGET_LEN]>, cookie: Option<u64>) -> Self {
         let mut wire = [0u8; FRAG_WIRE];
         wire[..Header::LEN].copy_from_slice(&hdr.to_bytes());
         let mut head = Header::LEN;
-        if let Some(t) = target {
-            wire[head..head + PUT_TARGET_LEN].copy_from_slice(&t.to_bytes());
+        if let Some(t) = place {
+            wire[head..head + PUT_TARGET_LEN].copy_from_slice(t);
             head += PUT_TARGET_LEN;
         }
         Self {
@@ -196,6 +197,8 @@ pub(super) struct Endpoint {
     /// `get.rs`).
     pub(super) gets: VecDeque<PendingGet>,
     pub(super) get_bytes: u64,
+    /// The message being assembled from the peer's PART frames (see `part.rs`).
+    pub(super) parts: Parts,
 }
 
 impl Endpoint {
@@ -266,6 +269,7 @@ impl Endpoint {
             fo: Failover::default(),
             gets: VecDeque::new(),
             get_bytes: 0,
+            parts: Parts::default(),
         }
     }
 }
@@ -351,6 +355,23 @@ impl Core {
             ack: false,
             line: 0,
         };
+        let len = segs.iter().map(Bytes::len).sum::<usize>();
+        if len > PIECE && self.spreads(peer) {
+            let part = Header {
+                kind: FrameKind::Part,
+                len: PUT_TARGET_LEN as u32,
+                ..hdr
+            };
+            let total = len as u64;
+            let head = |off: usize| {
+                PartHead {
+                    total,
+                    offset: off as u64,
+                }
+                .to_bytes()
+            };
+            return self.cut(peer, part, head, segs, len, len, cookie);
+        }
         self.enqueue(peer, hdr, None, segs, Some(cookie))
     }
 
@@ -457,12 +478,12 @@ impl Core {
     /// errors and orders exactly like [`send`](Self::send): a message sent after the put
     /// arrives after its data is in place.
     ///
-    /// While a second link to `peer` is open, a put of more than 1 MiB (`PUT_PIECE`) goes
+    /// While a second link to `peer` is open, a put of more than 1 MiB (`PIECE`) goes
     /// as consecutive PUT frames of at most that much each, so that its pieces spread
-    /// over the links (a frame is never cut across links, and one larger than a socket
-    /// holds makes the links take turns; see docs/design/links.md). The receiver places
-    /// each piece as any put; the put completes once, with its last piece, and is
-    /// accepted or refused whole.
+    /// over the links (a frame is never cut across links; see docs/design/links.md). The
+    /// receiver places each piece as any put; the put completes once, with its last
+    /// piece, and is accepted or refused whole. A message ([`send`](Self::send)) is cut
+    /// the same way, into PART frames that the receiver assembles.
     pub fn put(
         &mut self,
         peer: PeerId,
@@ -471,10 +492,24 @@ impl Core {
         cookie: u64,
     ) -> Result<(), SendError> {
         let len = segs.iter().map(Bytes::len).sum::<usize>();
-        if len > PUT_PIECE && self.spreads(peer) {
-            return self.put_pieces(peer, target, segs, len, cookie);
+        if len > PIECE && self.spreads(peer) {
+            let head = |off: usize| {
+                PutTarget {
+                    key: target.key,
+                    addr: target.addr.wrapping_add(off as u64),
+                }
+                .to_bytes()
+            };
+            let frame = PUT_TARGET_LEN + len;
+            return self.cut(peer, put_header(), head, segs, len, frame, cookie);
         }
-        self.enqueue(peer, put_header(), Some(target), segs, Some(cookie))
+        self.enqueue(
+            peer,
+            put_header(),
+            Some(target.to_bytes()),
+            segs,
+            Some(cookie),
+        )
     }
 
     /// Whether `peer`'s stream may be spread: connected, with a link beside the first
@@ -487,24 +522,28 @@ impl Core {
         })
     }
 
-    /// [`put`](Self::put) of `len` bytes in pieces of [`PUT_PIECE`]: checked as one put,
-    /// then queued as consecutive frames, the last with `cookie`.
-    fn put_pieces(
+    /// A put or a message of `len` bytes (`frame` bytes as one frame) in pieces of
+    /// [`PIECE`]: checked as one frame, then queued as consecutive frames of `hdr`'s kind
+    /// and tag, each with the head `head` gives for its offset, the last with `cookie`.
+    #[allow(clippy::too_many_arguments)]
+    fn cut(
         &mut self,
         peer: PeerId,
-        target: PutTarget,
+        hdr: Header,
+        head: impl Fn(usize) -> [u8; PUT_TARGET_LEN],
         segs: &[Bytes],
         len: usize,
+        frame: usize,
         cookie: u64,
     ) -> Result<(), SendError> {
-        self.check_frame(segs.len(), PUT_TARGET_LEN + len)?;
+        self.check_frame(segs.len(), frame)?;
         let cap = self.cfg.max_queued_bytes;
         let ep = slot(&mut self.endpoints, peer.0).ok_or(SendError::UnknownPeer(peer))?;
         if ep.fin_sent {
             return Err(SendError::Unreachable(peer));
         }
-        // The whole put against the cap, as one frame would be (see `enqueue`).
-        let pieces = len.div_ceil(PUT_PIECE);
+        // The whole against the cap, as one frame would be (see `enqueue`).
+        let pieces = len.div_ceil(PIECE);
         let wire = (len + pieces * (Header::LEN + PUT_TARGET_LEN)) as u64;
         if ep.over_cap(wire, cap) {
             return Err(SendError::WouldBlock(peer));
@@ -512,8 +551,8 @@ impl Core {
         let (mut seg, mut at) = (0, 0);
         let mut piece = Vec::with_capacity(segs.len().min(MAX_SEGMENTS));
         for k in 0..pieces {
-            let off = k * PUT_PIECE;
-            let mut want = PUT_PIECE.min(len - off);
+            let off = k * PIECE;
+            let mut want = PIECE.min(len - off);
             piece.clear();
             while want > 0 {
                 let s = &segs[seg];
@@ -528,12 +567,8 @@ impl Core {
                     at = 0;
                 }
             }
-            let to = PutTarget {
-                key: target.key,
-                addr: target.addr.wrapping_add(off as u64),
-            };
             let cookie = (k + 1 == pieces).then_some(cookie);
-            self.enqueue_piece(peer, put_header(), Some(to), &piece, cookie, true)?;
+            self.enqueue_piece(peer, hdr, Some(head(off)), &piece, cookie, true)?;
         }
         Ok(())
     }
@@ -546,11 +581,11 @@ impl Core {
         &mut self,
         peer: PeerId,
         hdr: Header,
-        target: Option<PutTarget>,
+        place: Option<[u8; PUT_TARGET_LEN]>,
         segs: &[Bytes],
         cookie: Option<u64>,
     ) -> Result<(), SendError> {
-        self.enqueue_piece(peer, hdr, target, segs, cookie, false)
+        self.enqueue_piece(peer, hdr, place, segs, cookie, false)
     }
 
     /// A frame of `nsegs` segments and `len` bytes after its header may be queued now.
@@ -573,15 +608,15 @@ impl Core {
         Ok(())
     }
 
-    /// [`enqueue`](Self::enqueue), and for a piece of a cut put
-    /// ([`put_pieces`](Self::put_pieces), which checked the whole put against the cap):
-    /// not refused for the queue's bytes, and counted in them.
+    /// [`enqueue`](Self::enqueue), and for a piece of a cut put or message
+    /// ([`cut`](Self::cut), which checked the whole against the cap): not refused for
+    /// the queue's bytes, and counted in them.
     #[inline]
     fn enqueue_piece(
         &mut self,
         peer: PeerId,
         mut hdr: Header,
-        target: Option<PutTarget>,
+        place: Option<[u8; PUT_TARGET_LEN]>,
         segs: &[Bytes],
         cookie: Option<u64>,
         cut: bool,
@@ -599,7 +634,7 @@ impl Core {
             return Err(SendError::WouldBlock(peer));
         }
         hdr.len = len as u32;
-        let mut frag = Frag::new(hdr, target.as_ref(), cookie);
+        let mut frag = Frag::new(hdr, place.as_ref(), cookie);
         frag.piece = cut && cookie.is_none();
         if inline {
             // Small: copied now, so the queue holds no reference to the caller's buffer.
@@ -1292,12 +1327,13 @@ fn copy_inline(wire: &mut [u8; FRAG_WIRE], mut at: usize, segs: &[Bytes]) -> usi
     at
 }
 
-/// Puts above this many bytes are cut into pieces of this many while a peer has a second
-/// link open ([`Core::put`]). A frame up to 2 MiB spreads as well as smaller ones over two
-/// links bound at 100 MB/s each (`ringbtl-bench bw`: 185 MB/s at 2 MiB messages, 167 at
-/// 4 MiB, 113 at 8 MiB; docs/design/links.md); 1 MiB keeps a margin for sockets that hold
-/// less.
-pub(super) const PUT_PIECE: usize = 1 << 20;
+/// Puts and messages above this many bytes are cut into pieces of this many while a peer
+/// has a second link open ([`Core::put`], [`Core::send`]), so that one spreads over the
+/// links. A frame up to 2 MiB spreads as well as smaller ones over two links bound at
+/// 100 MB/s each (`ringbtl-bench bw`: 185 MB/s at 2 MiB messages, 167 at 4 MiB, 113 at
+/// 8 MiB before a held link read its next frame ahead; docs/design/links.md); 1 MiB keeps
+/// a margin for sockets that hold less.
+pub(super) const PIECE: usize = 1 << 20;
 
 /// A PUT frame's header before its length is known.
 fn put_header() -> Header {

@@ -251,6 +251,7 @@ impl Core {
         };
         ep.fo.rx_epoch_base = count;
         ep.fo.rx_spread = true;
+        ep.parts.new_epoch();
         // Every run read so far is of an older epoch now: held links are read again, to
         // drop their runs and reach what follows (a RESUME behind them).
         let conns: Vec<ConnKey> = ep.conns().collect();

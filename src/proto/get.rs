@@ -126,7 +126,7 @@ impl Core {
         };
         // Refused only once we sent our FIN or are shutting down: the peer then fails the
         // get when our FIN arrives.
-        let _ = self.enqueue(peer, hdr, Some(req.to), &[data], None);
+        let _ = self.enqueue(peer, hdr, Some(req.to.to_bytes()), &[data], None);
         self.counters.gets_answered += 1;
         true
     }

@@ -14,7 +14,8 @@
 //! | `get` | one-sided reads: GET requests, REPLYs from readable regions, their bounds |
 //! | `links` | an endpoint's connections beyond its first: plan, dials, joins, loss |
 //! | `conn` | the connection table: per-socket stage, deadline, buffers, accept and close |
-//! | `spread` | a stream over several links: runs placed by the sender, taken in order by the receiver (not used yet) |
+//! | `spread` | a stream over several links: runs placed by the sender, taken in order by the receiver |
+//! | [`part`] | messages cut into PART frames: the one an endpoint assembles, where each piece goes |
 //! | `recv` | the receive side: one walk for both receive modes, large-payload decisions |
 //! | [`deframe`] | the deframer: records and frames out of a byte stream cut anywhere |
 //! | `tx` | batching: queued frames into one gathered send per connection, completions |
@@ -31,6 +32,7 @@ mod failover;
 mod get;
 mod handshake;
 mod links;
+pub mod part;
 mod recv;
 mod spread;
 mod tx;

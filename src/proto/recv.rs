@@ -16,6 +16,7 @@ use crate::proto::failover::CONFIRM_LAZY;
 use crate::proto::spread::Take;
 use crate::wire::{
     FrameKind, GetRequest, Header, Hello, PeerId, ResumeFrame, RunFrame, HEADER_LEN, KEEP_COPY_MAX,
+    PUT_TARGET_LEN,
 };
 
 impl Core {
@@ -441,10 +442,36 @@ impl Core {
                     let take = slot(&mut self.endpoints, peer.0)
                         .map_or(Take::Frame, |e| e.fo.rx_order.next(link));
                     if take == Take::Hold {
-                        // A run further in the stream: it waits, unread, until the
-                        // position reaches it (watched: `Core::owed_timer`).
-                        self.hold_reading(conn);
+                        // A run further in the stream: it waits until the position
+                        // reaches it (watched: `Core::owed_timer`). Its first frame is
+                        // read ahead, whole, first: a frame larger than the socket holds
+                        // would otherwise stop its sender until the reader comes to it,
+                        // and the links would take turns (docs/design/links.md).
                         self.owed_timer(now, peer);
+                        if *at >= input.len() && !multishot {
+                            if !rx.wants_all() && rx.capacity() < cache && needs_room(rx, max) {
+                                rx.grow(cache);
+                            }
+                            let c = slot(&mut self.conns, conn.0).expect("conn exists");
+                            match c.deframer.read_ahead(rx, max, &self.regions) {
+                                Ok(true) if rx.wants_all() && !c.hold_rx => {
+                                    self.counters.read_ahead += 1;
+                                }
+                                Ok(true) => {}
+                                Ok(false) => {
+                                    // Its next bytes must come within `frame_stall`.
+                                    let d = now + stall;
+                                    c.deadline = Some(d);
+                                    self.arm_timer(d);
+                                    return InputStep::Done;
+                                }
+                                Err(e) => {
+                                    self.fail_protocol(peer, e.into());
+                                    return InputStep::Drop;
+                                }
+                            }
+                        }
+                        self.hold_reading(conn);
                         if let Some(c) = self.conn_mut(conn) {
                             c.deadline = None;
                         }
@@ -505,7 +532,20 @@ impl Core {
                         return InputStep::Drop;
                     }
                     let c = slot(&mut self.conns, conn.0).expect("conn exists");
-                    match c.deframer.frame(rx, input, at, max, &self.regions) {
+                    let Some(ep) = slot(&mut self.endpoints, peer.0) else {
+                        return InputStep::Drop;
+                    };
+                    // A PART the walk will drop (as `run_frame` decides) is placed aside.
+                    let dropping = match take {
+                        Take::Drop(_) => true,
+                        Take::Frame => ep.fo.rx_order.position().0 > 0,
+                        Take::Stream(_) | Take::Hold => false,
+                    };
+                    ep.parts.set_dropping(dropping);
+                    match c
+                        .deframer
+                        .frame(rx, input, at, max, &self.regions, &mut ep.parts)
+                    {
                         Ok(Some((h, src))) => {
                             if take != Take::Frame && !h.kind.counted() {
                                 // A CONFIRM, RESUME or RUN inside a run.
@@ -556,6 +596,19 @@ impl Core {
                                 // The data is in place; the receiver learns it from what
                                 // the peer sends next.
                                 FrameKind::Put => self.counters.puts_placed += 1,
+                                FrameKind::Part => {
+                                    let piece = h.len as usize - PUT_TARGET_LEN;
+                                    if self.ep_mut(peer).is_some_and(|e| e.parts.took(piece)) {
+                                        // The last piece: the message, whole, in the
+                                        // buffer that placed it.
+                                        self.counters.parts_assembled += 1;
+                                        return InputStep::Deliver {
+                                            peer,
+                                            tag: h.tag,
+                                            src,
+                                        };
+                                    }
+                                }
                                 FrameKind::Get => {
                                     let req = GetRequest::parse(bytes_at(rx, input, &src));
                                     if !self.on_get(peer, req) {

@@ -7,8 +7,9 @@
 //! the next queued frames each time its batch comes back (`Core::spread` in `tx.rs`), so
 //! each link carries a share in proportion to what it moves. The receiver consumes only
 //! the link whose run starts at the position the stream reached; a link whose run starts
-//! further waits (its bytes stay in its socket, flow control holds its sender), and the
-//! frames of a run of an older epoch are dropped. So frames are taken once, in stream
+//! further waits once it has read the run's first frame whole (its further bytes stay in
+//! its socket, flow control holds its sender), and the frames of a run of an older epoch
+//! are dropped. So frames are taken once, in stream
 //! order, without a reorder buffer.
 //!
 //! Epochs: each direction's epoch is chosen by its *receiver*. It starts a new epoch
@@ -49,7 +50,8 @@ pub(super) enum Take {
     Stream(u32),
     /// This many frames of a run of an older epoch: drop them.
     Drop(u32),
-    /// A run further in the stream: leave the link unread until the position reaches it.
+    /// A run further in the stream: read its first frame ahead, then leave the link
+    /// unread until the position reaches it.
     Hold,
 }
 

@@ -1001,6 +1001,94 @@ fn a_run_waits_for_the_run_before_it_on_another_link() {
     assert!(net.failed_events(0).is_empty());
 }
 
+/// The first frame of a run further in the stream than the position is read ahead,
+/// whole, when it is larger than the receive cache (its sender does not wait for the
+/// reader to come to it), and handed out only in its turn.
+#[test]
+fn a_held_run_reads_its_large_first_frame_ahead() {
+    let mut net = Net::pair(11);
+    let (first, link) = raw_peer_and_link(&mut net);
+    let big: Vec<u8> = (0..200_003).map(|i| (i % 253) as u8).collect();
+    let mut later = run_head(3, 2).to_vec();
+    later.extend(frame(FrameKind::Send, 3, &big));
+    later.extend(frame(FrameKind::Send, 4, b"d"));
+    net.raw_write(first, &later);
+    net.run(false);
+    let end = net.socks[first].other.expect("the node's end");
+    assert_eq!(net.received(0, 1), [(9, b"hi".to_vec())]);
+    // Read up to the end of the large frame; the small one behind it may wait.
+    assert!(
+        net.socks[end].read_bytes >= later.len() - crate::wire::HEADER_LEN - 1,
+        "read {} of {}",
+        net.socks[end].read_bytes,
+        later.len()
+    );
+    assert_eq!(net.core(0).counters().read_ahead, 1);
+    let mut earlier = run_head(1, 2).to_vec();
+    earlier.extend(frame(FrameKind::Send, 1, b"a"));
+    earlier.extend(frame(FrameKind::Send, 2, b"b"));
+    net.raw_write(link, &earlier);
+    net.run(false);
+    assert_eq!(
+        net.received(0, 1),
+        [
+            (9, b"hi".to_vec()),
+            (1, b"a".to_vec()),
+            (2, b"b".to_vec()),
+            (3, big),
+            (4, b"d".to_vec())
+        ]
+    );
+    assert!(net.failed_events(0).is_empty());
+}
+
+/// A held run whose first frame is a PUT is not read past its header: its data is
+/// placed only in its turn, after the frames before it.
+#[test]
+fn a_held_run_places_no_put_ahead_of_its_turn() {
+    use crate::wire::PutTarget;
+    const LEN: usize = 150_000;
+    let mut net = Net::pair(12);
+    let (first, link) = raw_peer_and_link(&mut net);
+    let (dst, key, at) = region_on(&mut net, 0, LEN);
+    let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8 | 1).collect();
+    let mut put = PutTarget { key, addr: at }.to_bytes().to_vec();
+    put.extend_from_slice(&data);
+    let mut later = run_head(3, 1).to_vec();
+    later.extend(frame(FrameKind::Put, 0, &put));
+    net.raw_write(first, &later);
+    net.run(false);
+    let end = net.socks[first].other.expect("the node's end");
+    assert!(
+        net.socks[end].read_bytes < later.len() - LEN / 2,
+        "read {} of {}",
+        net.socks[end].read_bytes,
+        later.len()
+    );
+    assert!(dst.iter().all(|&b| b == 0), "placed ahead of its turn");
+    assert_eq!(net.core(0).counters().read_ahead, 0);
+    let mut earlier = run_head(1, 2).to_vec();
+    earlier.extend(frame(FrameKind::Send, 1, b"a"));
+    earlier.extend(frame(FrameKind::Send, 2, b"b"));
+    net.raw_write(link, &earlier);
+    net.run(false);
+    assert_eq!(net.received(0, 1).len(), 3);
+    assert_eq!(net.core(0).counters().puts_placed, 1);
+    assert!(net.failed_events(0).is_empty());
+    drop(net);
+    assert!(dst[..] == data[..], "region");
+}
+
+/// A RUN frame's bytes: `len` frames from `offset` of epoch 0.
+fn run_head(offset: u64, len: u32) -> [u8; crate::wire::HEADER_LEN + crate::wire::RUN_LEN] {
+    crate::wire::RunFrame {
+        offset,
+        epoch: 0,
+        len,
+    }
+    .to_bytes()
+}
+
 /// A RUN may come before the receiver saw the link beside it open (the acceptor of a
 /// link spreads once it answered the join): it is taken in order all the same.
 #[test]
@@ -1132,6 +1220,11 @@ fn large_messages_both_ways_need_no_timer_with_a_link() {
 /// A region of `len` zero bytes registered for writing with node 1's engine: the
 /// buffer (to be dropped after `net`), its key and its address.
 fn region(net: &mut Net, len: usize) -> (Box<[u8]>, u64, u64) {
+    region_on(net, 1, len)
+}
+
+/// [`region`] of node `n`.
+fn region_on(net: &mut Net, n: usize, len: usize) -> (Box<[u8]>, u64, u64) {
     let mut dst = vec![0u8; len].into_boxed_slice();
     let at = dst.as_ptr() as u64;
     // SAFETY: the caller drops `dst` after `net`, and nothing reads or writes it while
@@ -1139,7 +1232,7 @@ fn region(net: &mut Net, len: usize) -> (Box<[u8]>, u64, u64) {
     #[allow(unsafe_code)]
     let key = unsafe {
         let d = std::ptr::NonNull::new(dst.as_mut_ptr()).expect("boxed");
-        net.core(1)
+        net.core(n)
             .regions_mut()
             .register(d, len, crate::buf::Access::Write)
     };
@@ -1210,10 +1303,10 @@ fn puts_over_links_land_and_complete_without_timers() {
 /// the link breaks while the pieces are in flight: nothing is lost or placed twice.
 #[test]
 fn a_large_put_is_cut_into_pieces_that_spread_over_the_links() {
-    use crate::proto::endpoint::PUT_PIECE;
+    use crate::proto::endpoint::PIECE;
     use crate::wire::PutTarget;
     use bytes::Bytes;
-    const LEN: usize = 3 * PUT_PIECE + 5;
+    const LEN: usize = 3 * PIECE + 5;
     const COOKIE: u64 = 7777;
     let mut on_link = 0;
     for seed in 0..40 {
@@ -1262,10 +1355,68 @@ fn a_large_put_is_cut_into_pieces_that_spread_over_the_links() {
         net.assert_all_delivered(0, 1);
         assert_eq!(net.core(0).pending(PeerId(1)), 0, "seed {seed}");
         if !broke {
-            on_link += usize::from(net.socks[link].read_bytes - before >= PUT_PIECE);
+            on_link += usize::from(net.socks[link].read_bytes - before >= PIECE);
         }
         drop(net);
         assert!(dst[..] == src[..], "seed {seed}: region");
+    }
+    // The link carried at least a piece in most unbroken runs.
+    assert!(
+        on_link >= 15,
+        "a piece went on the link in {on_link} of 20 runs"
+    );
+}
+
+/// Messages larger than a piece, from segments of odd sizes, with a link open, among
+/// small ones both ways: each goes as PART frames that spread over both connections, and
+/// arrives whole, once, in order, handed out as one message; each send completes once.
+/// In half the seeds a connection breaks while pieces are in flight (the stream moves,
+/// the pieces are sent again): nothing is lost, duplicated or assembled wrong.
+#[test]
+fn a_large_message_is_cut_into_parts_that_spread_and_arrive_whole() {
+    use crate::proto::endpoint::PIECE;
+    let mut on_link = 0;
+    for seed in 0..40 {
+        let big = |pid| CoreConfig {
+            max_frame: 4 << 20,
+            ..cfg(pid)
+        };
+        let mut net = Net::new(seed, vec![big(0), big(1)]);
+        plan(&mut net, 0, 1, 1);
+        connect_pair(&mut net);
+        let link = links_of_node_1(&net)[0];
+        let before = net.socks[link].read_bytes;
+        let broke = seed % 2 == 1;
+        for k in 0..3 {
+            let len = [3 * PIECE + 5, PIECE + 1, 2 * PIECE - 3][k];
+            let msg: Vec<u8> = (0..len)
+                .map(|i| (i * 7 + k + seed as usize) as u8)
+                .collect();
+            net.send_segs(0, 1, 40 + k as u8, msg, 3).unwrap();
+            net.send(0, 1, 3, vec![k as u8; 8]).unwrap();
+            net.send_random(1, 0).unwrap();
+            let n = net.rng.below(6);
+            net.steps(n);
+        }
+        if broke {
+            let k = net.rng.below(8);
+            net.steps(k);
+            let victim = if net.rng.chance(1, 2) {
+                link
+            } else {
+                first_carrying(&net)
+            };
+            break_conn(&mut net, victim);
+        }
+        net.drive();
+        all_arrived(&net, seed);
+        let done = net.completed_ok(0).len();
+        assert_eq!(done, net.sent(0, 1).len(), "seed {seed}: completions");
+        assert_eq!(net.core(1).counters().parts_assembled, 3, "seed {seed}");
+        assert_eq!(net.core(0).pending(PeerId(1)), 0, "seed {seed}");
+        if !broke {
+            on_link += usize::from(net.socks[link].read_bytes - before >= PIECE);
+        }
     }
     // The link carried at least a piece in most unbroken runs.
     assert!(
@@ -1278,10 +1429,10 @@ fn a_large_put_is_cut_into_pieces_that_spread_over_the_links() {
 /// whole (nothing of it queued), and taken once the queue drained.
 #[test]
 fn a_cut_put_is_refused_or_taken_whole_at_the_queue_cap() {
-    use crate::proto::endpoint::PUT_PIECE;
+    use crate::proto::endpoint::PIECE;
     use crate::wire::PutTarget;
     use bytes::Bytes;
-    const LEN: usize = PUT_PIECE + PUT_PIECE / 2;
+    const LEN: usize = PIECE + PIECE / 2;
     let small = |pid| CoreConfig {
         max_frame: 4 << 20,
         max_queued_bytes: 2 << 20,
