@@ -258,18 +258,12 @@ impl Deframer {
     /// Reads the next frame of `rx` (the own-cache mode: no input) without handing it
     /// out: true once it is whole in its buffer, where [`frame`](Self::frame) hands it
     /// out later without another read; false while bytes are missing (read into `rx`
-    /// and call again). A PUT or REPLY is not read ahead (its data would be placed
-    /// before the frames ahead of it are taken): true as soon as its header is in.
-    pub fn read_ahead(
-        &mut self,
-        rx: &mut RxBuf,
-        max: u32,
-        regions: &Regions,
-    ) -> Result<bool, WireError> {
-        let mut at = 0;
-        let mut none = Parts::default();
+    /// and call again). A PUT, REPLY or PART is not read ahead (its data would be
+    /// placed before the frames ahead of it are taken): true as soon as its header is in.
+    pub fn read_ahead(&mut self, rx: &mut RxBuf, max: u32) -> Result<bool, WireError> {
+        let (mut at, no_regions, mut no_parts) = (0, Regions::default(), Parts::default());
         Ok(
-            match self.next::<false>(rx, &[], &mut at, max, regions, &mut none)? {
+            match self.next::<false>(rx, &[], &mut at, max, &no_regions, &mut no_parts)? {
                 Found::Whole => true,
                 Found::More => false,
                 Found::Frame(..) => unreachable!("a frame read ahead is not handed out"),

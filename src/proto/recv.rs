@@ -453,7 +453,7 @@ impl Core {
                                 rx.grow(cache);
                             }
                             let c = slot(&mut self.conns, conn.0).expect("conn exists");
-                            match c.deframer.read_ahead(rx, max, &self.regions) {
+                            match c.deframer.read_ahead(rx, max) {
                                 Ok(true) if rx.wants_all() && !c.hold_rx => {
                                     self.counters.read_ahead += 1;
                                 }

@@ -970,34 +970,26 @@ fn a_stream_spreads_over_the_links_in_order() {
 fn a_run_waits_for_the_run_before_it_on_another_link() {
     let mut net = Net::pair(5);
     let (first, link) = raw_peer_and_link(&mut net);
-    let run = |offset, len| {
-        crate::wire::RunFrame {
-            offset,
-            epoch: 0,
-            len,
-        }
-        .to_bytes()
-    };
     // Frame 0 ("hi") was consumed outside runs.
-    let mut later = run(3, 1).to_vec();
+    let mut later = run_head(3, 1).to_vec();
     later.extend(frame(FrameKind::Send, 3, b"c"));
     net.raw_write(first, &later);
     net.run(false);
     assert_eq!(net.received(0, 1), [(9, b"hi".to_vec())]);
-    let mut earlier = run(1, 2).to_vec();
+    the_run_before(&mut net, link, &[(3, b"c".to_vec())]);
+}
+
+/// Writes, on `link`, the run of frames 1 and 2 ("a", "b") the tests above hold a later
+/// run for; then every message has come in order, `later` after them.
+fn the_run_before(net: &mut Net, link: usize, later: &[Msg]) {
+    let mut earlier = run_head(1, 2).to_vec();
     earlier.extend(frame(FrameKind::Send, 1, b"a"));
     earlier.extend(frame(FrameKind::Send, 2, b"b"));
     net.raw_write(link, &earlier);
     net.run(false);
-    assert_eq!(
-        net.received(0, 1),
-        [
-            (9, b"hi".to_vec()),
-            (1, b"a".to_vec()),
-            (2, b"b".to_vec()),
-            (3, b"c".to_vec())
-        ]
-    );
+    let mut want = vec![(9, b"hi".to_vec()), (1, b"a".to_vec()), (2, b"b".to_vec())];
+    want.extend_from_slice(later);
+    assert_eq!(net.received(0, 1), want);
     assert!(net.failed_events(0).is_empty());
 }
 
@@ -1024,22 +1016,7 @@ fn a_held_run_reads_its_large_first_frame_ahead() {
         later.len()
     );
     assert_eq!(net.core(0).counters().read_ahead, 1);
-    let mut earlier = run_head(1, 2).to_vec();
-    earlier.extend(frame(FrameKind::Send, 1, b"a"));
-    earlier.extend(frame(FrameKind::Send, 2, b"b"));
-    net.raw_write(link, &earlier);
-    net.run(false);
-    assert_eq!(
-        net.received(0, 1),
-        [
-            (9, b"hi".to_vec()),
-            (1, b"a".to_vec()),
-            (2, b"b".to_vec()),
-            (3, big),
-            (4, b"d".to_vec())
-        ]
-    );
-    assert!(net.failed_events(0).is_empty());
+    the_run_before(&mut net, link, &[(3, big), (4, b"d".to_vec())]);
 }
 
 /// A held run whose first frame is a PUT is not read past its header: its data is
@@ -1067,14 +1044,8 @@ fn a_held_run_places_no_put_ahead_of_its_turn() {
     );
     assert!(dst.iter().all(|&b| b == 0), "placed ahead of its turn");
     assert_eq!(net.core(0).counters().read_ahead, 0);
-    let mut earlier = run_head(1, 2).to_vec();
-    earlier.extend(frame(FrameKind::Send, 1, b"a"));
-    earlier.extend(frame(FrameKind::Send, 2, b"b"));
-    net.raw_write(link, &earlier);
-    net.run(false);
-    assert_eq!(net.received(0, 1).len(), 3);
+    the_run_before(&mut net, link, &[]);
     assert_eq!(net.core(0).counters().puts_placed, 1);
-    assert!(net.failed_events(0).is_empty());
     drop(net);
     assert!(dst[..] == data[..], "region");
 }
