@@ -1272,6 +1272,18 @@ fn puts_over_links_land_and_complete_without_timers() {
 /// several PUT frames that spread over both connections, lands whole in the region, and
 /// completes exactly once, before the message sent after it arrives. In half the seeds
 /// the link breaks while the pieces are in flight: nothing is lost or placed twice.
+/// [`pair_with_link`] whose frames may be 4 MiB.
+fn big_pair_with_link(seed: u64) -> Net {
+    let big = |pid| CoreConfig {
+        max_frame: 4 << 20,
+        ..cfg(pid)
+    };
+    let mut net = Net::new(seed, vec![big(0), big(1)]);
+    plan(&mut net, 0, 1, 1);
+    connect_pair(&mut net);
+    net
+}
+
 #[test]
 fn a_large_put_is_cut_into_pieces_that_spread_over_the_links() {
     use crate::proto::endpoint::PIECE;
@@ -1281,13 +1293,7 @@ fn a_large_put_is_cut_into_pieces_that_spread_over_the_links() {
     const COOKIE: u64 = 7777;
     let mut on_link = 0;
     for seed in 0..40 {
-        let big = |pid| CoreConfig {
-            max_frame: 4 << 20,
-            ..cfg(pid)
-        };
-        let mut net = Net::new(seed, vec![big(0), big(1)]);
-        plan(&mut net, 0, 1, 1);
-        connect_pair(&mut net);
+        let mut net = big_pair_with_link(seed);
         let (dst, key, dst_at) = region(&mut net, LEN);
         let src: Vec<u8> = (0..LEN).map(|i| (i * 7 + seed as usize) as u8).collect();
         let src_b = Bytes::from(src.clone());
@@ -1348,13 +1354,7 @@ fn a_large_message_is_cut_into_parts_that_spread_and_arrive_whole() {
     use crate::proto::endpoint::PIECE;
     let mut on_link = 0;
     for seed in 0..40 {
-        let big = |pid| CoreConfig {
-            max_frame: 4 << 20,
-            ..cfg(pid)
-        };
-        let mut net = Net::new(seed, vec![big(0), big(1)]);
-        plan(&mut net, 0, 1, 1);
-        connect_pair(&mut net);
+        let mut net = big_pair_with_link(seed);
         let link = links_of_node_1(&net)[0];
         let before = net.socks[link].read_bytes;
         let broke = seed % 2 == 1;
