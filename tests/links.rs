@@ -14,6 +14,7 @@ backend_tests!(
     links_join_and_messages_keep_their_order,
     links_close_with_a_clean_shutdown,
     a_stream_in_both_directions_spreads_over_every_link,
+    messages_larger_than_a_piece_go_in_parts_over_the_links,
 );
 
 const LINKS: u32 = 3;
@@ -75,28 +76,48 @@ fn links_join_and_messages_keep_their_order(kind: BackendKind) {
 /// byte checked. (With the multishot receive, which takes no links, the same streams go
 /// on the first connection alone.)
 fn a_stream_in_both_directions_spreads_over_every_link(kind: BackendKind) {
-    const SIZE: usize = 96 * 1024 + 13;
-    const COUNT: u64 = 400;
+    stream_both_ways(kind, 96 * 1024 + 13, 400);
+}
+
+/// Messages of 3 MiB, more than a piece (1 MiB), both ways at once: each is cut into
+/// PART frames that go over the links and is handed out whole, every byte checked.
+fn messages_larger_than_a_piece_go_in_parts_over_the_links(kind: BackendKind) {
+    const COUNT: u64 = 24;
+    let stats = stream_both_ways(kind, (3 << 20) + 13, COUNT);
+    // Each side sent COUNT - 1 messages once the links were open (side 0 one more,
+    // whole, before): all of those came in parts (none with the multishot receive,
+    // which takes no links).
+    let want = if common::multishot() { 0 } else { COUNT - 1 };
+    for (side, s) in stats.iter().enumerate() {
+        assert_eq!(s.parts_assembled, want, "side {side}: messages in parts");
+    }
+}
+
+/// `count` messages of `size` bytes from side 0 and `count - 1` from side 1, at once;
+/// checks that they spread over the links and arrive in order, every byte checked.
+/// Returns each side's statistics.
+fn stream_both_ways(kind: BackendKind, size: usize, count: u64) -> [ringbtl::Stats; 2] {
     let (mut a, mut b) = pair_with(kind, |c| c.wireup.links = LINKS);
-    let got = [big_checker(&mut a, SIZE), big_checker(&mut b, SIZE)];
+    let got = [big_checker(&mut a, size), big_checker(&mut b, size)];
     let done = [completions(&mut a), completions(&mut b)];
-    a.send(PeerId(1), Tag(6), &[big(0, SIZE)], 0).unwrap();
+    a.send(PeerId(1), Tag(6), &[big(0, size)], 0).unwrap();
     open_links(&mut a, &mut b);
-    for seq in 1..COUNT {
-        send_big(&mut a, &mut b, PeerId(1), seq, SIZE);
-        send_big(&mut b, &mut a, PeerId(0), seq, SIZE);
+    for seq in 1..count {
+        send_big(&mut a, &mut b, PeerId(1), seq, size);
+        send_big(&mut b, &mut a, PeerId(0), seq, size);
     }
     drive(
         &mut [&mut a, &mut b],
         Duration::from_secs(60),
         "large messages",
         || {
-            done[0].borrow().len() as u64 == COUNT
-                && done[1].borrow().len() as u64 == COUNT - 1
-                && got[1].borrow().len() as u64 == COUNT
-                && got[0].borrow().len() as u64 == COUNT - 1
+            done[0].borrow().len() as u64 == count
+                && done[1].borrow().len() as u64 == count - 1
+                && got[1].borrow().len() as u64 == count
+                && got[0].borrow().len() as u64 == count - 1
         },
     );
+    let stats = [a.stats(), b.stats()];
     for (side, t) in [(0usize, &a), (1, &b)] {
         assert!(
             done[side].borrow().iter().all(|c| c.result.is_ok()),
@@ -113,9 +134,10 @@ fn a_stream_in_both_directions_spreads_over_every_link(kind: BackendKind) {
         );
         assert_eq!((s.links_lost, s.failovers), (0, 0), "side {side}");
     }
-    let want = |from: u64| (from..COUNT).collect::<Vec<u64>>();
+    let want = |from: u64| (from..count).collect::<Vec<u64>>();
     assert_eq!(*got[1].borrow(), want(0), "side 1 read side 0's stream");
     assert_eq!(*got[0].borrow(), want(1), "side 0 read side 1's stream");
+    stats
 }
 
 /// `size` bytes that follow from `seq`, its first eight `seq` itself.
