@@ -1590,12 +1590,16 @@ fn both_down(backend: &str, at_once: bool) {
         );
         sends_failed_once(r, d);
         // One link at the start; at most one failover (to rb), after which no standby
-        // link was left; one exactly when the stream had moved before rb went down.
+        // link was left; one exactly when the stream had moved before rb went down. A
+        // receiver whose run on rb stands still for a second (`failover::OWED_STALL`)
+        // may also ask once on rb before the user timeout (2 s) ends it, which counts as
+        // a stall and a failover (seen once in CI; in none of 12 cases of 3 runs after).
         assert!(links.joined >= 1, "rank {r}: {links}");
+        let asked = u64::from(links.stalls >= 2 && links.failovers == 2);
         if at_once {
-            assert!(links.failovers <= 1, "rank {r}: {links}");
+            assert!(links.failovers <= 1 + asked, "rank {r}: {links}");
         } else {
-            assert_eq!(links.failovers, 1, "rank {r}: {links}");
+            assert_eq!(links.failovers, 1 + asked, "rank {r}: {links}");
         }
     }
 }
