@@ -449,9 +449,7 @@ impl Core {
                         // and the links would take turns (docs/design/links.md).
                         self.owed_timer(now, peer);
                         if *at >= input.len() && !multishot {
-                            if !rx.wants_all() && rx.capacity() < cache && needs_room(rx, max) {
-                                rx.grow(cache);
-                            }
+                            adopt_cache(rx, cache, max, false);
                             let c = slot(&mut self.conns, conn.0).expect("conn exists");
                             match c.deframer.read_ahead(rx, max) {
                                 Ok(true) if rx.wants_all() && !c.hold_rx => {
@@ -505,17 +503,7 @@ impl Core {
                             return InputStep::Done;
                         }
                     }
-                    // An adopted connection trades its handshake-sized buffer for the
-                    // full cache: at once with provided buffers; reading into its own
-                    // cache, once a read fills the small buffer or a frame needs more
-                    // room (zeroing a full cache for each of the 63 connections of a
-                    // 64-rank wire-up, whose frames are small, was a quarter of its CPU).
-                    if !rx.wants_all()
-                        && rx.capacity() < cache
-                        && (multishot || needs_room(rx, max))
-                    {
-                        rx.grow(cache);
-                    }
+                    adopt_cache(rx, cache, max, multishot);
                     let unread = *at < input.len() || (!rx.wants_all() && rx.pending() > 0);
                     if unread && c.unconfirmed {
                         self.confirm(peer, conn);
@@ -535,13 +523,8 @@ impl Core {
                     let Some(ep) = slot(&mut self.endpoints, peer.0) else {
                         return InputStep::Drop;
                     };
-                    // A PART the walk will drop (as `run_frame` decides) is placed aside.
-                    let dropping = match take {
-                        Take::Drop(_) => true,
-                        Take::Frame => ep.fo.rx_order.position().0 > 0,
-                        Take::Stream(_) | Take::Hold => false,
-                    };
-                    ep.parts.set_dropping(dropping);
+                    // A PART the walk will drop (`run_frame`) is placed aside.
+                    ep.parts.set_dropping(ep.fo.rx_order.drops(take));
                     match c
                         .deframer
                         .frame(rx, input, at, max, &self.regions, &mut ep.parts)
@@ -705,7 +688,7 @@ impl Core {
         };
         let order = &mut ep.fo.rx_order;
         let moved = match take {
-            Take::Frame if order.position().0 > 0 => {
+            Take::Frame if order.drops(take) => {
                 // Outside a run after a failover: a frame of epoch 0, sent again.
                 return RunFrameIs::Dropped;
             }
@@ -899,6 +882,18 @@ fn bytes_at<'a>(rx: &'a RxBuf, input: &'a [u8], src: &Source) -> &'a [u8] {
 fn src_len(src: &Source) -> usize {
     match src {
         Source::Cache(r) | Source::Input(r) => r.len(),
+    }
+}
+
+/// An adopted connection trades its handshake-sized buffer `rx` for the full cache of
+/// `cache` bytes: at once with provided buffers (`multishot`); reading into its own
+/// cache, once a read fills the small buffer or a frame needs more room (zeroing a full
+/// cache for each of the 63 connections of a 64-rank wire-up, whose frames are small,
+/// was a quarter of its CPU).
+#[inline]
+fn adopt_cache(rx: &mut RxBuf, cache: usize, max: u32, multishot: bool) {
+    if !rx.wants_all() && rx.capacity() < cache && (multishot || needs_room(rx, max)) {
+        rx.grow(cache);
     }
 }
 

@@ -81,6 +81,16 @@ impl RunOrder {
         (self.epoch, self.at)
     }
 
+    /// Whether the frame a link is at (`take`) is dropped once read: one of a run of an
+    /// older epoch, or one outside every run after a failover (epoch 0's, sent again).
+    pub(super) fn drops(&self, take: Take) -> bool {
+        match take {
+            Take::Drop(_) => true,
+            Take::Frame => self.epoch > 0,
+            Take::Stream(_) | Take::Hold => false,
+        }
+    }
+
     /// A RUN frame `r` was read on `link` (below [`MAX_LINKS`]). A run inside a run, one
     /// of a newer epoch than ours, one starting before the position or overlapping
     /// another link's run of our epoch is [`ProtoError::RunOutOfOrder`]: no honest
