@@ -106,6 +106,21 @@ pub struct Stats {
     /// lent bytes are still in its pipe, plus at most two empty spares, however many
     /// peers large messages go to.
     pub lend_pipes_open: u64,
+    /// Median cost of sending a lent byte on this machine (its `vmsplice` and `splice`),
+    /// in picoseconds, over the last calls that moved at least 64 KiB; 0 until measured.
+    /// See [`lending`](Self::lending).
+    pub lend_cost_ps: u64,
+    /// Median cost of sending a copied byte (`send`, `sendmsg`), in picoseconds, over the
+    /// last calls that copied at least 64 KiB; 0 until measured.
+    pub copy_cost_ps: u64,
+    /// Send calls timed for [`lend_cost_ps`](Self::lend_cost_ps) and
+    /// [`copy_cost_ps`](Self::copy_cost_ps).
+    pub send_calls_timed: u64,
+    /// Whether lending is the verdict of those costs: payloads long enough to lend are
+    /// lent only while it holds (but for one lent message a second, to measure again),
+    /// copied otherwise (and one copied message a second while it holds). True until
+    /// both ways are measured. See docs/design/large-messages.md.
+    pub lending: bool,
     /// Times a multishot receive stopped because every provided buffer was in use
     /// (`ENOBUFS`) and was re-armed once buffers came back; no data is lost. Always 0
     /// without [`SocketConfig::recv_multishot`](crate::SocketConfig::recv_multishot).
@@ -210,6 +225,8 @@ pub struct Transport {
     sock: SockOpts,
     /// `RINGBTL_AUTH` was applied to the key in force (at the first peer added).
     auth_checked: bool,
+    /// The backend's verdict on lending, as last told to the engine.
+    lend_wanted: bool,
 }
 
 /// Idle progress passes between two clock reads for the engine's timers.
@@ -391,6 +408,7 @@ impl Transport {
             idle_passes: 0,
             sock,
             auth_checked: false,
+            lend_wanted: true,
         })
     }
 
@@ -915,6 +933,10 @@ impl Transport {
             spliced_bytes: k.spliced_bytes,
             lend_pipes: k.lend_pipes,
             lend_pipes_open: k.lend_pipes_open,
+            lend_cost_ps: k.lend.lend_ps,
+            copy_cost_ps: k.lend.copy_ps,
+            send_calls_timed: k.lend.samples,
+            lending: k.lend.lending,
             batches: c.batches,
             frames: c.frames,
             send_calls: k.send_calls,
@@ -962,6 +984,9 @@ impl Transport {
     // ----- the progress pass -----------------------------------------------------------
 
     fn pass(&mut self, timeout: Option<Duration>) -> Result<usize, Error> {
+        if self.cfg.core.splice_judged {
+            self.judge_lending();
+        }
         let stashed = self.stash.len();
         if stashed > 0 {
             // Older than anything the backend has now: handled first.
@@ -1001,6 +1026,17 @@ impl Transport {
         self.settle();
         self.deliver_core_events();
         Ok(n)
+    }
+
+    /// Tells the engine whether payloads may be lent now, when the backend's measure of
+    /// its send calls changed its mind (see `reactor::lend`).
+    #[inline]
+    fn judge_lending(&mut self) {
+        let w = self.backend.lend_wanted();
+        if w != self.lend_wanted {
+            self.lend_wanted = w;
+            self.core.set_lend_judged(w);
+        }
     }
 
     fn handle_event(&mut self, now: Instant, ev: Event) {

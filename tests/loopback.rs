@@ -40,6 +40,7 @@ backend_tests!(
     unknown_peer_resolved_lazily,
     lent_pages_to_many_peers_share_pipes,
     a_large_ping_pong_and_a_large_stream_are_lent,
+    lending_follows_the_measured_costs,
     paced_loopback_connections_lend_idle_payloads,
     paced_quick_ack_copies_idle_payloads_and_acks_the_answers,
 );
@@ -1174,9 +1175,11 @@ fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
     const PEERS: usize = 4;
     let pat = pattern();
     // Every payload that can be lent is: none is copied for finding its peer idle, or
-    // for being longer than one trip through a pipe.
+    // for being longer than one trip through a pipe, or because copying measured
+    // cheaper on this machine.
     let cfg = |p| {
         let mut c = common::cfg(p, kind);
+        c.core.splice_judged = false;
         c.core.splice_idle = None;
         c.core.splice_max = None;
         c
@@ -1267,7 +1270,8 @@ fn lent_pages_to_many_peers_share_pipes(kind: BackendKind) {
 fn a_large_ping_pong_and_a_large_stream_are_lent(kind: BackendKind) {
     const LEN: usize = 512 * 1024;
     const N: u32 = 8;
-    let (mut a, mut b, got) = echo_pair(kind);
+    // The rules, not this machine's verdict (see `lending_follows_the_measured_costs`).
+    let (mut a, mut b, got) = echo_pair_with(kind, |c| c.core.splice_judged = false);
     let body = |i: u32| Bytes::from((0..LEN).map(|k| (k as u32 ^ i) as u8).collect::<Vec<u8>>());
     for i in 0..N {
         a.send(PeerId(1), Tag(7), &[body(i)], u64::from(i)).unwrap();
@@ -1322,6 +1326,55 @@ fn a_large_ping_pong_and_a_large_stream_are_lent(kind: BackendKind) {
     );
 }
 
+/// With the built-in choice, whether a payload is lent is measured, not assumed: each
+/// side times its large send calls, and its first large messages go lent and copied in
+/// turn (three of each), then follow the verdict. A ping-pong of 300,000-byte messages
+/// (every one finding its peer idle, so every one lendable by the rules): each side
+/// timed both ways, lent at least three messages and copied at least three, and its
+/// verdict agrees with the costs it reports; every message arrives whole.
+fn lending_follows_the_measured_costs(kind: BackendKind) {
+    const LEN: usize = 300_000;
+    const N: u32 = 24;
+    const WARM: u64 = 3;
+    let (mut a, mut b, got) = echo_pair(kind);
+    let body = |i: u32| {
+        Bytes::from(
+            (0..LEN)
+                .map(|k| (k as u32 ^ (i * 7)) as u8)
+                .collect::<Vec<u8>>(),
+        )
+    };
+    for i in 0..N {
+        a.send(PeerId(1), Tag(7), &[body(i)], u64::from(i)).unwrap();
+        let want = i as usize + 1;
+        drive(
+            &mut [&mut a, &mut b],
+            Duration::from_secs(20),
+            "judged pong",
+            || got.borrow().len() == want,
+        );
+    }
+    for (i, p) in got.borrow().iter().enumerate() {
+        assert!(p[..] == body(i as u32)[..], "pong {i} differs");
+    }
+    for (who, st) in [("pinging", a.stats()), ("answering", b.stats())] {
+        let ctx = format!("{}: {who} side: {st:?}", a.backend_name());
+        assert!(st.lend_cost_ps > 0 && st.copy_cost_ps > 0, "{ctx}");
+        assert!(st.send_calls_timed >= 3 * WARM, "{ctx}");
+        let lent = st.spliced_bytes.div_ceil(LEN as u64);
+        assert!(
+            (WARM..=u64::from(N) - WARM).contains(&lent),
+            "lent and copied in turn while warming up: {lent} lent; {ctx}"
+        );
+        // Lending holds while a lent byte costs no more than a copied one; copying
+        // holds until it costs at most 7/8 of one.
+        match st.lending {
+            true => assert!(st.lend_cost_ps <= st.copy_cost_ps, "{ctx}"),
+            false => assert!(st.lend_cost_ps * 8 > st.copy_cost_ps * 7, "{ctx}"),
+        }
+    }
+}
+
 /// Sends `n` messages `body(0..n)` from `a` to `b` on `tag` all at once, and drives both
 /// until `b` has checked each (content and order) and every send completed, in order.
 fn stream_at_once(
@@ -1361,6 +1414,7 @@ fn paced_pong(kind: BackendKind, len: usize, f: impl Fn(&mut Config)) -> [Stats;
     let bbr = ringbtl::Congestion::Use("bbr".into());
     let (mut a, mut b, got) = echo_pair_with(kind, |c| {
         c.socket.tcp_congestion = bbr.clone();
+        c.core.splice_judged = false;
         f(c);
     });
     for i in 0..4u8 {

@@ -118,6 +118,14 @@ pub struct CoreConfig {
     /// crate's tests and measurements can vary it.
     #[doc(hidden)]
     pub splice_idle: Option<usize>,
+    /// The transport lends pages only while its backend measures a lent byte cheaper to
+    /// send than a copied one ([`Core::set_lend_judged`](crate::proto::core::Core::set_lend_judged));
+    /// `false`: lending follows [`splice_min`](Self::splice_min) and the connection's
+    /// rules alone. See docs/design/large-messages.md.
+    /// Not a setting: the built-in choice (judged), with no variable; public so that the
+    /// crate's tests of the lending rules can take the machine's verdict out.
+    #[doc(hidden)]
+    pub splice_judged: bool,
     /// Receives run as one multishot receive per connection on buffers the driver
     /// provides ([`Action::ArmProvided`](crate::proto::core::Action::ArmProvided)),
     /// instead of one [`Action::Receive`](crate::proto::core::Action::Receive) per read.
@@ -153,6 +161,7 @@ impl CoreConfig {
             splice_min: Some(DEFAULT_SPLICE_MIN),
             splice_max: Some(DEFAULT_SPLICE_MAX),
             splice_idle: Some(DEFAULT_SPLICE_IDLE),
+            splice_judged: true,
             multishot: false,
         }
     }

@@ -562,6 +562,8 @@ pub struct Core {
     pub(super) nonces: NonceSource,
     /// Memory that peers' PUT frames may write into.
     pub(super) regions: Regions,
+    /// Payloads may be lent ([`set_lend_judged`](Self::set_lend_judged)).
+    pub(super) lend_judged: bool,
 }
 
 impl Core {
@@ -582,6 +584,7 @@ impl Core {
             small_max,
             nonces,
             regions: Regions::default(),
+            lend_judged: true,
             cfg,
             endpoints: Vec::new(),
             conns: Vec::new(),

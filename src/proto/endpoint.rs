@@ -692,6 +692,17 @@ impl Core {
         }
     }
 
+    /// Whether any payload may be lent, as the driver measured the send calls of lent
+    /// and copied bytes on this machine: with `false`, every payload that
+    /// [`set_lending`](Self::set_lending) and
+    /// [`CoreConfig::splice_min`](crate::CoreConfig::splice_min) would lend is copied
+    /// (one the idle copy's rule copies still counts in
+    /// [`Counters::idle_copies`](crate::proto::core::Counters::idle_copies)). Lending
+    /// until said.
+    pub fn set_lend_judged(&mut self, lend: bool) {
+        self.lend_judged = lend;
+    }
+
     /// On `conn`, once a large message that found its peer idle (a ping-pong's, a
     /// request's) has left, the driver sets the socket to acknowledge at once
     /// (`TCP_QUICKACK`), as [`handle_sent`](Self::handle_sent) says; and such a

@@ -362,10 +362,11 @@ impl Core {
             self.cfg.inline_limit,
             self.cfg.max_frame,
         );
-        let (splice_min, splice_max, splice_idle) = (
+        let (splice_min, splice_max, splice_idle, judged) = (
             self.cfg.splice_min,
             self.cfg.splice_max,
             self.cfg.splice_idle,
+            self.lend_judged,
         );
         // The count of the peer's frames we consumed (over every link), and whether it
         // is owed now; it may leave on any link, between runs.
@@ -486,7 +487,8 @@ impl Core {
                 };
             let idle_copy =
                 lendable && idle && len >= idle_min && splice_idle.is_some_and(|m| len <= m);
-            let lend = lendable && !idle_copy;
+            // (The machine's verdict comes last: an idle copy is the same either way.)
+            let lend = lendable && !idle_copy && judged;
             if idle_copy {
                 self.counters.idle_copies += 1;
             }

@@ -638,8 +638,14 @@ impl Backend for Epoll {
             spliced_bytes: self.send_calls.spliced,
             lend_pipes: self.send_calls.pipes_made,
             lend_pipes_open: self.send_calls.pipes_open(),
+            lend: self.send_calls.judge.costs(),
             ..Counters::default()
         }
+    }
+
+    #[inline]
+    fn lend_wanted(&self) -> bool {
+        self.send_calls.judge.wanted()
     }
 }
 

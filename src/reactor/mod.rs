@@ -69,6 +69,7 @@ pub(crate) mod config;
 mod conformance;
 #[cfg(feature = "epoll")]
 pub(crate) mod epoll;
+pub(crate) mod lend;
 pub(crate) mod listen;
 pub(crate) mod op;
 pub(crate) mod slots;
@@ -177,6 +178,9 @@ pub(crate) trait Backend {
     fn prepare_wait(&mut self) -> io::Result<Option<RawFd>>;
     /// What the backend counted so far.
     fn counters(&self) -> Counters;
+    /// Whether payloads long enough to lend are to be lent now, as the backend's send
+    /// calls measure (see [`lend`]).
+    fn lend_wanted(&self) -> bool;
 }
 
 /// Counters kept by a backend.
@@ -197,6 +201,8 @@ pub(crate) struct Counters {
     pub(crate) lend_pipes: u64,
     /// Of those, the ones open now (held while bytes are in them, or spare).
     pub(crate) lend_pipes_open: u64,
+    /// The large send calls' costs, lent and copied, and the verdict (see [`lend`]).
+    pub(crate) lend: lend::LendCosts,
 }
 
 /// Provided-buffer receive, the extension a backend may have besides [`Backend`] (see the
@@ -339,6 +345,10 @@ impl Backend for AnyBackend {
     }
     fn counters(&self) -> Counters {
         forward!(self, b => b.counters())
+    }
+    #[inline]
+    fn lend_wanted(&self) -> bool {
+        forward!(self, b => b.lend_wanted())
     }
 }
 

@@ -15,6 +15,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "uring")]
 use io_uring::{opcode, squeue, types};
@@ -22,6 +23,7 @@ use io_uring::{opcode, squeue, types};
 use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
 
+use super::lend::LendJudge;
 use super::{sys, RxBuf, TxBatch};
 use crate::buf::DIRECT_PIECES;
 
@@ -117,6 +119,11 @@ pub(crate) struct SendOp {
     no_splice: bool,
     /// Bytes of the batch in the pipe, not yet in the socket (they come first).
     piped: usize,
+    /// The calls that lend the pipe-full in progress (its header's `send`, `vmsplice`,
+    /// `splice`): their time so far, and the bytes of the `vmsplice`, for the
+    /// [`LendJudge`] once the pipe is drained.
+    lend_took: Duration,
+    lend_bytes: usize,
     /// io_uring: the SQE in flight waits for the socket to be writable (`POLL_ADD`), and
     /// the op resumes with [`try_now`](Self::try_now), rather than a send of bytes.
     polling: bool,
@@ -140,6 +147,8 @@ pub(crate) struct SendShared {
     open: Arc<AtomicU64>,
     /// Empty pipes, for the next lent pages of any connection.
     spare: Vec<Pipe>,
+    /// The cost of the large send calls, lent and copied: whether lending pays here.
+    pub(crate) judge: LendJudge,
 }
 
 /// Empty pipes kept for reuse; more are closed as they empty.
@@ -298,6 +307,8 @@ impl SendOp {
             pipe: None,
             no_splice: false,
             piped: 0,
+            lend_took: Duration::ZERO,
+            lend_bytes: 0,
             polling: false,
             chunks: None,
         })
@@ -370,13 +381,16 @@ impl SendOp {
             iov_base: lent.as_ptr().cast_mut().cast(),
             iov_len: lent.len().min(pipe.cap),
         };
+        let t0 = Instant::now();
         // SAFETY: `iov` covers bytes of a lent segment of the batch, which this op owns
         // and keeps unmodified until the send completes; vmsplice takes references to
         // their pages (it never writes them), and the protocol keeps the caller's buffer
         // until the peer acknowledged reading the bytes.
         let n = unsafe { libc::vmsplice(pipe.wr.as_raw_fd(), &iov, 1, libc::SPLICE_F_NONBLOCK) };
+        self.lend_took += t0.elapsed();
         if n > 0 {
             self.piped = n as usize;
+            self.lend_bytes = self.piped;
             return true;
         }
         let e = io::Error::last_os_error();
@@ -401,6 +415,7 @@ impl SendOp {
             let flags = libc::SPLICE_F_MOVE
                 | libc::SPLICE_F_NONBLOCK
                 | if more { libc::SPLICE_F_MORE } else { 0 };
+            let t0 = Instant::now();
             // SAFETY: plain fds owned by this op and by the connection; no memory passes.
             let n = unsafe {
                 libc::splice(
@@ -413,9 +428,14 @@ impl SendOp {
                 )
             };
             counts.calls += 1;
+            let t1 = Instant::now();
+            self.lend_took += t1 - t0;
             if n > 0 {
                 let n = n as usize;
                 self.piped -= n;
+                if self.piped == 0 {
+                    self.judge_lent(t1, &mut counts.judge);
+                }
                 counts.spliced += n as u64;
                 self.advance(n);
                 continue;
@@ -433,6 +453,16 @@ impl SendOp {
             }
         }
         None
+    }
+
+    /// The pipe-full just drained: its calls' time goes to the judge (when it was long
+    /// enough to count), and the next one starts from nothing.
+    fn judge_lent(&mut self, now: Instant, judge: &mut LendJudge) {
+        if LendJudge::times(self.lend_bytes) {
+            judge.lent(self.lend_bytes, self.lend_took, now);
+        }
+        self.lend_took = Duration::ZERO;
+        self.lend_bytes = 0;
     }
 
     /// Whether a send is in progress.
@@ -477,6 +507,8 @@ impl SendOp {
             self.piped = 0;
             self.pipe = None;
         }
+        self.lend_took = Duration::ZERO;
+        self.lend_bytes = 0;
         self.batch.take()
     }
 
@@ -625,6 +657,7 @@ impl SendOp {
                     .batch
                     .as_ref()
                     .is_some_and(|b| b.has_lent() && b.remaining() > offered);
+            let t0 = Instant::now();
             let res = if let [one] = self.iov[..] {
                 // One contiguous piece (a run of small frames copied next to their
                 // headers): `send` spares the kernel the msghdr and iovec import.
@@ -647,6 +680,12 @@ impl SendOp {
             self.iov.clear();
             match res {
                 Ok(n) => {
+                    if LendJudge::times(n) {
+                        counts.judge.copied(n, t0, Instant::now());
+                    } else if more {
+                        // Bytes before lent pages (their header): part of lending them.
+                        self.lend_took += t0.elapsed();
+                    }
                     if !self.advance(n) && n < offered {
                         // Short write: the send buffer is full; resume when it drains.
                         return Attempt::Blocked;
@@ -695,6 +734,17 @@ pub(crate) fn write_now(
 /// One call of [`write_now`].
 #[inline]
 fn write_once(fd: RawFd, pieces: &[&[u8]], counts: &mut SendShared) -> usize {
+    let t0 = LendJudge::times(pieces.iter().map(|p| p.len()).sum()).then(Instant::now);
+    let n = write_call(fd, pieces, counts);
+    if let Some(t0) = t0.filter(|_| LendJudge::times(n)) {
+        counts.judge.copied(n, t0, Instant::now());
+    }
+    n
+}
+
+/// The call of [`write_once`].
+#[inline]
+fn write_call(fd: RawFd, pieces: &[&[u8]], counts: &mut SendShared) -> usize {
     counts.calls += 1;
     if let [one] = pieces {
         let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;

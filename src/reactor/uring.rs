@@ -1077,7 +1077,13 @@ impl Backend for Uring {
             zerocopy_sends: self.zc_sends,
             zerocopy_copied: self.zc_copied,
             recv_starved: self.starvations,
+            lend: self.send_direct.judge.costs(),
         }
+    }
+
+    #[inline]
+    fn lend_wanted(&self) -> bool {
+        self.send_direct.judge.wanted()
     }
 }
 

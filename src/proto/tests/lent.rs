@@ -467,6 +467,23 @@ fn an_idle_payload_outside_the_copy_range_is_lent() {
     }
 }
 
+/// The driver's verdict on lending (`Core::set_lend_judged`) comes over every rule: with
+/// lending judged dearer, a payload the rules would lend is copied (asks for no ACK) and
+/// completes once written; judged cheaper again, the next one is lent.
+#[test]
+fn a_payload_is_copied_while_the_driver_judges_lending_dearer() {
+    let mut net = Net::pair(7);
+    let r = confirmed_raw_peer(&mut net);
+    net.nodes[0].core.set_lend_judged(false);
+    let copied = net.send(0, 1, 1, vec![1; 8192]).unwrap();
+    net.run(false);
+    let asks: Vec<bool> = headers(&net.raw_read(r)).iter().map(|h| h.ack).collect();
+    assert_eq!(asks, [false], "judged dearer: copied");
+    assert!(done(&net, 0).contains(&(copied, true)), "done once written");
+    net.nodes[0].core.set_lend_judged(true);
+    lent_alone(&mut net, r, 8192, "judged cheaper again");
+}
+
 /// Node 0 sends one payload of `len` bytes to its raw peer `r`, which it finds idle: the
 /// payload is lent (asks for an ACK), completes on the ACK, and nothing fails.
 fn lent_alone(net: &mut Net, r: usize, len: usize, what: &str) {

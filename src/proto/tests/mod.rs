@@ -118,6 +118,8 @@ pub(super) fn cfg(pid: u32) -> CoreConfig {
         splice_min: SPLICE_MIN,
         splice_max: None,
         splice_idle: Some(crate::proto::config::DEFAULT_SPLICE_IDLE),
+        // The engine alone: no driver measures (`Core::set_lend_judged` says it).
+        splice_judged: false,
         multishot: false,
     }
 }
