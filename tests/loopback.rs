@@ -698,6 +698,33 @@ fn connection_flood_is_bounded(kind: BackendKind) {
     drop(flood);
 }
 
+/// A transport told that several threads enter it (`SocketConfig::threads`) builds its
+/// io_uring ring without task-run flags, which any thread may drive; by default the
+/// ring is bound to its creator (`SINGLE_ISSUER | DEFER_TASKRUN`). Messages flow
+/// either way. (`ffi/tests/c/threads_test.c` drives such transports from four threads.)
+#[cfg(feature = "uring")]
+#[test]
+fn a_transport_entered_from_threads_has_a_ring_any_thread_may_drive() {
+    if !common::usable(BackendKind::Uring) {
+        return;
+    }
+    for (threads, flags) in [(true, "no task-run flags"), (false, "SINGLE_ISSUER")] {
+        let (mut a, mut b) = pair_with(BackendKind::Uring, |c| c.socket.threads = threads);
+        if let Some(note) = b.backend_note() {
+            common::skip(note);
+            return;
+        }
+        for t in [&a, &b] {
+            assert!(
+                t.backend_detail().contains(flags),
+                "threads {threads}: {}",
+                t.backend_detail()
+            );
+        }
+        one_way_checked_stream(&mut a, &mut b, 200, 8, 64, 3);
+    }
+}
+
 /// Multishot receive on a ring of two 4 KiB provided buffers while the peer floods mixed
 /// sizes (up to 1 MiB, so most frames straddle buffers and large ones are reassembled):
 /// the ring runs empty (the kernel reports ENOBUFS, counted in `recv_starved`), the
@@ -1273,19 +1300,7 @@ fn a_large_ping_pong_and_a_large_stream_are_lent(kind: BackendKind) {
     // The rules, not this machine's verdict (see `lending_follows_the_measured_costs`).
     let (mut a, mut b, got) = echo_pair_with(kind, |c| c.core.splice_judged = false);
     let body = |i: u32| Bytes::from((0..LEN).map(|k| (k as u32 ^ i) as u8).collect::<Vec<u8>>());
-    for i in 0..N {
-        a.send(PeerId(1), Tag(7), &[body(i)], u64::from(i)).unwrap();
-        let want = i as usize + 1;
-        drive(
-            &mut [&mut a, &mut b],
-            Duration::from_secs(20),
-            "large pong",
-            || got.borrow().len() == want,
-        );
-    }
-    for (i, p) in got.borrow().iter().enumerate() {
-        assert!(p[..] == body(i as u32)[..], "pong {i} differs");
-    }
+    ping_pong(&mut a, &mut b, &got, N, body, "large pong");
     let (sa, sb) = (a.stats(), b.stats());
     for (who, st) in [("pinging", &sa), ("answering", &sb)] {
         assert_eq!(
@@ -1344,19 +1359,7 @@ fn lending_follows_the_measured_costs(kind: BackendKind) {
                 .collect::<Vec<u8>>(),
         )
     };
-    for i in 0..N {
-        a.send(PeerId(1), Tag(7), &[body(i)], u64::from(i)).unwrap();
-        let want = i as usize + 1;
-        drive(
-            &mut [&mut a, &mut b],
-            Duration::from_secs(20),
-            "judged pong",
-            || got.borrow().len() == want,
-        );
-    }
-    for (i, p) in got.borrow().iter().enumerate() {
-        assert!(p[..] == body(i as u32)[..], "pong {i} differs");
-    }
+    ping_pong(&mut a, &mut b, &got, N, body, "judged pong");
     for (who, st) in [("pinging", a.stats()), ("answering", b.stats())] {
         let ctx = format!("{}: {who} side: {st:?}", a.backend_name());
         assert!(st.lend_cost_ps > 0 && st.copy_cost_ps > 0, "{ctx}");
@@ -1372,6 +1375,32 @@ fn lending_follows_the_measured_costs(kind: BackendKind) {
             true => assert!(st.lend_cost_ps <= st.copy_cost_ps, "{ctx}"),
             false => assert!(st.lend_cost_ps * 8 > st.copy_cost_ps * 7, "{ctx}"),
         }
+    }
+}
+
+/// `n` messages from `a` to `b`'s echo (`echo_pair`), one at a time, message `i` being
+/// `body(i)`: each answer arrives before the next leaves (every message finds its peer
+/// idle), and every answer is the message sent.
+fn ping_pong(
+    a: &mut Transport,
+    b: &mut Transport,
+    got: &RefCell<Vec<Vec<u8>>>,
+    n: u32,
+    body: impl Fn(u32) -> Bytes,
+    what: &str,
+) {
+    for i in 0..n {
+        a.send(PeerId(1), Tag(7), &[body(i)], u64::from(i)).unwrap();
+        let want = i as usize + 1;
+        drive(
+            &mut [&mut *a, &mut *b],
+            Duration::from_secs(20),
+            what,
+            || got.borrow().len() == want,
+        );
+    }
+    for (i, p) in got.borrow().iter().enumerate() {
+        assert!(p[..] == body(i as u32)[..], "{what}: answer {i} differs");
     }
 }
 

@@ -30,12 +30,15 @@
  * - ringbtl_on_unknown_peer, ringbtl_generate_job_key, ringbtl_set_job_key (likewise);
  * - ringbtl_put, ringbtl_register_region, ringbtl_deregister_region and the status
  *   RINGBTL_ERR_BUSY (likewise: added symbols and a new code);
- * - ringbtl_wait_fd (likewise).
+ * - ringbtl_wait_fd (likewise);
+ * - ringbtl_config_threads (likewise).
  *
  * Threads: one thread drives a transport. Every function taking a ringbtl_t must be
  * called on the thread that drives it, and every callback runs on that thread, from
  * inside ringbtl_progress / ringbtl_wait / ringbtl_destroy. There are no locks inside;
- * a program with several threads serializes the calls itself.
+ * a program with several threads serializes the calls itself. A transport whose
+ * configuration said ringbtl_config_threads(cfg, 1) may be driven by any thread, one
+ * call at a time (callbacks run on the thread whose call runs them).
  *
  * Callbacks may call ringbtl_send, ringbtl_put, ringbtl_register_region,
  * ringbtl_deregister_region, ringbtl_progress (which then returns 0 and does
@@ -133,6 +136,11 @@ int  ringbtl_config_new(uint32_t local_id, ringbtl_config_t **out);
 int  ringbtl_config_set(ringbtl_config_t *cfg, const char *name, const char *value);
 /* Applies the RINGBTL_* variables of the process environment. */
 int  ringbtl_config_from_env(ringbtl_config_t *cfg);
+/* Nonzero: the transport will be entered from more than one thread, one call at a time
+ * (the caller holds a lock around every call, as under MPI_THREAD_MULTIPLE or with a
+ * progress thread). The io_uring backend then builds a ring any thread may drive (no
+ * SINGLE_ISSUER, DEFER_TASKRUN or COOP_TASKRUN). Off by default. */
+int  ringbtl_config_threads(ringbtl_config_t *cfg, int on);
 void ringbtl_config_free(ringbtl_config_t *cfg);   /* NULL is fine */
 
 /* Creates the transport (listens, selects the backend). `cfg` is consumed in every case. */

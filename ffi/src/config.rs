@@ -96,6 +96,24 @@ pub unsafe extern "C" fn ringbtl_config_from_env(cfg: *mut RingbtlConfig) -> c_i
     })
 }
 
+/// Says whether the transport will be entered from more than one thread, one call at a
+/// time (the caller holds a lock around every call): nonzero builds the io_uring ring
+/// for any thread (`SocketConfig::threads`). Off by default.
+///
+/// # Safety
+/// `cfg` is NULL or from `ringbtl_config_new` and not freed.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_config_threads(cfg: *mut RingbtlConfig, on: c_int) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        // SAFETY: `cfg` is NULL or a live configuration owned by the caller.
+        let Some(c) = (unsafe { cfg.as_mut() }) else {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_config_threads: cfg is NULL");
+        };
+        c.cfg.socket.threads = on != 0;
+        RINGBTL_OK
+    })
+}
+
 /// Frees a configuration that was not given to `ringbtl_create`. NULL is fine.
 ///
 /// # Safety

@@ -70,7 +70,7 @@ mod status;
 
 pub use config::{
     ringbtl_config_free, ringbtl_config_from_env, ringbtl_config_new, ringbtl_config_set,
-    RingbtlConfig,
+    ringbtl_config_threads, RingbtlConfig,
 };
 pub use handle::{
     ringbtl_add_peer, ringbtl_backend_name, ringbtl_create, ringbtl_deregister_region,

@@ -134,6 +134,16 @@ pub struct SocketConfig {
     /// crate's tests and measurements can vary it.
     #[doc(hidden)]
     pub recv_ring_buf_size: usize,
+    /// The transport is entered from more than one thread, one call at a time (the
+    /// caller holds a lock around every call): the io_uring backend then builds its
+    /// ring without `SINGLE_ISSUER` and `DEFER_TASKRUN`, which bind a ring to the thread
+    /// that created it, and without `COOP_TASKRUN`, under which the completions of
+    /// operations a thread submitted wait until that thread enters the kernel again
+    /// (a thread that computes would hold them back from the one that progresses).
+    /// Not a setting: the program's structure (Open MPI's `MPI_THREAD_MULTIPLE`, a
+    /// progress thread), which the code using the transport knows; the C ABI's
+    /// `ringbtl_config_threads`. Off by default.
+    pub threads: bool,
 }
 
 impl Default for SocketConfig {
@@ -156,6 +166,7 @@ impl Default for SocketConfig {
             recv_multishot: false,
             recv_ring_bufs: 256,
             recv_ring_buf_size: 16 * 1024,
+            threads: false,
         }
     }
 }
@@ -214,6 +225,7 @@ impl SocketConfig {
             congestion: self.tcp_congestion.clone(),
             zerocopy_min: self.zerocopy_min,
             zerocopy_loopback: self.zerocopy_loopback,
+            threads: self.threads,
         }
     }
 }
@@ -429,6 +441,9 @@ pub(crate) struct SockOpts {
     /// Allow zero-copy on loopback peers too, where the kernel copies anyway (tests).
     #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub(crate) zerocopy_loopback: bool,
+    /// `SocketConfig::threads`: the io_uring ring is built for any thread.
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
+    pub(crate) threads: bool,
 }
 
 /// TCP congestion control of ringbtl's connections (`TCP_CONGESTION`).

@@ -282,8 +282,14 @@ impl Uring {
     /// Creates the backend: ring set-up with the best flags the kernel accepts, then a
     /// probe of the opcodes used. The error (EPERM, ENOSYS, ENOMEM, Unsupported) tells
     /// the caller to fall back to epoll.
+    /// With [`SockOpts::threads`], the ring has no task-run flags
+    /// ([`RingMode::Plain`]): any thread may submit to it and wait on it.
     pub(crate) fn new(opts: SockOpts) -> io::Result<Self> {
-        Self::with_mode(opts, RingMode::DeferTaskrun)
+        let first = match opts.threads {
+            true => RingMode::Plain,
+            false => RingMode::DeferTaskrun,
+        };
+        Self::with_mode(opts, first)
     }
 
     /// Like [`Uring::new`], trying set-up flags from `first` downwards.

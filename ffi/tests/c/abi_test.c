@@ -23,6 +23,7 @@
  * ffi/tests/c_program.rs; exits 0 when every check passed. Loops are bounded in time.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "check.h"
 #include "ringbtl.h"
 
 #include <stddef.h>
@@ -30,16 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, " (last error: %s)\n", ringbtl_last_error());                  \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 /* ringbtl_iov_t as the library lays it out (RingbtlIov in ffi/src/handle.rs) */
 _Static_assert(sizeof(ringbtl_iov_t) == 2 * sizeof(size_t), "ringbtl_iov_t size");
