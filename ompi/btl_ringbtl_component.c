@@ -26,8 +26,8 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
 static mca_btl_ringbtl_setting_t ringbtl_settings[] = {
     {"backend", "RINGBTL_BACKEND",
      "I/O backend: auto (io_uring when the kernel allows it, else epoll), uring, epoll. "
-     "Under MPI_THREAD_MULTIPLE the component uses epoll (an io_uring ring is driven by "
-     "the thread that created it)",
+     "Under MPI_THREAD_MULTIPLE or with the progress thread, the io_uring ring is built "
+     "for any thread to drive",
      NULL},
     {"progress", "RINGBTL_PROGRESS",
      "How ringbtl waits inside its own progress: poll (default), block, spin[:USECS]", NULL},
@@ -198,8 +198,8 @@ static int component_register(void)
         "1: a thread progresses ringbtl, and through it ob1, while the program computes "
         "outside MPI, so that a rendezvous (a large message) moves meanwhile; it sleeps while "
         "the program is inside MPI. Open MPI is then entered from two threads "
-        "(opal_using_threads, as with btl_tcp_progress_thread) and the transport runs on "
-        "epoll. 0: only the program's own MPI calls progress",
+        "(opal_using_threads, as with btl_tcp_progress_thread). 0: only the program's own "
+        "MPI calls progress",
         MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_4, MCA_BASE_VAR_SCOPE_READONLY,
         &mca_btl_ringbtl_component.progress_thread);
     (void) mca_base_component_var_register(
@@ -437,7 +437,6 @@ static ringbtl_config_t *make_config(opal_process_name_t me, const char *key, co
 {
     mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
     ringbtl_config_t *cfg = NULL;
-    const char *backend = NULL;
     char token[32];
 
     if (RINGBTL_OK != ringbtl_config_new((uint32_t) me.vpid, &cfg)) {
@@ -476,31 +475,17 @@ static ringbtl_config_t *make_config(opal_process_name_t me, const char *key, co
         if (RINGBTL_OK != component_set(cfg, what, s->env, s->value)) {
             goto fail;
         }
-        if (0 == strcmp(s->mca, "backend")) {
-            backend = s->value;
-        }
     }
     if (NULL != only && RINGBTL_OK != component_set(cfg, "module per interface",
                                                     "RINGBTL_IF_INCLUDE", only)) {
         goto fail;
     }
-    if (NULL == backend) {
-        backend = getenv("RINGBTL_BACKEND");
-    }
-    if (threads) {
-        /* MPI_THREAD_MULTIPLE or the progress thread: several threads may enter the BTL.
-         * The module serialises them behind a lock; io_uring's ring (SINGLE_ISSUER) must
-         * stay on the thread that created it, so the epoll backend drives the transport. */
-        if (NULL != backend && 0 == strcmp(backend, "uring")) {
-            opal_output(0, "btl ringbtl: btl_ringbtl_backend=uring cannot serve "
-                           "MPI_THREAD_MULTIPLE or btl_ringbtl_progress_thread (the io_uring "
-                           "ring is bound to the thread that created it); the component "
-                           "declines. Use backend auto or epoll.");
-            goto fail;
-        }
-        if (RINGBTL_OK != component_set(cfg, "several threads", "RINGBTL_BACKEND", "epoll")) {
-            goto fail;
-        }
+    /* MPI_THREAD_MULTIPLE or the progress thread: several threads may enter the BTL, one
+     * at a time (the module serialises them behind a lock); an io_uring ring is then
+     * built for any thread to drive. */
+    if (threads && RINGBTL_OK != ringbtl_config_threads(cfg, 1)) {
+        opal_output(0, "btl ringbtl: %s; declining", ringbtl_last_error());
+        goto fail;
     }
     return cfg;
 
