@@ -5,10 +5,10 @@
 //! pipe, by reference) and a `splice` (the pipe into the socket); a copied one a `send`
 //! that copies header and payload into the socket. On loopback and towards namespace
 //! hosts these calls also run the receiving side's TCP processing, so they compare like
-//! with like. Which is cheaper is not a property of the code: on one machine a plain
-//! socket's copies ran four times slower than on another of the same type, with the same
-//! kernel, and lending halved an exchange's time on the first and added half to it on
-//! the second (see docs/design/large-messages.md). So the backend times the calls of
+//! with like. Which is cheaper is not a property of the code: on the same VM, with the
+//! same kernel, a plain socket's copies ran four times slower on some days than on
+//! others, and lending halved an exchange's time in the slow mode and added half to it
+//! in the fast one (see docs/design/large-messages.md). So the backend times the calls of
 //! every lent pipe-full and of every copying call that moves at least [`SAMPLE_MIN`]
 //! bytes, and the transport lends only while lending measures cheaper by a margin.
 //!
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 /// Calls that move fewer bytes are not timed (their cost is mostly the call's own).
 pub(crate) const SAMPLE_MIN: usize = 64 * 1024;
-/// Samples kept of each call, the newest.
+/// Samples kept of each way, the newest.
 pub(crate) const WINDOW: usize = 5;
 /// Samples of each way before the judge gives a verdict.
 pub(crate) const WARM: usize = 3;

@@ -657,7 +657,8 @@ impl SendOp {
                     .batch
                     .as_ref()
                     .is_some_and(|b| b.has_lent() && b.remaining() > offered);
-            let t0 = Instant::now();
+            // Timed for the judge: a large copy, or bytes before lent pages.
+            let t0 = (more || LendJudge::times(offered)).then(Instant::now);
             let res = if let [one] = self.iov[..] {
                 // One contiguous piece (a run of small frames copied next to their
                 // headers): `send` spares the kernel the msghdr and iovec import.
@@ -680,11 +681,13 @@ impl SendOp {
             self.iov.clear();
             match res {
                 Ok(n) => {
-                    if LendJudge::times(n) {
-                        counts.judge.copied(n, t0, Instant::now());
-                    } else if more {
-                        // Bytes before lent pages (their header): part of lending them.
-                        self.lend_took += t0.elapsed();
+                    if let Some(t0) = t0 {
+                        if LendJudge::times(n) {
+                            counts.judge.copied(n, t0, Instant::now());
+                        } else if more {
+                            // Bytes before lent pages (their header): part of lending them.
+                            self.lend_took += t0.elapsed();
+                        }
                     }
                     if !self.advance(n) && n < offered {
                         // Short write: the send buffer is full; resume when it drains.
