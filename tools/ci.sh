@@ -217,3 +217,17 @@ for re in '^\| 1000000 \| uring \| [0-9.]+ \| [0-9.]+ \| [0-9]+ \| [0-9]+ \| [0-
     || { echo "tools/patterns-doc.sh: no row '$re' in:"; cat "$doc/patterns.md"; exit 1; }
 done
 rm -rf "$doc"
+
+step "threads doc smoke run (tools/threads-doc.sh --runs 1, into a temporary file)"
+doc=$(mktemp -d /tmp/ringbtl-ci-threads-doc.XXXXXX)
+tools/threads-doc.sh --runs 1 --out "$doc/threads.md" >"$doc/log" 2>&1 \
+  || { cat "$doc/log"; exit 1; }
+for re in '^- date \(UTC\): [0-9-]{10} [0-9:]{5}$' \
+  '^\| 4 \| 65536 \| [0-9,]+ \| [0-9,]+ \| [0-9,]+ \| [0-9.]+ \| [0-9.]+ \| [0-9,.]+ \| [0-9,.]+ \|$' \
+  '^\| uring \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9,]+ \| [0-9,]+ \| [0-9.]+ \|$'; do
+  grep -qE "$re" "$doc/threads.md" \
+    || { echo "tools/threads-doc.sh: no line '$re' in:"; cat "$doc/threads.md"; exit 1; }
+done
+[ "$(grep -cE '^\| [124] \| (8|65536) \| ' "$doc/threads.md")" = 6 ] \
+  || { echo "tools/threads-doc.sh: not 6 rows of threads and sizes in:"; cat "$doc/threads.md"; exit 1; }
+rm -rf "$doc"

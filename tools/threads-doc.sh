@@ -65,6 +65,33 @@ for ((r = 1; r <= runs; r++)); do
   done
 done
 
+# The markdown rows of table `mt` or `perf` from $tmp/<table>: medians over the runs.
+table() {
+  python3 - "$1" "$tmp/$1" <<'EOF'
+import sys, statistics, collections
+which, path = sys.argv[1], sys.argv[2]
+nkey = 2 if which == "mt" else 0
+d = collections.defaultdict(list)
+for line in open(path):
+    name, *vals = line.split()
+    d[(name, *map(int, vals[:nkey]))].append(tuple(map(float, vals[nkey:])))
+def med(key, i):
+    return statistics.median(v[i] for v in d[key])
+if which == "mt":
+    for t in (1, 2, 4):
+        for s in (8, 65536):
+            u, e, c = ((n, t, s) for n in ("ringbtl-uring", "ringbtl-epoll", "tcp"))
+            mu, me, mc = med(u, 0), med(e, 0), med(c, 0)
+            print(f"| {t} | {s} | {mu:,.0f} | {me:,.0f} | {mc:,.0f} | {mu / mc:.2f} "
+                  f"| {me / mc:.2f} | {med(u, 1):,.1f} | {med(c, 1):,.1f} |")
+else:
+    for b in ("uring", "epoll"):
+        a, t = (f"{b}-0",), (f"{b}-1",)
+        print(f"| {b} | {med(a, 0):.2f} | {med(t, 0):.2f} | {med(t, 0) / med(a, 0):.2f} "
+              f"| {med(a, 1):,.0f} | {med(t, 1):,.0f} | {med(t, 1) / med(a, 1):.2f} |")
+EOF
+}
+
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD -- . ':!docs' || commit="$commit+dirty"
 {
@@ -86,20 +113,7 @@ git diff --quiet HEAD -- . ':!docs' || commit="$commit+dirty"
   echo
   echo "| threads | size | ringbtl uring (msg/s) | ringbtl epoll (msg/s) | btl tcp (msg/s) | uring / tcp | epoll / tcp | uring MB/s | tcp MB/s |"
   echo "|---|---|---|---|---|---|---|---|---|"
-  python3 - "$tmp/mt" <<'EOF'
-import sys, statistics, collections
-d = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    n, t, s, rate, mbs = line.split()
-    d[(n, int(t), int(s))].append((float(rate), float(mbs)))
-med = lambda v, i: statistics.median(x[i] for x in v)
-for t in (1, 2, 4):
-    for s in (8, 65536):
-        u, e, c = (d[(n, t, s)] for n in ("ringbtl-uring", "ringbtl-epoll", "tcp"))
-        mu, me, mc = med(u, 0), med(e, 0), med(c, 0)
-        print(f"| {t} | {s} | {mu:,.0f} | {me:,.0f} | {mc:,.0f} | {mu / mc:.2f} | {me / mc:.2f} "
-              f"| {med(u, 1):,.1f} | {med(c, 1):,.1f} |")
-EOF
+  table mt
   echo
   echo "## The progress thread's price (ringbtl_perf 8)"
   echo
@@ -108,18 +122,7 @@ EOF
   echo
   echo "| backend | 8 B latency, no thread (us) | with the thread (us) | ratio | 8 B rate, no thread (msg/s) | with the thread | ratio |"
   echo "|---|---|---|---|---|---|---|"
-  python3 - "$tmp/perf" <<'EOF'
-import sys, statistics, collections
-d = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    n, lat, rate = line.split()
-    d[n].append((float(lat), float(rate)))
-med = lambda v, i: statistics.median(x[i] for x in v)
-for b in ("uring", "epoll"):
-    a, t = d[f"{b}-0"], d[f"{b}-1"]
-    print(f"| {b} | {med(a, 0):.2f} | {med(t, 0):.2f} | {med(t, 0) / med(a, 0):.2f} "
-          f"| {med(a, 1):,.0f} | {med(t, 1):,.0f} | {med(t, 1) / med(a, 1):.2f} |")
-EOF
+  table perf
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 echo "threads-doc: wrote $out" >&2
