@@ -106,8 +106,9 @@ pub struct Stats {
     /// lent bytes are still in its pipe, plus at most two empty spares, however many
     /// peers large messages go to.
     pub lend_pipes_open: u64,
-    /// Median cost of sending a lent byte on this machine (its `vmsplice` and `splice`),
-    /// in picoseconds, over the last calls that moved at least 64 KiB; 0 until measured.
+    /// Median cost of sending a lent byte on this machine (its frame's header `send`, its
+    /// `vmsplice` and `splice`), in picoseconds, over the last pipe-fulls of at least
+    /// 64 KiB; 0 until measured.
     /// See [`lending`](Self::lending).
     pub lend_cost_ps: u64,
     /// Median cost of sending a copied byte (`send`, `sendmsg`), in picoseconds, over the

@@ -32,8 +32,9 @@ fn compile(src: &Path, out: &Path, extra: &[&str]) -> bool {
     status.success()
 }
 
-/// Runs the C test program `exe` on backend `b` and checks its report.
-fn run(exe: &Path, b: &str, multishot: &str, what: &str) {
+/// Runs the C test program `exe` on backend `b` (`RINGBTL_RECV_MULTISHOT` set to
+/// `multishot`), prints its output and checks that it succeeded; returns its stdout.
+fn exec(exe: &Path, b: &str, multishot: &str, what: &str) -> String {
     let out = Command::new(exe)
         .env("RINGBTL_BACKEND", b)
         .env("RINGBTL_RECV_MULTISHOT", multishot)
@@ -42,7 +43,7 @@ fn run(exe: &Path, b: &str, multishot: &str, what: &str) {
         .env("ASAN_OPTIONS", "detect_leaks=0")
         .output()
         .expect("run the C test program");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("--- {what}: backend {b}, multishot receive {multishot}\n{stdout}{stderr}");
     assert!(
@@ -50,6 +51,12 @@ fn run(exe: &Path, b: &str, multishot: &str, what: &str) {
         "C test program ({what}) failed on backend {b}: {}\n{stdout}{stderr}",
         out.status
     );
+    stdout
+}
+
+/// Runs the C test program `exe` on backend `b` and checks its report.
+fn run(exe: &Path, b: &str, multishot: &str, what: &str) {
+    let stdout = exec(exe, b, multishot, what);
     assert!(stdout.contains(&format!("({b})")), "ran on {b}: {stdout}");
     assert!(
         stdout.contains("ok: puts placed in a registered region"),
@@ -97,18 +104,7 @@ fn c_program_passes_under_address_sanitizer() {
 
 /// Runs the threaded C test program `exe` on backend `b` and checks its report.
 fn run_threads(exe: &Path, b: &str, what: &str) {
-    let out = Command::new(exe)
-        .env("RINGBTL_BACKEND", b)
-        .output()
-        .expect("run the threaded C test program");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("--- {what}: backend {b}\n{stdout}{stderr}");
-    assert!(
-        out.status.success(),
-        "threaded C test program ({what}) failed on backend {b}: {}\n{stdout}{stderr}",
-        out.status
-    );
+    let stdout = exec(exe, b, "0", what);
     assert!(
         stdout.contains(&format!("threads_test: OK ({b})")),
         "ran on {b}: {stdout}"

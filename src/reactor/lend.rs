@@ -103,10 +103,12 @@ pub(crate) struct LendJudge {
     copy: Window,
     /// The verdict once warm.
     lending: bool,
-    /// When the newest sample of each way, and of either, was taken.
+    /// What [`wanted`](Self::wanted) answers, worked out at each sample (the only time
+    /// anything it depends on changes), not at each of the transport's passes.
+    want: bool,
+    /// When the newest sample of each way was taken.
     lent_at: Option<Instant>,
     copied_at: Option<Instant>,
-    newest: Option<Instant>,
 }
 
 impl Default for LendJudge {
@@ -115,9 +117,9 @@ impl Default for LendJudge {
             lend: Window::default(),
             copy: Window::default(),
             lending: true,
+            want: true,
             lent_at: None,
             copied_at: None,
-            newest: None,
         }
     }
 }
@@ -149,17 +151,13 @@ impl LendJudge {
         self.judge(t1);
     }
 
-    fn lent_n(&self) -> u64 {
-        self.lend.n
-    }
-
-    fn warm(&self) -> bool {
-        self.lent_n() >= WARM as u64 && self.copy.n >= WARM as u64
-    }
-
+    /// A sample came at `now`: the verdict, then what to ask for: while warming up the
+    /// way with fewer samples; after, the verdict, or the way not chosen when its newest
+    /// sample is [`RECHECK`] older than `now`.
     fn judge(&mut self, now: Instant) {
-        self.newest = Some(now);
-        if !self.warm() {
+        let (lent_n, copied_n) = (self.lend.n, self.copy.n);
+        if lent_n < WARM as u64 || copied_n < WARM as u64 {
+            self.want = lent_n <= copied_n;
             return;
         }
         let (lend, copy) = (self.lend.median(), self.copy.median());
@@ -167,23 +165,18 @@ impl LendJudge {
             true => lend <= COPY_ABOVE.of(copy),
             false => lend <= LEND_BELOW.of(copy),
         };
+        // Both ways have samples once warm.
+        let since = |at: Option<Instant>| at.map_or(Duration::ZERO, |t| now.duration_since(t));
+        self.want = match self.lending {
+            true => since(self.copied_at) < RECHECK,
+            false => since(self.lent_at) >= RECHECK,
+        };
     }
 
-    /// Whether payloads long enough to lend are to be lent now: the verdict, or while
-    /// warming up the way with fewer samples, or the way not chosen when its newest
-    /// sample is [`RECHECK`] older than the newest.
+    /// Whether payloads long enough to lend are to be lent now (see [`judge`](Self::judge)).
+    #[inline]
     pub(crate) fn wanted(&self) -> bool {
-        if !self.warm() {
-            return self.lent_n() <= self.copy.n;
-        }
-        let (Some(newest), Some(lent), Some(copied)) = (self.newest, self.lent_at, self.copied_at)
-        else {
-            return self.lending;
-        };
-        match self.lending {
-            true => newest.duration_since(copied) < RECHECK,
-            false => newest.duration_since(lent) >= RECHECK,
-        }
+        self.want
     }
 
     /// What was measured so far.

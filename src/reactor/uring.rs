@@ -282,6 +282,7 @@ impl Uring {
     /// Creates the backend: ring set-up with the best flags the kernel accepts, then a
     /// probe of the opcodes used. The error (EPERM, ENOSYS, ENOMEM, Unsupported) tells
     /// the caller to fall back to epoll.
+    ///
     /// With [`SockOpts::threads`], the ring has no task-run flags
     /// ([`RingMode::Plain`]): any thread may submit to it and wait on it.
     pub(crate) fn new(opts: SockOpts) -> io::Result<Self> {

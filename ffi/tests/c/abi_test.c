@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ringbtl_iov_t as the library lays it out (RingbtlIov in ffi/src/handle.rs) */
 _Static_assert(sizeof(ringbtl_iov_t) == 2 * sizeof(size_t), "ringbtl_iov_t size");
@@ -54,12 +53,6 @@ enum {
     COOKIE_FAIL = 400000,
     COOKIE_MAX = 400000 + NFAIL
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static ringbtl_t *A, *B;
 

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum {
     THREADS = 4,
@@ -43,12 +42,6 @@ static unsigned received[THREADS];   /* next sequence number expected from each 
 static unsigned bad;
 /* Under lock_a. */
 static unsigned completed, failed;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 /* Byte j of message `seq` of thread `t`; bytes 0-1 carry t and seq. */
 static unsigned char pattern(unsigned t, unsigned seq, size_t j) {
