@@ -115,6 +115,11 @@ pub(super) struct Failover {
     pub(super) held: Vec<(u64, FailReason)>,
     /// The next probe of the primary's kernel timers, while one is due.
     pub(super) probe_at: Option<Instant>,
+    /// While frames wait for their confirmation: the count confirmed, and since when it
+    /// stands there (see [`CONFIRM_STALL`]).
+    pub(super) confirm_watch: Option<(u64, Instant)>,
+    /// A CONFIRM of ours is to be written on the primary even if our count did not grow.
+    pub(super) poke: bool,
     /// Dialer: the route of the primary since a link took its place (`None`: the first
     /// connection's, the endpoint's first address), which the link's slot takes when the
     /// primary fails in turn.
@@ -137,6 +142,14 @@ pub(crate) const CONFIRM_LAZY: Duration = Duration::from_millis(10);
 /// Longest the position of a stream owed frames may stand still before its receiver
 /// starts a new epoch itself (`Core::owed_timer`): past the probe's (about 0.7 s).
 pub(super) const OWED_STALL: Duration = Duration::from_secs(1);
+
+/// Longest our frames may wait for their confirmation, the primary's kernel timers
+/// reading healthy, before we write on the primary ourselves (a CONFIRM of our count,
+/// which the peer takes as a repeat): a CONFIRM of the peer's lost with a primary cut
+/// without a word leaves our kernel nothing to retransmit, so nothing to time out on; our
+/// write gives it something, and the probes then see the path dead (or its
+/// acknowledgement shows it alive: a peer that reads slowly is no failure).
+pub(super) const CONFIRM_STALL: Duration = Duration::from_secs(1);
 
 /// How often the primary of a peer with a standby link is probed while frames wait.
 pub(super) const PROBE_EVERY: Duration = Duration::from_millis(100);
@@ -607,6 +620,7 @@ impl Core {
             EpState::Connected { conn } if waiting => conn,
             _ => {
                 ep.fo.probe_at = None;
+                ep.fo.confirm_watch = None;
                 return;
             }
         };
@@ -616,6 +630,20 @@ impl Core {
         }
         let next = now + PROBE_EVERY;
         ep.fo.probe_at = Some(next);
+        let confirmed = ep.fo.confirmed;
+        let poke = match ep.fo.confirm_watch {
+            Some((c, since)) if c == confirmed => now.duration_since(since) >= CONFIRM_STALL,
+            _ => {
+                ep.fo.confirm_watch = Some((confirmed, now));
+                false
+            }
+        };
+        if poke {
+            ep.fo.confirm_watch = Some((confirmed, now));
+            ep.fo.poke = true;
+            self.mark_dirty(peer);
+        }
+        let Some(ep) = self.ep_mut(peer) else { return };
         // Every open link with it: a stream in runs may have frames on any.
         let links: Vec<ConnKey> = (ep.links.iter())
             .filter(|l| l.open && ep.fo.tx_runs)

@@ -416,9 +416,11 @@ impl Core {
             // The count leaves on its own when the peer may wait for it (`Conn::rx_lazy`),
             // else with the frames that leave anyway (the answer of a ping-pong).
             let rides = batch.frames() > 0 || !ep.queue.is_empty() || ep.acks_owed > 0;
-            if rx_count > ep.fo.rx_told && (rides || due) {
+            let poke = ep.fo.poke && Some(conn) == primary;
+            if (rx_count > ep.fo.rx_told && (rides || due)) || poke {
                 batch.push_copy(&count_frame(FrameKind::Confirm, rx_count));
                 ep.fo.rx_told = rx_count;
+                ep.fo.poke = false;
                 told = true;
             }
         }
