@@ -14,7 +14,8 @@
 //! (`required`).
 //!
 //! The primitives are HMAC-SHA-256 from the `hmac` and `sha2` crates (verification in
-//! constant time) and the operating system's random numbers (`getrandom`). A key is never
+//! constant time), HKDF-SHA-256 (`hkdf`) and X25519 (`x25519-dalek`) for the keys between
+//! two jobs ([`pair_key`]), and the operating system's random numbers (`getrandom`). A key is never
 //! printed: its `Debug` shows `JobKey(<secret>)`.
 
 use std::fmt;
@@ -24,8 +25,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Once;
 
+use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use x25519_dalek::{PublicKey, StaticSecret};
 
 use crate::error::Error;
 use crate::wire::{PeerId, MAC_LEN, NONCE_LEN, VERSION};
@@ -146,6 +149,28 @@ impl JobKey {
             .map_err(|e| Error::Config(format!("RINGBTL_JOB_KEY_FILE={shown}: {e}")))
     }
 
+    /// The key's bytes (for a [public key](Self::public) read back with
+    /// [`from_hex`](Self::from_hex); never hand out a job key's).
+    pub fn as_bytes(&self) -> &[u8; KEY_LEN] {
+        &self.0
+    }
+
+    /// The job's public key: the X25519 public key of a secret derived from the job key
+    /// (HKDF-SHA-256), the same in every process of the job. Publishing it to another
+    /// job (through the launcher) lets the two derive their pair key ([`pair_key`])
+    /// without handing over the job key.
+    pub fn public(&self) -> [u8; KEY_LEN] {
+        PublicKey::from(&self.agreement_secret()).to_bytes()
+    }
+
+    fn agreement_secret(&self) -> StaticSecret {
+        let mut s = [0u8; KEY_LEN];
+        Hkdf::<Sha256>::new(None, &self.0)
+            .expand(b"ringbtl job agreement key", &mut s)
+            .expect("32 bytes is a valid HKDF-SHA-256 length");
+        StaticSecret::from(s)
+    }
+
     /// True for [`PUBLIC_KEY`].
     pub fn is_public(&self) -> bool {
         *self == PUBLIC_KEY
@@ -200,12 +225,14 @@ impl Side {
     }
 }
 
-/// What a handshake MAC covers: both nonces, both process ids, the protocol version and
-/// the job token.
+/// What a handshake MAC covers: both nonces, both jobs and process ids, the protocol
+/// version and the link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transcript<'a> {
-    /// Job token (`RINGBTL_JOB_TOKEN`).
-    pub token: u64,
+    /// The dialer's job (its job token, `RINGBTL_JOB_TOKEN`).
+    pub job_d: u64,
+    /// The acceptor's job (the dialer's, within a job).
+    pub job_a: u64,
     /// The dialer's nonce (from HELLO).
     pub nonce_d: &'a [u8; NONCE_LEN],
     /// The acceptor's nonce (from CHALLENGE).
@@ -223,7 +250,8 @@ impl Transcript<'_> {
         f(&[
             side.label(),
             &VERSION.to_be_bytes(),
-            &self.token.to_be_bytes(),
+            &self.job_d.to_be_bytes(),
+            &self.job_a.to_be_bytes(),
             self.nonce_d,
             self.nonce_a,
             &self.pid_d.0.to_be_bytes(),
@@ -233,7 +261,8 @@ impl Transcript<'_> {
     }
 }
 
-/// `HMAC-SHA-256(key, label(side) | version | token | Nd | Na | pid_d | pid_a | link)`.
+/// `HMAC-SHA-256(key, label(side) | version | job_d | job_a | Nd | Na | pid_d | pid_a |
+/// link)`.
 pub fn handshake_mac(key: &JobKey, side: Side, t: &Transcript<'_>) -> [u8; MAC_LEN] {
     t.with_parts(side, |p| key.mac(p))
 }
@@ -241,6 +270,43 @@ pub fn handshake_mac(key: &JobKey, side: Side, t: &Transcript<'_>) -> [u8; MAC_L
 /// Checks a handshake MAC in constant time.
 pub fn verify_handshake(key: &JobKey, side: Side, t: &Transcript<'_>, mac: &[u8]) -> bool {
     t.with_parts(side, |p| key.verify(p, mac))
+}
+
+/// The key of the connections between two jobs, derived by each from its own job key and
+/// the other job's [public key](JobKey::public): HKDF-SHA-256 over their X25519 shared
+/// secret, bound to both jobs' tokens (the lower first, so both derive the same key).
+/// Without a job key on either side (the [`PUBLIC_KEY`]) the pair key authenticates
+/// nothing, as within a job. A public key that is not one (an X25519 point of small
+/// order, which makes the shared secret zero) is an error.
+pub fn pair_key(
+    own: &JobKey,
+    own_job: u64,
+    their_public: &[u8; KEY_LEN],
+    their_job: u64,
+) -> Result<JobKey, Error> {
+    if own_job == their_job {
+        return Err(Error::Config(format!(
+            "job {own_job:x} is this process's own job: a pair key joins two different jobs"
+        )));
+    }
+    let shared = own
+        .agreement_secret()
+        .diffie_hellman(&PublicKey::from(*their_public));
+    if !shared.was_contributory() {
+        return Err(Error::Config(format!(
+            "job {their_job:x}: its public key is not a usable X25519 key"
+        )));
+    }
+    let (lo, hi) = (own_job.min(their_job), own_job.max(their_job));
+    let mut info = [0u8; 32];
+    info[..16].copy_from_slice(b"ringbtl job pair");
+    info[16..24].copy_from_slice(&lo.to_be_bytes());
+    info[24..].copy_from_slice(&hi.to_be_bytes());
+    let mut k = [0u8; KEY_LEN];
+    Hkdf::<Sha256>::new(None, shared.as_bytes())
+        .expand(&info, &mut k)
+        .expect("32 bytes is a valid HKDF-SHA-256 length");
+    Ok(JobKey(k))
 }
 
 /// A fresh nonce from the operating system (`None` if it has none to give).
@@ -346,10 +412,35 @@ mod tests {
     }
 
     #[test]
+    fn two_jobs_derive_one_pair_key_from_public_keys_alone() {
+        let (a, b, c) = (
+            JobKey::generate().unwrap(),
+            JobKey::generate().unwrap(),
+            JobKey::generate().unwrap(),
+        );
+        // Every process of a job derives the same public key, which is not the job key.
+        assert_eq!(a.public(), a.clone().public());
+        assert_ne!(a.public(), b.public());
+        assert_ne!(JobKey::from_bytes(a.public()), a);
+        let ab = pair_key(&a, 7, &b.public(), 9).unwrap();
+        assert_eq!(ab, pair_key(&b, 9, &a.public(), 7).unwrap());
+        assert!(ab != a && ab != b && !ab.is_public());
+        // Another job, or the same two with other tokens, gets another key.
+        assert_ne!(ab, pair_key(&c, 9, &a.public(), 7).unwrap());
+        assert_ne!(ab, pair_key(&a, 7, &b.public(), 8).unwrap());
+        // A key of one job with itself, and a public key of small order, are refused.
+        let e = pair_key(&a, 7, &b.public(), 7).unwrap_err().to_string();
+        assert!(e.contains("two different jobs"), "{e}");
+        let e = pair_key(&a, 7, &[0u8; KEY_LEN], 9).unwrap_err().to_string();
+        assert!(e.contains("not a usable X25519 key"), "{e}");
+    }
+
+    #[test]
     fn macs_depend_on_side_key_and_every_field() {
         let (nd, na) = ([1u8; NONCE_LEN], [2u8; NONCE_LEN]);
         let t = Transcript {
-            token: 9,
+            job_d: 9,
+            job_a: 9,
             nonce_d: &nd,
             nonce_a: &na,
             pid_d: PeerId(1),
@@ -364,7 +455,8 @@ mod tests {
         assert!(!verify_handshake(&k, Side::Acceptor, &t, &m[..31]));
         let other = [3u8; NONCE_LEN];
         for t2 in [
-            Transcript { token: 8, ..t },
+            Transcript { job_d: 8, ..t },
+            Transcript { job_a: 8, ..t },
             Transcript {
                 nonce_d: &other,
                 ..t

@@ -32,10 +32,10 @@
 //!   (handshake with magic, version, process id and job token; simultaneous-connect
 //!   resolution; FIN on clean close; failure reported to every pending send), the send
 //!   queue and the receive cache. Pure data in, actions out: unit-tested without sockets.
-//! - **Wire format** ([`wire`]): an 84-byte handshake record (mutual challenge-response
-//!   over the job key) and an 8-byte frame header, big-endian, documented there. Frames are
-//!   active messages (SEND), one-sided puts into memory the receiver registered (PUT) and
-//!   FIN.
+//! - **Wire format** ([`wire`]): a 100-byte handshake record (mutual challenge-response
+//!   over the job key, or the pair key of two jobs) and an 8-byte frame header,
+//!   big-endian, documented there. Frames are active messages (SEND), one-sided puts into
+//!   memory the receiver registered (PUT) and FIN.
 //! - **Wire-up** ([`wireup`]): at start-up only. With [`WireupConfig::listen`] `None` the
 //!   transport selects interfaces (`RINGBTL_IF_INCLUDE` / `RINGBTL_IF_EXCLUDE`), listens
 //!   on the wildcard address of each family on one port (`RINGBTL_PORT` or ephemeral) and

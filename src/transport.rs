@@ -32,9 +32,11 @@ use crate::reactor::listen::AcceptBackoff;
 use crate::reactor::{
     sys, AnyBackend, Backend, ConnId, Event, ProvidedBuf, ProvidedRecv, RingGeometry, SockOpts,
 };
-use crate::wire::{PeerId, PutTarget, Tag, MAX_LINKS};
+use crate::wire::{PeerId, PutTarget, Tag};
 use crate::wireup::ifaces::{self, Interface};
-use crate::wireup::{route, uri};
+use crate::wireup::uri;
+
+mod peers;
 
 /// A received active message, valid during the handler call (the payload points into
 /// the connection's receive cache, or, with multishot receive, into the provided buffer
@@ -457,48 +459,6 @@ impl Transport {
         self.ifaces.as_deref()
     }
 
-    /// Makes `id` reachable at the addresses of a URI list published by its
-    /// [`uris`](Self::uris). The list is parsed strictly (an error quotes the bad URI).
-    /// With interface selection (`listen: None`), addresses on the subnet of a selected
-    /// local interface come first and are dialed from that interface's address; the
-    /// others follow, and addresses no selected interface can reach are left out (see
-    /// [`order_peer_addrs`](crate::wireup::order_peer_addrs)). On a failed connect the next
-    /// address is tried.
-    pub fn add_peer_uris(&mut self, id: PeerId, uris: &str) -> Result<(), Error> {
-        self.check_auth()?;
-        let addrs = uri::parse_uri_list(uris)?;
-        let Some(local) = &self.ifaces else {
-            return self.add_peer(id, addrs);
-        };
-        let routes = route::order_peer_addrs(local, &addrs);
-        if routes.is_empty() {
-            let ours = local
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
-            return Err(Error::Wireup(format!(
-                "{id} published {uris:?}, but none of it is reachable from the selected \
-                 interfaces ({ours}); check RINGBTL_IF_INCLUDE / RINGBTL_IF_EXCLUDE"
-            )));
-        }
-        let (remotes, binds) = routes
-            .iter()
-            .map(|r| (r.remote, r.bind.map(|ip| SocketAddr::new(ip, 0))))
-            .unzip();
-        self.core
-            .add_peer_bound(id, remotes, binds)
-            .map_err(Error::Send)?;
-        let plan = route::link_plan(&routes, self.cfg.wireup.links as usize);
-        let links = plan
-            .iter()
-            .skip(1)
-            .map(|r| (r.remote, r.bind.map(|ip| SocketAddr::new(ip, 0))))
-            .collect();
-        self.core.set_link_routes(id, links);
-        Ok(())
-    }
-
     /// This process's id.
     pub fn local_id(&self) -> PeerId {
         self.cfg.core.pid
@@ -539,20 +499,6 @@ impl Transport {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.cfg
-    }
-
-    /// Makes `id` reachable at `addrs` (tried in order, round robin on retries). The
-    /// connection is opened on the first send (lazy connect), or accepted when the peer
-    /// dials first.
-    pub fn add_peer(&mut self, id: PeerId, addrs: Vec<SocketAddr>) -> Result<(), Error> {
-        self.check_auth()?;
-        let first = addrs.first().copied();
-        self.core.add_peer(id, addrs).map_err(Error::Send)?;
-        // `links` connections in all, to the first address (no interfaces to pair here).
-        let extra = (self.cfg.wireup.links as usize).clamp(1, MAX_LINKS) - 1;
-        let links = first.map_or(Vec::new(), |a| vec![(a, None); extra]);
-        self.core.set_link_routes(id, links);
-        Ok(())
     }
 
     /// State of the endpoint for `peer` (`None` for an unknown peer).

@@ -2,15 +2,20 @@
 //!
 //! All integers are big-endian (network order).
 //!
-//! # Handshake record (84 bytes), the first bytes each side sends on a new connection
+//! # Handshake record (100 bytes), the first bytes each side sends on a new connection
 //!
 //! ```text
-//!  0        8        10    11      12          16          20         52         84
-//!  +--------+--------+-----+-------+-----------+-----------+----------+----------+
-//!  | magic  |version |kind |reason | process id| addressee |  nonce   |   MAC    |
-//!  | 8 B    | u16    | u8  | /link | u32       | u32       |  32 B    |   32 B   |
-//!  +--------+--------+-----+-------+-----------+-----------+----------+----------+
+//!  0       8       10   11     12        16        20        28        36       68      100
+//!  +-------+-------+----+------+---------+---------+---------+---------+--------+-------+
+//!  | magic |version|kind|reason| process | address-| job     | address-| nonce  |  MAC  |
+//!  | 8 B   | u16   | u8 | /link| id u32  | ee u32  | u64     | ee's job|  32 B  |  32 B |
+//!  +-------+-------+----+------+---------+---------+---------+---------+--------+-------+
 //! ```
+//!
+//! A process is named by its job (the job token, `RINGBTL_JOB_TOKEN`) and its process id
+//! within the job. The sender states both of its own, and both of the process it
+//! addresses (`HELLO`, `CHALLENGE`, `AUTH`); a connection between two jobs is one whose
+//! two jobs differ (see "Between jobs" below).
 //!
 //! Byte 11 is the reason of a `REJECT`, and the *link* of a `HELLO`, `CHALLENGE` or `AUTH`
 //! (0 in every other record): which of the endpoint's connections the dial is to be. Link
@@ -44,20 +49,33 @@
 //! connection it refuses is closed with them unread (the dialer sends them again on its
 //! next connection).
 //!
-//! `MAC_x = HMAC-SHA-256(K, label_x | version | token | Nd | Na | pid_d | pid_a | link)` (see
-//! [`auth::handshake_mac`](crate::auth::handshake_mac)), with `K` the job key,
-//! `label_a = "ringbtl acceptor"`, `label_d = "ringbtl dialer\0\0"` and `token` the job
-//! token. The labels differ, so a MAC reflected back to its author proves nothing; both
+//! `MAC_x = HMAC-SHA-256(K, label_x | version | job_d | job_a | Nd | Na | pid_d | pid_a |
+//! link)` (see [`auth::handshake_mac`](crate::auth::handshake_mac)), with `K` the job key,
+//! `label_a = "ringbtl acceptor"`, `label_d = "ringbtl dialer\0\0"` and `job_d`, `job_a`
+//! the dialer's and the acceptor's jobs (the same within a job). The labels differ, so a MAC reflected back to its author proves nothing; both
 //! nonces are fresh per connection, so a recorded handshake replays nowhere; the key never
 //! crosses the wire. The dialer sends nothing after HELLO until the acceptor proved the
 //! key, and the acceptor takes no decision (an endpoint's state, a rank slot) before the
 //! dialer proved it: only an authenticated peer claims a process id. A verification that
 //! fails ends the handshake with `REJECT(AuthFailed)`.
 //!
-//! The job token (`RINGBTL_JOB_TOKEN`) stays a job-separation id: it is part of the MAC,
-//! never sent. Without a job key both sides use [`auth::PUBLIC_KEY`](crate::auth::PUBLIC_KEY)
-//! (the same exchange, one code path); it separates jobs by token and version only and
-//! authenticates nothing, which the transport says once on stderr.
+//! The job token (`RINGBTL_JOB_TOKEN`) is a job's name, not a secret: records carry it,
+//! and the MACs cover it. Without a job key both sides use
+//! [`auth::PUBLIC_KEY`](crate::auth::PUBLIC_KEY) (the same exchange, one code path); it
+//! separates jobs by token and version only and authenticates nothing, which the
+//! transport says once on stderr.
+//!
+//! # Between jobs
+//!
+//! Two jobs that are to talk (a job and the job it spawned, two jobs that connected) each
+//! learn the other's *public* job key (an X25519 public key derived from the job key,
+//! [`JobKey::public`](crate::auth::JobKey::public)) through their launcher, and each
+//! derives the same pair key from its own job key and the other's public key
+//! ([`auth::pair_key`](crate::auth::pair_key)): no secret crosses the network, and one job
+//! never learns the other's job key. A connection between them runs the same handshake
+//! with `K` the pair key. An acceptor that does not (yet) know the dialer's job answers
+//! its HELLO with `REJECT(UnknownJob)`, which the dialer takes as "not yet": it retries
+//! within its connect retries (the two jobs add each other at about the same time).
 //!
 //! `REJECT` carries its reason only, `ACCEPT` nothing; nonce and MAC are zero in both. A
 //! prober sends `PROBE` (kind 4) and gets `PROBE_ACK` (5), which says only "alive" and the
@@ -356,16 +374,15 @@ pub enum WireError {
 
 /// The magic that opens every ringbtl handshake record.
 pub const MAGIC: [u8; 8] = *b"RINGBTL\0";
-/// Protocol version this build speaks (11: PART frames; 10: runs counted in frames; 9: RUN frames; 8: GET and REPLY frames; 7: the link
-/// byte of the
-/// handshake, in the MACs;
-/// 6: padding before copied payloads; 5: the line
-/// offset of lent payloads; 4: the ACK
-/// flag and frame; 3: PUT frames; 2: the authenticated handshake; 1 had a 24-byte record
-/// that carried the job token).
-pub const VERSION: u16 = 0x000b;
+/// Protocol version this build speaks (12: the jobs of both ends in the handshake record
+/// and its MACs; 11: PART frames; 10: runs counted in frames; 9: RUN frames; 8: GET and
+/// REPLY frames; 7: the link byte of the handshake, in the MACs; 6: padding before copied
+/// payloads; 5: the line offset of lent payloads; 4: the ACK flag and frame; 3: PUT
+/// frames; 2: the authenticated handshake; 1 had a 24-byte record that carried the job
+/// token).
+pub const VERSION: u16 = 0x000c;
 /// Length of the handshake record.
-pub const HELLO_LEN: usize = 84;
+pub const HELLO_LEN: usize = 100;
 /// Bytes of a handshake record that identify its protocol: magic and version.
 pub const PREFIX_LEN: usize = 10;
 /// Length of a handshake nonce.
@@ -441,6 +458,9 @@ pub enum RejectReason {
     /// This process takes no links beyond an endpoint's first (its receive mode has no
     /// room for them): the dialer dials none to it.
     LinksOff,
+    /// The dialer's job is not one this process (yet) talks to: the dialer retries within
+    /// its connect retries (see "Between jobs" in the module docs).
+    UnknownJob,
 }
 
 impl RejectReason {
@@ -455,6 +475,7 @@ impl RejectReason {
             Self::Unreachable => 7,
             Self::NoLink => 8,
             Self::LinksOff => 9,
+            Self::UnknownJob => 10,
         }
     }
 
@@ -469,6 +490,7 @@ impl RejectReason {
             7 => Self::Unreachable,
             8 => Self::NoLink,
             9 => Self::LinksOff,
+            10 => Self::UnknownJob,
             _ => return Err(WireError::BadReason(c)),
         })
     }
@@ -485,6 +507,10 @@ pub struct Hello {
     pub pid: PeerId,
     /// The process the sender addresses ([`PeerId::ANY`] when unknown or irrelevant).
     pub to: PeerId,
+    /// The sender's job (its job token).
+    pub job: u64,
+    /// The job of the process the sender addresses.
+    pub to_job: u64,
     /// The sender's fresh nonce (HELLO, CHALLENGE), else zero.
     pub nonce: [u8; NONCE_LEN],
     /// The sender's proof of the key (CHALLENGE, AUTH), else zero.
@@ -500,13 +526,15 @@ pub const MAX_LINKS: usize = 8;
 
 impl Hello {
     /// A record of `kind` from `pid` of our version, addressed to nobody in particular,
-    /// with zero nonce and MAC.
+    /// with zero nonce and MAC; both jobs are [`DEFAULT_TOKEN`] until set.
     pub fn new(kind: HelloKind, pid: PeerId) -> Self {
         Self {
             kind,
             version: VERSION,
             pid,
             to: PeerId::ANY,
+            job: DEFAULT_TOKEN,
+            to_job: DEFAULT_TOKEN,
             nonce: [0; NONCE_LEN],
             mac: [0; MAC_LEN],
             link: 0,
@@ -559,13 +587,16 @@ impl Hello {
             return Err(WireError::BadLink(link));
         }
         let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let long = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().expect("8-byte slice"));
         Ok(Self {
             kind,
             version: VERSION,
             pid: PeerId(word(12)),
             to: PeerId(word(16)),
-            nonce: b[20..52].try_into().expect("32-byte slice"),
-            mac: b[52..84].try_into().expect("32-byte slice"),
+            job: long(20),
+            to_job: long(28),
+            nonce: b[36..68].try_into().expect("32-byte slice"),
+            mac: b[68..100].try_into().expect("32-byte slice"),
             link,
         })
     }
@@ -587,8 +618,10 @@ impl Hello {
         out[11] = r;
         out[12..16].copy_from_slice(&self.pid.0.to_be_bytes());
         out[16..20].copy_from_slice(&self.to.0.to_be_bytes());
-        out[20..52].copy_from_slice(&self.nonce);
-        out[52..84].copy_from_slice(&self.mac);
+        out[20..28].copy_from_slice(&self.job.to_be_bytes());
+        out[28..36].copy_from_slice(&self.to_job.to_be_bytes());
+        out[36..68].copy_from_slice(&self.nonce);
+        out[68..100].copy_from_slice(&self.mac);
     }
 
     /// The record as an array.

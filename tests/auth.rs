@@ -47,8 +47,8 @@ fn collect(t: &mut Transport, tag: Tag) -> Rc<RefCell<Vec<Vec<u8>>>> {
     got
 }
 
-/// No secret byte in `rec`: neither the token nor any 8 bytes of the key, no nonce, no
-/// MAC.
+/// No secret byte in `rec`: no 8 bytes of the key, no nonce, no MAC (the job token is
+/// the job's name, which records carry).
 fn assert_nothing_secret(rec: &[u8]) {
     let h = Hello::parse(rec).unwrap();
     assert_eq!((h.nonce, h.mac), ([0; 32], [0; 32]), "{:?}", h.kind);
@@ -56,7 +56,7 @@ fn assert_nothing_secret(rec: &[u8]) {
     let kb: Vec<u8> = (0..32)
         .map(|i| u8::from_str_radix(&k[2 * i..2 * i + 2], 16).unwrap())
         .collect();
-    for secret in std::iter::once(&TOKEN.to_be_bytes()[..]).chain(kb.windows(8)) {
+    for secret in kb.windows(8) {
         assert!(
             !rec.windows(secret.len()).any(|w| w == secret),
             "{:?} carries secret bytes",
@@ -108,7 +108,7 @@ fn forged_hello_is_refused_and_the_real_rank_connects(kind: BackendKind) {
 }
 
 /// A prober, with or without the key, learns nothing secret: the PROBE answer is
-/// "alive" and the id; a REJECT carries its reason only (the token is no longer sent).
+/// "alive" and the id; a REJECT carries its reason only.
 fn probes_and_rejects_carry_nothing_secret(kind: BackendKind) {
     let (_a, mut b) = keyed_pair(kind);
     // PROBE, by hand, so that the answer's bytes can be read.
@@ -164,10 +164,108 @@ fn different_keys_do_not_connect(kind: BackendKind) {
     assert_eq!(a.stats().auth_failed, 1);
 }
 
+/// A transport of job `token` with a key of its own, process 0 of its job.
+fn of_job(token: u64, key: &JobKey, kind: BackendKind) -> Transport {
+    let mut c = common::cfg(0, kind);
+    c.set("RINGBTL_JOB_KEY", &key.to_hex()).unwrap();
+    c.core.token = token;
+    Transport::new(c).unwrap()
+}
+
+/// Two jobs, each of whose process 0 knows the other only by its job's public key and
+/// its addresses, and calls it by an id of its own choosing: both dial at once, every
+/// message arrives, from the id its receiver chose. A third job that added the first but
+/// was not added by it is refused (`UnknownJob`) until its retries run out; the first job
+/// learns nothing from it.
+fn two_jobs_talk_with_public_keys_only(kind: BackendKind) {
+    const TA: u64 = 0xa1;
+    const TB: u64 = 0xb2;
+    const TC: u64 = 0xc3;
+    let mut a = of_job(TA, &JobKey::generate().unwrap(), kind);
+    let mut b = of_job(TB, &JobKey::generate().unwrap(), kind);
+    let mut c = of_job(TC, &JobKey::generate().unwrap(), kind);
+    assert_ne!(a.job_public_key(), b.job_public_key());
+    a.add_job(TB, &b.job_public_key()).unwrap();
+    b.add_job(TA, &a.job_public_key()).unwrap();
+    c.add_job(TA, &a.job_public_key()).unwrap();
+    // A calls B's process 0 "7", B calls A's "3", C calls A's "5".
+    a.add_peer_of_job_uris(PeerId(7), TB, PeerId(0), &b.uris())
+        .unwrap();
+    b.add_peer_of_job_uris(PeerId(3), TA, PeerId(0), &a.uris())
+        .unwrap();
+    c.add_peer_of_job_uris(PeerId(5), TA, PeerId(0), &a.uris())
+        .unwrap();
+    let from = |t: &mut Transport| {
+        let got = Rc::new(RefCell::new(Vec::new()));
+        let g = got.clone();
+        t.register(Tag(9), move |_, am| {
+            g.borrow_mut().push((am.src, am.payload.to_vec()))
+        })
+        .unwrap();
+        got
+    };
+    let (ga, gb) = (from(&mut a), from(&mut b));
+    let (ca, cb, cc) = (
+        completions(&mut a),
+        completions(&mut b),
+        completions(&mut c),
+    );
+    for i in 0..20u8 {
+        a.send(
+            PeerId(7),
+            Tag(9),
+            &[bytes::Bytes::from(vec![i; 100 + usize::from(i)])],
+            u64::from(i),
+        )
+        .unwrap();
+        b.send(
+            PeerId(3),
+            Tag(9),
+            &[bytes::Bytes::from(vec![!i; 3000])],
+            u64::from(i),
+        )
+        .unwrap();
+    }
+    c.send(
+        PeerId(5),
+        Tag(9),
+        &[bytes::Bytes::from_static(b"stranger")],
+        0,
+    )
+    .unwrap();
+    drive(
+        &mut [&mut a, &mut b, &mut c],
+        Duration::from_secs(20),
+        "both jobs' messages and the third job's failure",
+        || ca.borrow().len() == 20 && cb.borrow().len() == 20 && cc.borrow().len() == 1,
+    );
+    assert!(ca
+        .borrow()
+        .iter()
+        .chain(cb.borrow().iter())
+        .all(|c| c.result.is_ok()));
+    let gb = gb.borrow();
+    assert_eq!(gb.len(), 20);
+    for (i, (src, p)) in gb.iter().enumerate() {
+        assert_eq!((*src, p.len(), p[0]), (PeerId(3), 100 + i, i as u8));
+    }
+    let ga = ga.borrow();
+    assert_eq!(ga.len(), 20);
+    for (i, (src, p)) in ga.iter().enumerate() {
+        assert_eq!((*src, p.len(), p[0]), (PeerId(7), 3000, !(i as u8)));
+    }
+    let err = cc.borrow()[0].result.clone().unwrap_err().to_string();
+    assert!(err.contains("UnknownJob"), "{err}");
+    assert!(a.stats().refused >= 1);
+    assert_eq!(a.peer_state(PeerId(5)), None);
+    assert_eq!(a.stats().auth_failed + b.stats().auth_failed, 0);
+}
+
 backend_tests!(
     forged_hello_is_refused_and_the_real_rank_connects,
     probes_and_rejects_carry_nothing_secret,
     different_keys_do_not_connect,
+    two_jobs_talk_with_public_keys_only,
 );
 
 #[test]

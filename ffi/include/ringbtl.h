@@ -31,7 +31,9 @@
  * - ringbtl_put, ringbtl_register_region, ringbtl_deregister_region and the status
  *   RINGBTL_ERR_BUSY (likewise: added symbols and a new code);
  * - ringbtl_wait_fd (likewise);
- * - ringbtl_config_threads (likewise).
+ * - ringbtl_config_threads (likewise);
+ * - ringbtl_job_public_key, ringbtl_add_job, ringbtl_add_peer_of_job (likewise; the
+ *   handshake of protocol version 12 names both ends' jobs).
  *
  * Threads: one thread drives a transport. Every function taking a ringbtl_t must be
  * called on the thread that drives it, and every callback runs on that thread, from
@@ -167,6 +169,24 @@ int  ringbtl_add_peer(ringbtl_t *t, uint32_t peer, const char *uris);
  * At creation the key is the setting RINGBTL_JOB_KEY (ringbtl_config_set). */
 int  ringbtl_generate_job_key(char out[65]);
 int  ringbtl_set_job_key(ringbtl_t *t, const char *hex);
+
+/* Processes of other jobs (a job this one spawned, or connected to). A job is named by
+ * its token (RINGBTL_JOB_TOKEN). ringbtl_job_public_key writes the public key of the
+ * transport's job (derived from its job key; the same in every process of the job) as 64
+ * hex digits and a NUL into out[65]: publish it where the other job can read it (the
+ * launcher's key-value store). ringbtl_add_job takes the other job's: both jobs derive the
+ * same key for their connections, and neither learns the other's job key; set the job key
+ * first. RINGBTL_ERR_INVALID for a key that is not 64 hex digits, not a usable public key,
+ * or the transport's own job. ringbtl_add_peer_of_job adds process `rank` of job `job`
+ * under `peer`, an id of this transport's choosing that no process of its job and no
+ * other process of another job goes by: messages from it arrive from `peer`, sends to
+ * `peer` reach it; errors as ringbtl_add_peer (RINGBTL_ERR_UNKNOWN_PEER for an id taken,
+ * or a job not added). A process of a job not added that dials is refused, and retries
+ * within its connect retries: add the other job as soon as it is known. */
+int  ringbtl_job_public_key(ringbtl_t *t, char out[65]);
+int  ringbtl_add_job(ringbtl_t *t, uint64_t job, const char *public_hex);
+int  ringbtl_add_peer_of_job(ringbtl_t *t, uint32_t peer, uint64_t job, uint32_t rank,
+                             const char *uris);
 
 int  ringbtl_register(ringbtl_t *t, uint8_t tag, ringbtl_recv_fn fn, void *ctx);
 int  ringbtl_unregister(ringbtl_t *t, uint8_t tag);     /* allowed inside its own callback */

@@ -421,27 +421,121 @@ pub unsafe extern "C" fn ringbtl_add_peer(
     peer: u32,
     uris: *const c_char,
 ) -> c_int {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { add_peer(t, peer, None, uris, "ringbtl_add_peer") }
+}
+
+/// Adds process `rank` of job `job` (added with `ringbtl_add_job`) at the URI list it
+/// published; it goes by `peer` here.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `uris` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_add_peer_of_job(
+    t: *mut Ringbtl,
+    peer: u32,
+    job: u64,
+    rank: u32,
+    uris: *const c_char,
+) -> c_int {
+    let of_job = Some((job, PeerId(rank)));
+    // SAFETY: the caller's contract, passed on.
+    unsafe { add_peer(t, peer, of_job, uris, "ringbtl_add_peer_of_job") }
+}
+
+/// # Safety
+/// `t` is NULL or a live handle; `uris` is NULL or a NUL-terminated string.
+unsafe fn add_peer(
+    t: *mut Ringbtl,
+    peer: u32,
+    of_job: Option<(u64, PeerId)>,
+    uris: *const c_char,
+    name: &str,
+) -> c_int {
     guard(RINGBTL_ERR_INTERNAL, || {
         // SAFETY: the caller's contract.
         let Some(h) = (unsafe { handle(t) }) else {
-            return null_handle("ringbtl_add_peer");
+            return null_handle(name);
         };
         if uris.is_null() {
-            return fail(RINGBTL_ERR_INVALID, "ringbtl_add_peer: uris is NULL");
+            return fail(RINGBTL_ERR_INVALID, format!("{name}: uris is NULL"));
         }
         // SAFETY: non-null and NUL-terminated (the caller's contract).
         let Ok(uris) = unsafe { CStr::from_ptr(uris) }.to_str() else {
-            return fail(RINGBTL_ERR_INVALID, "ringbtl_add_peer: uris is not UTF-8");
+            return fail(RINGBTL_ERR_INVALID, format!("{name}: uris is not UTF-8"));
         };
         // A list that does not parse is a bad argument; one that parses but that no
         // selected interface can reach makes the peer unreachable.
         if let Err(e) = parse_uri_list(uris) {
             return fail(RINGBTL_ERR_INVALID, e);
         }
-        match h.transport().add_peer_uris(PeerId(peer), uris) {
+        let added = match of_job {
+            None => h.transport().add_peer_uris(PeerId(peer), uris),
+            Some((job, rank)) => h
+                .transport()
+                .add_peer_of_job_uris(PeerId(peer), job, rank, uris),
+        };
+        match added {
             Ok(()) => RINGBTL_OK,
             Err(e @ Error::Wireup(_)) => fail(RINGBTL_ERR_UNREACHABLE, e),
             Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// Writes the public key of the transport's job into `out` as 64 hexadecimal digits and
+/// a NUL: what another job needs (`ringbtl_add_job`) to talk to this one.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `out` is NULL or points to 65 writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_job_public_key(t: *mut Ringbtl, out: *mut c_char) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return null_handle("ringbtl_job_public_key");
+        };
+        if out.is_null() {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_job_public_key: out is NULL");
+        }
+        let public = ringbtl::auth::JobKey::from_bytes(h.transport().job_public_key());
+        // SAFETY: `out` points to 65 writable bytes (the caller's contract).
+        unsafe { write_hex(&public, out) };
+        RINGBTL_OK
+    })
+}
+
+/// Lets the processes of job `job` (its token) connect, with the key of the two jobs
+/// derived from this transport's job key and `public_hex`, that job's public key.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `public_hex` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ringbtl_add_job(
+    t: *mut Ringbtl,
+    job: u64,
+    public_hex: *const c_char,
+) -> c_int {
+    guard(RINGBTL_ERR_INTERNAL, || {
+        // SAFETY: the caller's contract.
+        let Some(h) = (unsafe { handle(t) }) else {
+            return null_handle("ringbtl_add_job");
+        };
+        if public_hex.is_null() {
+            return fail(RINGBTL_ERR_INVALID, "ringbtl_add_job: key is NULL");
+        }
+        // SAFETY: non-null and NUL-terminated (the caller's contract).
+        let parsed = unsafe { CStr::from_ptr(public_hex) }
+            .to_str()
+            .map_err(|_| "not UTF-8".to_string())
+            .and_then(ringbtl::auth::JobKey::from_hex);
+        let public = match parsed {
+            Ok(k) => k,
+            Err(e) => return fail(RINGBTL_ERR_INVALID, format!("ringbtl_add_job: {e}")),
+        };
+        match h.transport().add_job(job, public.as_bytes()) {
+            Ok(()) => RINGBTL_OK,
+            Err(e) => fail(RINGBTL_ERR_INVALID, format!("ringbtl_add_job: {e}")),
         }
     })
 }
@@ -550,16 +644,25 @@ pub unsafe extern "C" fn ringbtl_generate_job_key(out: *mut c_char) -> c_int {
             Ok(k) => k,
             Err(e) => return fail_with(&e),
         };
-        let hex = key.to_hex();
-        debug_assert_eq!(hex.len(), 64);
-        // SAFETY: `out` points to 65 writable bytes (the caller's contract); `hex` holds 64
-        // ASCII bytes, then the NUL.
-        unsafe {
-            ptr::copy_nonoverlapping(hex.as_ptr().cast::<c_char>(), out, hex.len());
-            out.add(hex.len()).write(0);
-        }
+        // SAFETY: `out` points to 65 writable bytes (the caller's contract).
+        unsafe { write_hex(&key, out) };
         RINGBTL_OK
     })
+}
+
+/// Writes `key` as 64 hexadecimal digits and a NUL.
+///
+/// # Safety
+/// `out` points to 65 writable bytes.
+unsafe fn write_hex(key: &ringbtl::auth::JobKey, out: *mut c_char) {
+    let hex = key.to_hex();
+    debug_assert_eq!(hex.len(), 64);
+    // SAFETY: `out` points to 65 writable bytes (the caller's contract); `hex` holds 64
+    // ASCII bytes, then the NUL.
+    unsafe {
+        ptr::copy_nonoverlapping(hex.as_ptr().cast::<c_char>(), out, hex.len());
+        out.add(hex.len()).write(0);
+    }
 }
 
 /// Sets the job key of a live transport (64 hexadecimal digits), for a key that arrives

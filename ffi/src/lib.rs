@@ -73,8 +73,9 @@ pub use config::{
     ringbtl_config_threads, RingbtlConfig,
 };
 pub use handle::{
-    ringbtl_add_peer, ringbtl_backend_name, ringbtl_create, ringbtl_deregister_region,
-    ringbtl_destroy, ringbtl_flush, ringbtl_generate_job_key, ringbtl_get, ringbtl_link_stats,
+    ringbtl_add_job, ringbtl_add_peer, ringbtl_add_peer_of_job, ringbtl_backend_name,
+    ringbtl_create, ringbtl_deregister_region, ringbtl_destroy, ringbtl_flush,
+    ringbtl_generate_job_key, ringbtl_get, ringbtl_job_public_key, ringbtl_link_stats,
     ringbtl_links_open, ringbtl_local_id, ringbtl_max_frame, ringbtl_max_segments,
     ringbtl_on_complete, ringbtl_on_error, ringbtl_on_unknown_peer, ringbtl_pending,
     ringbtl_progress, ringbtl_put, ringbtl_register, ringbtl_register_region, ringbtl_send,

@@ -95,7 +95,7 @@ pub enum HelloSpec {
     Accept,
     /// A HELLO with this version.
     Version(u16),
-    /// A HELLO and AUTH made with this job token.
+    /// A HELLO and AUTH from a process of the job of this token.
     Token(u64),
     /// A HELLO from this process id.
     Pid(u32),
@@ -249,6 +249,7 @@ fn peer_bytes(input: &Input) -> Vec<u8> {
     if let Some(spec) = input.hello {
         let mut h = Hello::new(HelloKind::Hello, PEER);
         h.nonce = NONCE_D;
+        (h.job, h.to_job) = (TOKEN, TOKEN);
         let (mut token, mut flip, mut auth) = (TOKEN, None, true);
         match spec {
             HelloSpec::Good => {}
@@ -257,14 +258,15 @@ fn peer_bytes(input: &Input) -> Vec<u8> {
             HelloSpec::Probe => h.kind = HelloKind::Probe,
             HelloSpec::Accept => h.kind = HelloKind::Accept,
             HelloSpec::Version(v) => h.version = v,
-            HelloSpec::Token(t) => token = t,
+            HelloSpec::Token(t) => (token, h.job) = (t, t),
             HelloSpec::Pid(p) => h.pid = PeerId(p),
         }
         out.extend_from_slice(&h.to_bytes());
         if auth {
             let me = PeerId(if input.high_pid { 2 } else { 0 });
             let t = Transcript {
-                token,
+                job_d: token,
+                job_a: TOKEN,
                 nonce_d: &NONCE_D,
                 nonce_a: &NONCE_A,
                 pid_d: h.pid,
@@ -272,7 +274,7 @@ fn peer_bytes(input: &Input) -> Vec<u8> {
                 link: 0,
             };
             let mut a = Hello::new(HelloKind::Auth, h.pid);
-            a.to = me;
+            (a.to, a.job, a.to_job) = (me, h.job, TOKEN);
             a.mac = handshake_mac(&JobKey::from_bytes(KEY), Side::Dialer, &t);
             if let Some(i) = flip {
                 a.mac[i] ^= 1;

@@ -105,7 +105,8 @@ fn mac(key: &JobKey, side: Side, dialer: bool, pid_d: PeerId, pid_a: PeerId) -> 
         key,
         side,
         &Transcript {
-            token: TOKEN,
+            job_d: TOKEN,
+            job_a: TOKEN,
             nonce_d: &nd,
             nonce_a: &na,
             pid_d,
@@ -116,7 +117,7 @@ fn mac(key: &JobKey, side: Side, dialer: bool, pid_d: PeerId, pid_a: PeerId) -> 
 }
 
 fn reason(c: u8) -> RejectReason {
-    match c % 9 {
+    match c % 10 {
         0 => RejectReason::Simultaneous,
         1 => RejectReason::Duplicate,
         2 => RejectReason::UnknownPeer,
@@ -125,6 +126,7 @@ fn reason(c: u8) -> RejectReason {
         5 => RejectReason::Version,
         6 => RejectReason::NoLink,
         7 => RejectReason::LinksOff,
+        8 => RejectReason::UnknownJob,
         _ => RejectReason::Unreachable,
     }
 }
@@ -146,7 +148,7 @@ fn encode(r: &Rec, dialer: bool) -> Vec<u8> {
             };
             let from = pid.map_or(PEER, PeerId);
             let mut h = Hello::new(HelloKind::Hello, from);
-            h.to = ME;
+            (h.to, h.job, h.to_job) = (ME, TOKEN, TOKEN);
             match kind {
                 Kind::Hello => h.nonce = NONCE_D,
                 Kind::Challenge => {
@@ -250,7 +252,7 @@ pub fn run_case(input: &Input) -> bool {
     d.core.state(PEER) == Some(EndpointState::Connected)
 }
 
-/// The peer's `i`th record as the engine reads it: the stream's bytes at `i × 84`.
+/// The peer's `i`th record as the engine reads it: the stream's bytes at `i × HELLO_LEN`.
 fn peer_record(stream: &[u8], i: usize) -> Option<Hello> {
     stream
         .get(i * HELLO_LEN..(i + 1) * HELLO_LEN)
@@ -288,7 +290,8 @@ fn check(d: &Driver, dialer: bool, stream: &[u8]) {
                     &key,
                     Side::Acceptor,
                     &Transcript {
-                        token: TOKEN,
+                        job_d: TOKEN,
+                        job_a: TOKEN,
                         nonce_d: &NONCE_E,
                         nonce_a: &c.nonce,
                         pid_d: ME,
@@ -313,7 +316,8 @@ fn check(d: &Driver, dialer: bool, stream: &[u8]) {
         let hello = r0.filter(|h| h.kind == HelloKind::Hello);
         if let (Some(h), Some(ch)) = (hello, recs.iter().find(|h| h.kind == HelloKind::Challenge)) {
             let t = Transcript {
-                token: TOKEN,
+                job_d: TOKEN,
+                job_a: TOKEN,
                 nonce_d: &h.nonce,
                 nonce_a: &ch.nonce,
                 pid_d: h.pid,
@@ -336,7 +340,8 @@ fn check(d: &Driver, dialer: bool, stream: &[u8]) {
                             &key,
                             Side::Dialer,
                             &Transcript {
-                                token: TOKEN,
+                                job_d: TOKEN,
+                                job_a: TOKEN,
                                 nonce_d: &h.nonce,
                                 nonce_a: &NONCE_E,
                                 pid_d: PEER,

@@ -88,6 +88,7 @@ use crate::proto::conn::{Conn, Stage};
 pub use crate::proto::deframe::Source;
 use crate::proto::endpoint::{Endpoint, EpState, Frag, FRAG_INLINE};
 pub use crate::proto::handshake::NonceSource;
+use crate::proto::jobs::Jobs;
 pub use crate::proto::links::LinkRoute;
 use crate::proto::tx::SentRuns;
 use crate::wire::{PeerId, Tag};
@@ -564,6 +565,8 @@ pub struct Core {
     pub(super) regions: Regions,
     /// Payloads may be lent ([`set_lend_judged`](Self::set_lend_judged)).
     pub(super) lend_judged: bool,
+    /// The other jobs this process talks to.
+    pub(super) jobs: Jobs,
 }
 
 impl Core {
@@ -585,6 +588,7 @@ impl Core {
             nonces,
             regions: Regions::default(),
             lend_judged: true,
+            jobs: Jobs::default(),
             cfg,
             endpoints: Vec::new(),
             conns: Vec::new(),

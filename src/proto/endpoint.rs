@@ -786,7 +786,9 @@ impl Core {
     /// A handshake record of ours, addressed to nobody in particular, with zero nonce
     /// and MAC (REJECT, ACCEPT, PROBE_ACK carry nothing more).
     pub(super) fn record(&self, kind: HelloKind) -> Hello {
-        Hello::new(kind, self.cfg.pid)
+        let mut h = Hello::new(kind, self.cfg.pid);
+        h.job = self.cfg.token;
+        h
     }
 
     pub(super) fn ep_dialing_on(&self, peer: PeerId, conn: ConnKey) -> bool {
@@ -953,7 +955,7 @@ impl Core {
         if link > 0 {
             return self.claim_link(conn, peer, link);
         }
-        let me = self.cfg.pid;
+        let peer_wins = self.below_me(peer);
         let ep = self.ep_mut(peer).expect("claim is called for a known peer");
         // Decide whether this incoming connection becomes the endpoint's connection.
         let adopt = match ep.state {
@@ -965,7 +967,7 @@ impl Core {
             EpState::Connecting { conn: None, .. } => true,
             // Both dialing: the dial of the lower process id wins.
             EpState::Connecting { conn: Some(_), .. }
-            | EpState::ConnectAck { conn: Some(_), .. } => peer < me,
+            | EpState::ConnectAck { conn: Some(_), .. } => peer_wins,
             EpState::Connected { .. } => false,
             EpState::Failed => {
                 return refuse(
@@ -1091,10 +1093,16 @@ impl Core {
             | HelloKind::Auth => Some(ProtoError::UnexpectedHello {
                 state: "ExpectAccept",
             }),
-            _ if h.pid != peer => Some(ProtoError::WrongPeer {
-                expected: peer,
-                got: h.pid,
-            }),
+            // A REJECT is taken for its reason from whichever job it comes (a process
+            // of a job that does not know ours refuses it as `UnknownJob`).
+            _ if h.pid != self.wire_name(peer).1
+                || (h.kind == HelloKind::Accept && h.job != self.wire_name(peer).0) =>
+            {
+                Some(ProtoError::WrongPeer {
+                    expected: peer,
+                    got: h.pid,
+                })
+            }
             _ => None,
         };
         if let Some(err) = err {
@@ -1140,7 +1148,9 @@ impl Core {
                         };
                         self.arm_timer(deadline);
                     }
-                    RejectReason::Duplicate => {
+                    // A duplicate goes away; a job the peer does not know yet, it adds
+                    // soon (the two jobs add each other at about the same time).
+                    RejectReason::Duplicate | RejectReason::UnknownJob => {
                         self.retry_or_fail(Some(now), peer, Cause::Refused(reason));
                     }
                     // The peer is leaving for good: retrying cannot help.

@@ -48,7 +48,9 @@ impl fmt::Debug for NonceSource {
 pub(super) struct Handshake {
     pub(super) nonce_d: [u8; NONCE_LEN],
     pub(super) nonce_a: [u8; NONCE_LEN],
+    /// The dialer's process id within its job, and its job.
     pub(super) claimed: PeerId,
+    pub(super) job: u64,
     /// The link the dial is to be (from the dialer's HELLO).
     pub(super) link: u8,
 }
@@ -58,16 +60,18 @@ impl Core {
     /// without a nonce.
     pub(super) fn hello_for(&mut self, conn: ConnKey, peer: PeerId) -> Option<Hello> {
         let nonce = self.nonces.next()?;
+        let job = self.cfg.token;
         let c = self.conn_mut(conn)?;
         let link = c.link;
         c.hs = Some(Box::new(Handshake {
             nonce_d: nonce,
             nonce_a: [0; NONCE_LEN],
             claimed: peer,
+            job,
             link,
         }));
         let mut h = self.record(HelloKind::Hello);
-        h.to = peer;
+        (h.to_job, h.to) = self.wire_name(peer);
         h.nonce = nonce;
         h.link = link;
         Some(h)
@@ -99,31 +103,42 @@ impl Core {
                 )
             }
         }
+        if self.key_of_job(h.job).is_none() {
+            // A job we do not talk to (yet): nothing to prove, nothing to learn.
+            return self.refuse_incoming(
+                conn,
+                RejectReason::UnknownJob,
+                ProtoError::Rejected(RejectReason::UnknownJob),
+            );
+        }
         let Some(nonce_a) = self.nonces.next() else {
             // No nonce, no challenge: the dialer retries.
             self.kill_conn(conn);
             return;
         };
-        let me = self.cfg.pid;
         let t = Transcript {
-            token: self.cfg.token,
+            job_d: h.job,
+            job_a: self.cfg.token,
             nonce_d: &h.nonce,
             nonce_a: &nonce_a,
             pid_d: h.pid,
-            pid_a: me,
+            pid_a: self.cfg.pid,
             link: h.link,
         };
+        let key = self.key_of_job(h.job).expect("checked above");
         let mut rec = self.record(HelloKind::Challenge);
         rec.to = h.pid;
+        rec.to_job = h.job;
         rec.nonce = nonce_a;
         rec.link = h.link;
-        rec.mac = auth::handshake_mac(&self.key, Side::Acceptor, &t);
+        rec.mac = auth::handshake_mac(key, Side::Acceptor, &t);
         let Some(c) = self.conn_mut(conn) else { return };
         c.stage = Stage::ExpectAuth;
         c.hs = Some(Box::new(Handshake {
             nonce_d: h.nonce,
             nonce_a,
             claimed: h.pid,
+            job: h.job,
             link: h.link,
         }));
         c.write_record(&rec);
@@ -154,7 +169,8 @@ impl Core {
             }
         }
         let t = Transcript {
-            token: self.cfg.token,
+            job_d: hs.job,
+            job_a: self.cfg.token,
             nonce_d: &hs.nonce_d,
             nonce_a: &hs.nonce_a,
             pid_d: hs.claimed,
@@ -162,8 +178,11 @@ impl Core {
             link: hs.link,
         };
         if h.pid != hs.claimed
+            || h.job != hs.job
             || h.link != hs.link
-            || !auth::verify_handshake(&self.key, Side::Dialer, &t, &h.mac)
+            || !self
+                .key_of_job(hs.job)
+                .is_some_and(|k| auth::verify_handshake(k, Side::Dialer, &t, &h.mac))
         {
             self.counters.auth_failed += 1;
             return self.refuse_incoming(conn, RejectReason::AuthFailed, ProtoError::AuthFailed);
@@ -171,7 +190,16 @@ impl Core {
         if let Some(c) = self.conn_mut(conn) {
             c.link = hs.link;
         }
-        self.adopt_or_refuse(conn, hs.claimed);
+        // A process of another job proved the pair key; it is known here once the driver
+        // added it (the two jobs add each other at about the same time: it retries).
+        let Some(peer) = self.local_id(hs.job, hs.claimed) else {
+            return self.refuse_incoming(
+                conn,
+                RejectReason::UnknownJob,
+                ProtoError::Rejected(RejectReason::UnknownJob),
+            );
+        };
+        self.adopt_or_refuse(conn, peer);
     }
 
     /// Dialer: the acceptor's CHALLENGE (or an early REJECT). Nothing is sent before its
@@ -183,26 +211,31 @@ impl Core {
         let hs = c.hs.take();
         let err = match (h.kind, hs) {
             (HelloKind::Reject(_), _) => return self.on_accept_record(now, conn, h),
-            (HelloKind::Challenge, _) if h.pid != peer => ProtoError::WrongPeer {
-                expected: peer,
-                got: h.pid,
-            },
+            (HelloKind::Challenge, _) if (h.job, h.pid) != self.wire_name(peer) => {
+                ProtoError::WrongPeer {
+                    expected: peer,
+                    got: h.pid,
+                }
+            }
             (HelloKind::Challenge, Some(hs)) => {
+                let (job_a, pid_a) = self.wire_name(peer);
                 let t = Transcript {
-                    token: self.cfg.token,
+                    job_d: self.cfg.token,
+                    job_a,
                     nonce_d: &hs.nonce_d,
                     nonce_a: &h.nonce,
                     pid_d: self.cfg.pid,
-                    pid_a: peer,
+                    pid_a,
                     link: hs.link,
                 };
-                if h.link == hs.link
-                    && auth::verify_handshake(&self.key, Side::Acceptor, &t, &h.mac)
-                {
+                let key = self.key_of(peer).cloned();
+                if let Some(key) = key.filter(|k| {
+                    h.link == hs.link && auth::verify_handshake(k, Side::Acceptor, &t, &h.mac)
+                }) {
                     let mut rec = self.record(HelloKind::Auth);
-                    rec.to = peer;
+                    (rec.to_job, rec.to) = (job_a, pid_a);
                     rec.link = hs.link;
-                    rec.mac = auth::handshake_mac(&self.key, Side::Dialer, &t);
+                    rec.mac = auth::handshake_mac(&key, Side::Dialer, &t);
                     let c = self.conn_mut(conn).expect("conn exists");
                     c.stage = Stage::ExpectAccept;
                     c.write_record(&rec);
@@ -242,7 +275,7 @@ impl Core {
     /// go early: the batch then holds no memory of the caller's, and the frames may
     /// complete (or fail) before it comes back.
     pub(super) fn send_early(&mut self, peer: PeerId, conn: ConnKey) {
-        if peer < self.cfg.pid || !self.ep_dialing_on(peer, conn) {
+        if self.below_me(peer) || !self.ep_dialing_on(peer, conn) {
             return;
         }
         let (budget, max_iov, inline) = (

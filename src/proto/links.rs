@@ -91,7 +91,7 @@ impl Core {
     /// The first connection of `peer` was adopted: the lower id dials every planned link
     /// that has no connection.
     pub(super) fn dial_links(&mut self, peer: PeerId) {
-        if peer < self.cfg.pid || !self.links_wanted(peer) {
+        if self.below_me(peer) || !self.links_wanted(peer) {
             return;
         }
         let Some(ep) = self.ep_mut(peer) else { return };
@@ -170,7 +170,9 @@ impl Core {
             .link_mut(peer, link)
             .is_some_and(|l| l.conn == Some(conn));
         match h.kind {
-            HelloKind::Accept if h.pid == peer && ours && self.links_wanted(peer) => {
+            HelloKind::Accept
+                if (h.job, h.pid) == self.wire_name(peer) && ours && self.links_wanted(peer) =>
+            {
                 let c = self.conn_mut(conn).expect("conn exists");
                 c.stage = Stage::Open;
                 c.deadline = None;
@@ -258,7 +260,7 @@ impl Core {
 
     /// Dials `peer`'s `link` again after the retry delay (the dialer side only).
     pub(super) fn link_dial_later(&mut self, now: Instant, peer: PeerId, link: u8) {
-        if peer > self.cfg.pid {
+        if !self.below_me(peer) {
             self.schedule_link(now, peer, link);
         }
     }
@@ -289,7 +291,7 @@ impl Core {
     /// join for the slot would make it close the connection that is now our primary.
     /// Its answer comes once it read our RESUME there and moved the stream too.
     pub(super) fn link_timers(&mut self, now: Instant, peer: PeerId) {
-        let wanted = self.links_wanted(peer) && peer > self.cfg.pid;
+        let wanted = self.links_wanted(peer) && !self.below_me(peer);
         let recheck = now + self.cfg.retry_delay;
         let Some(ep) = self.ep_mut(peer) else { return };
         let unanswered = ep.fo.awaiting.is_some();

@@ -10,6 +10,7 @@
 //! | [`core`] | the engine's face: `Core`, its actions and events, polling, timers, shutdown |
 //! | `endpoint` | the endpoint state machine: connect, retries, handshake decisions, FIN, failure |
 //! | `handshake` | the challenge-response: HELLO, CHALLENGE, AUTH, nonces, MAC checks |
+//! | `jobs` | peers of other jobs: their pair keys, the local ids their processes go by |
 //! | `failover` | confirmations, kept frames, RESUME: a failed primary loses nothing |
 //! | `get` | one-sided reads: GET requests, REPLYs from readable regions, their bounds |
 //! | `links` | an endpoint's connections beyond its first: plan, dials, joins, loss |
@@ -31,6 +32,7 @@ mod endpoint;
 mod failover;
 mod get;
 mod handshake;
+mod jobs;
 mod links;
 pub mod part;
 mod recv;

@@ -20,6 +20,7 @@ fn hello_round_trip_every_kind() {
         HelloKind::Reject(RejectReason::Unreachable),
         HelloKind::Reject(RejectReason::NoLink),
         HelloKind::Reject(RejectReason::LinksOff),
+        HelloKind::Reject(RejectReason::UnknownJob),
         HelloKind::Probe,
         HelloKind::ProbeAck,
     ];
@@ -33,6 +34,8 @@ fn hello_round_trip_every_kind() {
             version: VERSION,
             pid: PeerId(0xdead_beef),
             to: PeerId(7),
+            job: 0x0102_0304_0506_0708,
+            to_job: 0x1112_1314_1516_1718,
             nonce: [0x5a; NONCE_LEN],
             mac: [0xa5; MAC_LEN],
             link: if linked { 3 } else { 0 },
@@ -58,7 +61,10 @@ fn a_link_beyond_the_most_is_refused() {
 #[test]
 fn hello_malformed() {
     let good = Hello::new(HelloKind::Hello, PeerId(1)).to_bytes();
-    assert_eq!(Hello::parse(&good[..83]), Err(WireError::Truncated));
+    assert_eq!(
+        Hello::parse(&good[..HELLO_LEN - 1]),
+        Err(WireError::Truncated)
+    );
     assert_eq!(Hello::parse(&good[..3]), Err(WireError::Truncated));
     let mut b = good;
     b[0] = b'X';

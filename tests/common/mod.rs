@@ -346,9 +346,10 @@ pub fn read_record(
     (rec.len() == HELLO_LEN).then(|| Hello::parse(&rec).expect("a handshake record"))
 }
 
-/// A hand-made dialer on `s`: HELLO as `me` to `to` (the listener), then, after the
-/// CHALLENGE (whose MAC is checked against `key`), an AUTH made with `key`; returns the
-/// acceptor's answer (`None`: closed without one). Drives `ts` meanwhile.
+/// A hand-made dialer on `s`: HELLO as `me` to `to` (the listener, `ts[0]`, whose job
+/// the dialer claims as its own), then, after the CHALLENGE (whose MAC is checked against
+/// `key`), an AUTH made with `key`; returns the acceptor's answer (`None`: closed without
+/// one). Drives `ts` meanwhile.
 pub fn raw_handshake(
     s: &mut std::net::TcpStream,
     ts: &mut [&mut Transport],
@@ -359,16 +360,17 @@ pub fn raw_handshake(
     use ringbtl::auth::{handshake_mac, verify_handshake, Side, Transcript};
     use ringbtl::wire::{Hello, HelloKind};
     use std::io::Write;
-    let token = Config::new(PeerId(0)).core.token;
+    let token = ts[0].config().core.token;
     let nonce_d = [0x6e; 32];
     let mut hello = Hello::new(HelloKind::Hello, me);
-    hello.to = to;
+    (hello.job, hello.to_job, hello.to) = (token, token, to);
     hello.nonce = nonce_d;
     s.write_all(&hello.to_bytes()).unwrap();
     let ch = read_record(s, ts, "CHALLENGE")?;
     assert_eq!(ch.kind, HelloKind::Challenge, "{ch:?}");
     let t = Transcript {
-        token,
+        job_d: token,
+        job_a: token,
         nonce_d: &nonce_d,
         nonce_a: &ch.nonce,
         pid_d: me,
@@ -377,7 +379,7 @@ pub fn raw_handshake(
     };
     let genuine = verify_handshake(key, Side::Acceptor, &t, &ch.mac);
     let mut auth = Hello::new(HelloKind::Auth, me);
-    auth.to = to;
+    (auth.job, auth.to_job, auth.to) = (token, token, to);
     auth.mac = handshake_mac(key, Side::Dialer, &t);
     if s.write_all(&auth.to_bytes()).is_err() {
         return None;

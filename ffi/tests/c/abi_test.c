@@ -467,6 +467,89 @@ static void check_links(void) {
     printf("ok: %u messages in order over %zu connection(s) per peer\n", link_got, want);
 }
 
+/* Two jobs: the process 0 of each, with a key of its own, told only the other job's
+ * public key; each calls the other by an id of its own choosing. */
+enum { NJOBMSG = 50, TAG_JOB = 14 };
+static unsigned job_got[2], job_bad, job_done;
+static const uint32_t job_alias[2] = {7, 3}; /* what job 0 calls 1, and 1 calls 0 */
+
+static void on_job_msg(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
+    unsigned me = (unsigned)(uintptr_t)ctx;
+    (void)tag;
+    uint32_t seq = 0;
+    if (len == sizeof seq) {
+        memcpy(&seq, data, sizeof seq);
+    }
+    job_bad += len != sizeof seq || seq != job_got[me] || src != job_alias[me];
+    job_got[me]++;
+}
+
+static void on_job_done(void *ctx, uint32_t peer, uint64_t cookie, int status) {
+    (void)ctx;
+    (void)peer;
+    (void)cookie;
+    job_bad += status != RINGBTL_OK;
+    job_done++;
+}
+
+static ringbtl_t *make_in_job(const char *token) {
+    ringbtl_config_t *cfg = NULL;
+    char key[65];
+    CHECK(ringbtl_config_new(0, &cfg) == RINGBTL_OK, "config_new");
+    CHECK(ringbtl_config_from_env(cfg) == RINGBTL_OK, "config_from_env");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_JOB_TOKEN", token) == RINGBTL_OK, "token");
+    CHECK(ringbtl_generate_job_key(key) == RINGBTL_OK, "key");
+    CHECK(ringbtl_config_set(cfg, "RINGBTL_JOB_KEY", key) == RINGBTL_OK, "set key");
+    ringbtl_t *t = NULL;
+    CHECK(ringbtl_create(cfg, &t) == RINGBTL_OK, "create job %s", token);
+    return t;
+}
+
+static void check_jobs(void) {
+    ringbtl_t *j[2] = {make_in_job("0xa1"), make_in_job("0xb2")};
+    const uint64_t token[2] = {0xa1, 0xb2};
+    char pub[2][65];
+    for (int i = 0; i < 2; i++) {
+        CHECK(ringbtl_job_public_key(j[i], pub[i]) == RINGBTL_OK, "public key");
+        CHECK(strlen(pub[i]) == 64 && strspn(pub[i], "0123456789abcdef") == 64, "hex");
+    }
+    CHECK(strcmp(pub[0], pub[1]) != 0, "jobs' public keys differ");
+    CHECK(ringbtl_job_public_key(NULL, pub[0]) == RINGBTL_ERR_INVALID, "NULL transport");
+    CHECK(ringbtl_job_public_key(j[0], NULL) == RINGBTL_ERR_INVALID, "NULL out");
+    CHECK(ringbtl_add_job(j[0], 0xb2, "abc") == RINGBTL_ERR_INVALID, "short key");
+    CHECK(ringbtl_add_job(j[0], 0xb2, NULL) == RINGBTL_ERR_INVALID, "NULL key");
+    CHECK(ringbtl_add_job(j[0], 0xa1, pub[1]) == RINGBTL_ERR_INVALID, "own job");
+    CHECK(strstr(ringbtl_last_error(), "own job") != NULL, "%s", ringbtl_last_error());
+    CHECK(ringbtl_add_peer_of_job(j[0], 7, 0xb2, 0, ringbtl_uris(j[1])) ==
+              RINGBTL_ERR_UNKNOWN_PEER, "a job not added");
+    for (int i = 0; i < 2; i++) {
+        CHECK(ringbtl_add_job(j[i], token[1 - i], pub[1 - i]) == RINGBTL_OK, "add job");
+        CHECK(ringbtl_add_peer_of_job(j[i], job_alias[i], token[1 - i], 0,
+                                      ringbtl_uris(j[1 - i])) == RINGBTL_OK, "add peer");
+        CHECK(ringbtl_register(j[i], TAG_JOB, on_job_msg, (void *)(uintptr_t)i) == RINGBTL_OK,
+              "register");
+        ringbtl_on_complete(j[i], on_job_done, NULL);
+    }
+    static uint32_t seqs[NJOBMSG];
+    for (uint32_t k = 0; k < NJOBMSG; k++) {
+        seqs[k] = k;
+        ringbtl_iov_t v = {&seqs[k], sizeof seqs[k]};
+        for (int i = 0; i < 2; i++) {
+            CHECK(ringbtl_send(j[i], job_alias[i], TAG_JOB, &v, 1, k) == RINGBTL_OK, "send");
+        }
+    }
+    double deadline = now_s() + 20.0;
+    while (job_done < 2 * NJOBMSG || job_got[0] < NJOBMSG || job_got[1] < NJOBMSG) {
+        CHECK(now_s() < deadline, "jobs: stalled (%u done, %u/%u got)", job_done, job_got[0],
+              job_got[1]);
+        CHECK(ringbtl_progress(j[0]) >= 0 && ringbtl_progress(j[1]) >= 0, "progress");
+    }
+    CHECK(job_bad == 0, "%u bad", job_bad);
+    CHECK(ringbtl_destroy(j[0], 1000) == RINGBTL_OK && ringbtl_destroy(j[1], 1000) == RINGBTL_OK,
+          "destroy");
+    printf("ok: %u messages each way between two jobs\n", NJOBMSG);
+}
+
 int main(void) {
     A = make(0);
     B = make(1);
@@ -706,5 +789,6 @@ int main(void) {
     CHECK(ringbtl_destroy(A, 1000) == RINGBTL_OK, "destroy A");
     printf("ok: destroyed\n");
     check_links();
+    check_jobs();
     return 0;
 }

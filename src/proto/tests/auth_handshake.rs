@@ -11,13 +11,13 @@ fn other_key() -> JobKey {
     JobKey::from_bytes([0x99; 32])
 }
 
-/// No record a stranger can get carries a secret: no nonce, no MAC, no token, no key.
+/// No record a stranger can get carries a secret: no nonce, no MAC, no key (the job token
+/// is the job's name, which records carry).
 fn assert_nothing_secret(rec: &[u8]) {
     let h = Hello::parse(rec).expect("a record");
     assert_eq!(h.nonce, [0; NONCE_LEN], "{:?}", h.kind);
     assert_eq!(h.mac, [0; 32], "{:?}", h.kind);
-    // (The default token reads as the magic: look behind it.)
-    for secret in [&TOKEN.to_be_bytes()[..], &KEY[..8]] {
+    for secret in [&KEY[..8], &KEY[8..16], &KEY[16..24], &KEY[24..]] {
         assert!(
             !rec[8..].windows(secret.len()).any(|w| w == secret),
             "{:?} carries secret bytes",
@@ -42,7 +42,8 @@ fn forged_hello_claims_no_rank() {
             let ch = Hello::parse(&net.raw_read(r)).unwrap();
             assert_eq!(ch.kind, HelloKind::Challenge);
             let t = Transcript {
-                token: TOKEN,
+                job_d: TOKEN,
+                job_a: TOKEN,
                 nonce_d: &RAW_NONCE,
                 nonce_a: &ch.nonce,
                 pid_d: PeerId(1),
@@ -127,7 +128,8 @@ fn replayed_auth_is_refused() {
     net.run(false);
     let ch = Hello::parse(&net.raw_read(r)).unwrap();
     let t = Transcript {
-        token: TOKEN,
+        job_d: TOKEN,
+        job_a: TOKEN,
         nonce_d: &RAW_NONCE,
         nonce_a: &ch.nonce,
         pid_d: PeerId(1),
@@ -185,7 +187,8 @@ fn reflected_and_misattributed_macs_are_refused() {
     net.run(false);
     let ch = Hello::parse(&net.raw_read(r)).unwrap();
     let t = Transcript {
-        token: TOKEN,
+        job_d: TOKEN,
+        job_a: TOKEN,
         nonce_d: &RAW_NONCE,
         nonce_a: &ch.nonce,
         pid_d: PeerId(1),

@@ -13,7 +13,8 @@ fn raw_challenge(net: &mut Net, r: usize) {
     assert_eq!((hello.kind, hello.pid), (HelloKind::Hello, PeerId(0)));
     let nonce_a = [0x5a; NONCE_LEN];
     let t = Transcript {
-        token: TOKEN,
+        job_d: TOKEN,
+        job_a: TOKEN,
         nonce_d: &hello.nonce,
         nonce_a: &nonce_a,
         pid_d: PeerId(0),
@@ -137,7 +138,8 @@ fn higher_id_waits_for_the_accept() {
     let hello = Hello::parse(&net.raw_read(r)).unwrap();
     let nonce_a = [0x5b; NONCE_LEN];
     let t = Transcript {
-        token: TOKEN,
+        job_d: TOKEN,
+        job_a: TOKEN,
         nonce_d: &hello.nonce,
         nonce_a: &nonce_a,
         pid_d: PeerId(1),

@@ -42,7 +42,8 @@ fn stream(sizes: &[usize]) -> (Vec<u8>, Vec<Sent>) {
     let mut auth = Hello::new(HelloKind::Auth, PeerId(1));
     auth.to = PeerId(0);
     let t = Transcript {
-        token: TOKEN,
+        job_d: TOKEN,
+        job_a: TOKEN,
         nonce_d: &RAW_NONCE,
         nonce_a: &NONCE_A,
         pid_d: PeerId(1),

@@ -36,6 +36,7 @@ mod early;
 mod garbage;
 mod hold;
 mod input;
+mod jobs;
 mod lazy;
 mod lent;
 mod links;
@@ -702,7 +703,8 @@ impl Net {
             (HelloKind::Challenge, PeerId(0), PeerId(pid), link)
         );
         let mut t = Transcript {
-            token,
+            job_d: token,
+            job_a: token,
             nonce_d: &RAW_NONCE,
             nonce_a: &ch.nonce,
             pid_d: PeerId(pid),
