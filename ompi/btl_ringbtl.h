@@ -39,7 +39,8 @@ typedef struct {
 
 struct mca_btl_base_endpoint_t {
     opal_proc_t *proc;
-    uint32_t peer;  /* ringbtl process id = the peer's vpid */
+    uint32_t peer;  /* ringbtl id: the vpid in this job; for another job's process, an id
+                     * from the job size up (mca_btl_ringbtl_module_t.next_foreign) */
     bool failed;    /* ringbtl reported the peer failed */
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_ringbtl_endpoint_t;
@@ -89,9 +90,14 @@ typedef struct {
     mca_btl_ringbtl_net_t nets[RINGBTL_MAX_NETS];
     unsigned nnets;
     mca_btl_base_module_error_cb_fn_t error_cb;
-    /* Endpoints indexed by vpid (NULL = not added). */
+    /* Endpoints indexed by ringbtl id (NULL = not added): this job's processes by vpid,
+     * other jobs' from `foreign_base` (the job size) on, in the order they were added. */
     mca_btl_ringbtl_endpoint_t **endpoints;
     uint32_t nendpoints;
+    uint32_t foreign_base, next_foreign;
+    /* The other jobs added to the transport (ringbtl_add_job). */
+    opal_jobid_t *jobs;
+    size_t njobs;
     ringbtl_pool_t eager_frags; /* capacity: btl_eager_limit */
     ringbtl_pool_t max_frags;   /* capacity: btl_max_send_size */
     ringbtl_pool_t puts;        /* mca_btl_ringbtl_put_t, for puts and gets */
@@ -165,6 +171,9 @@ OBJ_CLASS_DECLARATION(mca_btl_ringbtl_frag_t);
 
 /* The modex key under which rank 0 publishes the job key (64 hex digits). */
 #define RINGBTL_MODEX_JOB_KEY "btl.ringbtl.job_key"
+/* The modex key under which rank 0 publishes the job's public key (ringbtl_job_public_key),
+ * which another job reads once the two are connected (ringbtl_add_job). */
+#define RINGBTL_MODEX_JOB_PUB "btl.ringbtl.job_pub"
 
 /* The addresses a process publishes: its modules' URI lists ("tcp://ip:port;..."), one
  * after the other, separated by this character (one module: no separator). */

@@ -101,6 +101,12 @@ opal_process_name_t ringbtl_compat_my_name(void)
     return opal_proc_local_get()->proc_name;
 }
 
+uint32_t ringbtl_compat_job_size(void)
+{
+    /* The modex reads this job's namespace only (ringbtl_compat_modex_recv_string). */
+    return 0;
+}
+
 /* ---- modex: PMIx ----------------------------------------------------------------------- */
 
 static pmix_proc_t pmix_me;
@@ -357,6 +363,16 @@ static bool check_once(void)
 opal_process_name_t ringbtl_compat_my_name(void)
 {
     return OPAL_PROC_MY_NAME;
+}
+
+uint32_t ringbtl_compat_job_size(void)
+{
+    opal_process_name_t all = OPAL_PROC_MY_NAME;
+    uint32_t n = 0, *np = &n;
+    int rc;
+    all.vpid = OPAL_VPID_WILDCARD;
+    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, OPAL_PMIX_JOB_SIZE, &all, &np, OPAL_UINT32);
+    return OPAL_SUCCESS == rc ? n : 0;
 }
 
 void ringbtl_compat_fini(void)

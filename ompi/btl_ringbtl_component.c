@@ -67,9 +67,6 @@ static mca_btl_ringbtl_setting_t ringbtl_settings[] = {
      "Zero-copy (MSG_ZEROCOPY) sends from this many bytes (0 = off)", NULL},
     {"recv_multishot", "RINGBTL_RECV_MULTISHOT",
      "io_uring multishot receive with provided buffers (0/1)", NULL},
-    {"job_token", "RINGBTL_JOB_TOKEN",
-     "Job token both ends of a connection must agree on (default: derived from the jobid)",
-     NULL},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -448,10 +445,11 @@ static ringbtl_config_t *make_config(opal_process_name_t me, const char *key, co
                     ringbtl_last_error());
         goto fail;
     }
-    /* Connections of this job only: both ends derive the token from the jobid. */
-    if (NULL == getenv("RINGBTL_JOB_TOKEN")) {
-        snprintf(token, sizeof(token), "%u", (unsigned) me.jobid);
-        (void) ringbtl_config_set(cfg, "RINGBTL_JOB_TOKEN", token);
+    /* A job is named by its jobid (the job token): the processes of another job that this
+     * one spawned or connected to name it so (ensure_job in the module). */
+    snprintf(token, sizeof(token), "%u", (unsigned) me.jobid);
+    if (RINGBTL_OK != component_set(cfg, "job token", "RINGBTL_JOB_TOKEN", token)) {
+        goto fail;
     }
     if (NULL != key && RINGBTL_OK != ringbtl_config_set(cfg, "RINGBTL_JOB_KEY", key)) {
         opal_output(0, "btl ringbtl: job key not set: %s; declining", ringbtl_last_error());
@@ -584,6 +582,20 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
     if (NULL == rt) {
         memset(key, 0, sizeof(key));
         return NULL;
+    }
+    /* The job's public key, for the jobs this one will spawn or connect to (every process
+     * of the job derives the same; rank 0's is read). */
+    if (0 == me.vpid) {
+        char pub[65];
+        rc = ringbtl_job_public_key(rt, pub);
+        if (RINGBTL_OK == rc) {
+            rc = ringbtl_compat_modex_send_string(RINGBTL_MODEX_JOB_PUB, pub);
+        }
+        if (OPAL_SUCCESS != rc) {
+            opal_output(0, "btl ringbtl: the job's public key was not published (%d): "
+                           "processes of other jobs cannot reach this one",
+                        rc);
+        }
     }
     /* Module per interface: one transport per interface the first one listens on, each
      * limited to that interface's addresses; the first is closed once they all exist. Any

@@ -367,21 +367,98 @@ static char *peer_uris(const mca_btl_ringbtl_module_t *m, const char *published)
     return out;
 }
 
-/* The endpoint of `p` (a process of this job), created and its addresses given to ringbtl
- * on first use: NULL when it published no address or none is usable (not an error), or
- * when it failed. OPAL_ERR_OUT_OF_RESOURCE in *rc when memory ran out. */
+/* Lets the processes of job `job` connect: reads the public key its rank 0 published
+ * (readable once the two jobs connected) and gives it to ringbtl, once per job. False, said
+ * when verbose, when the job cannot be added: its processes are then unreachable. */
+static bool ensure_job(mca_btl_ringbtl_module_t *m, opal_jobid_t job)
+{
+    int verbose = mca_btl_ringbtl_component.verbose;
+    for (size_t i = 0; i < m->njobs; i++) {
+        if (m->jobs[i] == job) {
+            return true;
+        }
+    }
+    if (0 == m->foreign_base) {
+        m->foreign_base = m->next_foreign = ringbtl_compat_job_size();
+        if (0 == m->foreign_base) {
+            if (verbose > 0) {
+                opal_output(0, "btl ringbtl: processes of other jobs are not reachable "
+                               "through this Open MPI's modex");
+            }
+            return false;
+        }
+    }
+    opal_process_name_t root = ringbtl_compat_my_name();
+    root.jobid = job;
+    root.vpid = 0;
+    char *pub = NULL;
+    int rc = ringbtl_compat_modex_recv_string(RINGBTL_MODEX_JOB_PUB, &root, &pub);
+    if (OPAL_SUCCESS != rc || NULL == pub) {
+        if (verbose > 0) {
+            opal_output(0, "btl ringbtl: job %s published no ringbtl key: its processes are "
+                           "unreachable",
+                        OPAL_NAME_PRINT(root));
+        }
+        free(pub);
+        return false;
+    }
+    rc = ringbtl_add_job(m->rt, (uint64_t) job, pub);
+    free(pub);
+    if (RINGBTL_OK != rc) {
+        opal_output(0, "btl ringbtl: job %s not added: %s", OPAL_NAME_PRINT(root),
+                    ringbtl_last_error());
+        return false;
+    }
+    opal_jobid_t *jobs = realloc(m->jobs, (m->njobs + 1) * sizeof(*jobs));
+    if (NULL == jobs) {
+        return false;
+    }
+    m->jobs = jobs;
+    m->jobs[m->njobs++] = job;
+    if (verbose > 1) {
+        opal_output(0, "btl ringbtl: job %s added", OPAL_NAME_PRINT(root));
+    }
+    return true;
+}
+
+/* The ringbtl id of `p`, and whether it has one yet: its vpid for a process of this job;
+ * for another job's, the id it was given, or the next free one (*known false). */
+static uint32_t proc_id(const mca_btl_ringbtl_module_t *m, const opal_proc_t *p, bool *known)
+{
+    if (p->proc_name.jobid == ringbtl_compat_my_name().jobid) {
+        *known = true;
+        return (uint32_t) p->proc_name.vpid;
+    }
+    for (uint32_t i = m->foreign_base; i < m->next_foreign && i < m->nendpoints; i++) {
+        const mca_btl_ringbtl_endpoint_t *ep = m->endpoints[i];
+        if (NULL != ep && ep->proc->proc_name.jobid == p->proc_name.jobid
+            && ep->proc->proc_name.vpid == p->proc_name.vpid) {
+            *known = true;
+            return i;
+        }
+    }
+    *known = false;
+    return m->next_foreign;
+}
+
+/* The endpoint of `p`, created and its addresses given to ringbtl on first use: NULL when
+ * it published no address or none is usable (not an error), or when it failed. A process
+ * of another job needs its job added first (ensure_job). OPAL_ERR_OUT_OF_RESOURCE in *rc
+ * when memory ran out. */
 static mca_btl_ringbtl_endpoint_t *add_proc(mca_btl_ringbtl_module_t *m, opal_proc_t *p,
                                             int *rc)
 {
     int verbose = mca_btl_ringbtl_component.verbose;
-    uint32_t vpid = (uint32_t) p->proc_name.vpid;
+    bool known = false;
+    const bool foreign = p->proc_name.jobid != ringbtl_compat_my_name().jobid;
+    uint32_t vpid = proc_id(m, p, &known);
 
     *rc = OPAL_SUCCESS;
     if (OPAL_SUCCESS != ensure_endpoint_slots(m, vpid)) {
         *rc = OPAL_ERR_OUT_OF_RESOURCE;
         return NULL;
     }
-    mca_btl_ringbtl_endpoint_t *ep = m->endpoints[vpid];
+    mca_btl_ringbtl_endpoint_t *ep = known ? m->endpoints[vpid] : NULL;
     if (NULL == ep) {
         char *uris = NULL;
         size_t len = 0;
@@ -414,7 +491,9 @@ static mca_btl_ringbtl_endpoint_t *add_proc(mca_btl_ringbtl_module_t *m, opal_pr
         }
         free(uris);
         uris = mine;
-        int frc = ringbtl_add_peer(m->rt, vpid, uris);
+        int frc = foreign ? ringbtl_add_peer_of_job(m->rt, vpid, (uint64_t) p->proc_name.jobid,
+                                                    (uint32_t) p->proc_name.vpid, uris)
+                          : ringbtl_add_peer(m->rt, vpid, uris);
         if (RINGBTL_OK != frc) {
             /* A malformed address is reported always; a peer on no interface this
              * process may use (if_include / if_exclude) only when verbose. */
@@ -438,6 +517,9 @@ static mca_btl_ringbtl_endpoint_t *add_proc(mca_btl_ringbtl_module_t *m, opal_pr
         ep->proc = p;
         ep->peer = vpid;
         m->endpoints[vpid] = ep;
+        if (foreign) {
+            m->next_foreign++;
+        }
     }
     return ep->failed ? NULL : ep;
 }
@@ -481,7 +563,6 @@ static int btl_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
 {
     mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
     const opal_proc_t *self = opal_proc_local_get();
-    int verbose = mca_btl_ringbtl_component.verbose;
     int rc = OPAL_SUCCESS;
 
     RINGBTL_LOCK(m);
@@ -495,13 +576,9 @@ static int btl_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
         if (p == self) {
             continue;
         }
-        if (p->proc_name.jobid != self->proc_name.jobid) {
-            /* Processes of another job (MPI_Comm_spawn, connect/accept) carry vpids of
-             * their own job: one ringbtl transport serves one job. */
-            if (verbose > 0) {
-                opal_output(0, "btl ringbtl: %s belongs to another job: unreachable",
-                            OPAL_NAME_PRINT(p->proc_name));
-            }
+        /* A process of another job (MPI_Comm_spawn, connect/accept, join): its job's
+         * processes connect with the key both jobs derive from each other's public key. */
+        if (p->proc_name.jobid != self->proc_name.jobid && !ensure_job(m, p->proc_name.jobid)) {
             continue;
         }
         mca_btl_ringbtl_endpoint_t *ep = add_proc(m, p, &rc);
@@ -1084,6 +1161,9 @@ static int btl_finalize(struct mca_btl_base_module_t *btl)
     free(m->endpoints);
     m->endpoints = NULL;
     m->nendpoints = 0;
+    free(m->jobs);
+    m->jobs = NULL;
+    m->njobs = 0;
     free(m->scratch);
     m->scratch = NULL;
     m->scratch_len = 0;
@@ -1165,6 +1245,9 @@ int mca_btl_ringbtl_module_init(mca_btl_ringbtl_module_t *m, ringbtl_t *rt, bool
     m->error_cb = NULL;
     m->endpoints = NULL;
     m->nendpoints = 0;
+    m->foreign_base = m->next_foreign = 0;
+    m->jobs = NULL;
+    m->njobs = 0;
     m->scratch = NULL;
     m->scratch_len = 0;
     m->rx_frames = m->rx_bytes = m->rx_copied_frames = m->rx_copied_bytes = 0;

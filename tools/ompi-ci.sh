@@ -129,3 +129,6 @@ tools/ompi-ipv6.sh
 
 echo "-- mpi4py subset over btl ringbtl and btl tcp"
 tools/ompi-mpi4py.sh --ranks "2 4" --only "p2p_buf cco_buf msgspec dynproc" --timeout 300
+
+echo "-- mpi4py's spawn and dynproc tests (other jobs) over btl ringbtl and btl tcp"
+tools/ompi-mpi4py.sh --spawn --ranks "2 4"
