@@ -75,7 +75,7 @@
 //! never learns the other's job key. A connection between them runs the same handshake
 //! with `K` the pair key. An acceptor that does not (yet) know the dialer's job answers
 //! its HELLO with `REJECT(UnknownJob)`, which the dialer takes as "not yet": it retries
-//! within its connect retries (the two jobs add each other at about the same time).
+//! until its connect timeout (the two jobs add each other at about the same time).
 //!
 //! `REJECT` carries its reason only, `ACCEPT` nothing; nonce and MAC are zero in both. A
 //! prober sends `PROBE` (kind 4) and gets `PROBE_ACK` (5), which says only "alive" and the
@@ -458,8 +458,8 @@ pub enum RejectReason {
     /// This process takes no links beyond an endpoint's first (its receive mode has no
     /// room for them): the dialer dials none to it.
     LinksOff,
-    /// The dialer's job is not one this process (yet) talks to: the dialer retries within
-    /// its connect retries (see "Between jobs" in the module docs).
+    /// The dialer's job is not one this process (yet) talks to: the dialer retries until
+    /// its connect timeout (see "Between jobs" in the module docs).
     UnknownJob,
 }
 

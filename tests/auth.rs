@@ -164,18 +164,20 @@ fn different_keys_do_not_connect(kind: BackendKind) {
     assert_eq!(a.stats().auth_failed, 1);
 }
 
-/// A transport of job `token` with a key of its own, process 0 of its job.
+/// A transport of job `token` with a key of its own, process 0 of its job, whose dials
+/// give up after 2 s.
 fn of_job(token: u64, key: &JobKey, kind: BackendKind) -> Transport {
     let mut c = common::cfg(0, kind);
     c.set("RINGBTL_JOB_KEY", &key.to_hex()).unwrap();
     c.core.token = token;
+    c.core.connect_timeout = Duration::from_secs(2);
     Transport::new(c).unwrap()
 }
 
 /// Two jobs, each of whose process 0 knows the other only by its job's public key and
 /// its addresses, and calls it by an id of its own choosing: both dial at once, every
 /// message arrives, from the id its receiver chose. A third job that added the first but
-/// was not added by it is refused (`UnknownJob`) until its retries run out; the first job
+/// was not added by it is refused (`UnknownJob`) until its connect timeout; the first job
 /// learns nothing from it.
 fn two_jobs_talk_with_public_keys_only(kind: BackendKind) {
     const TA: u64 = 0xa1;

@@ -432,6 +432,8 @@ fn simultaneous_connect(kind: BackendKind) {
 fn bad_token_is_refused(kind: BackendKind) {
     let mut c0 = common::cfg(0, kind);
     c0.core.token = 1;
+    // Another job's refusals are retried until the connect timeout.
+    c0.core.connect_timeout = Duration::from_secs(1);
     let mut c1 = common::cfg(1, kind);
     c1.core.token = 2;
     let mut a = Transport::new(c0).unwrap();

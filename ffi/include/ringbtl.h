@@ -182,7 +182,8 @@ int  ringbtl_set_job_key(ringbtl_t *t, const char *hex);
  * other process of another job goes by: messages from it arrive from `peer`, sends to
  * `peer` reach it; errors as ringbtl_add_peer (RINGBTL_ERR_UNKNOWN_PEER for an id taken,
  * or a job not added). A process of a job not added that dials is refused, and retries
- * within its connect retries: add the other job as soon as it is known. */
+ * until its connect timeout (RINGBTL_CONNECT_TIMEOUT_MS): add the other job as soon as it
+ * is known. */
 int  ringbtl_job_public_key(ringbtl_t *t, char out[65]);
 int  ringbtl_add_job(ringbtl_t *t, uint64_t job, const char *public_hex);
 int  ringbtl_add_peer_of_job(ringbtl_t *t, uint32_t peer, uint64_t job, uint32_t rank,

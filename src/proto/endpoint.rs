@@ -1291,11 +1291,14 @@ impl Core {
 }
 
 /// Whether a failed attempt is retried until the connect deadline rather than counted
-/// against `connect_retries`: the acceptor refused as a duplicate, or closed or reset the
-/// connection before answering (what it does to the oldest strangers under a flood).
+/// against `connect_retries`: the acceptor refused as a duplicate, or as of a job it does
+/// not know yet (another job adds ours when its own `add_procs` runs, which may come
+/// later than a few quick retries), or closed or reset the connection before answering
+/// (what it does to the oldest strangers under a flood).
 fn retry_in_handshake(cause: &Cause) -> bool {
     match cause {
-        Cause::ClosedInHandshake | Cause::Refused(RejectReason::Duplicate) => true,
+        Cause::ClosedInHandshake
+        | Cause::Refused(RejectReason::Duplicate | RejectReason::UnknownJob) => true,
         Cause::Os(e) => matches!(*e, Errno::ECONNRESET | Errno::EPIPE | Errno::ECONNABORTED),
         _ => false,
     }

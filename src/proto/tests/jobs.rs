@@ -100,8 +100,9 @@ fn a_job_not_yet_added_is_refused_then_connects_once_added() {
     }
 }
 
-/// A job never added: the dialer's retries run out, its endpoint fails naming the
-/// refusal, every send fails, and the acceptor learned nothing (no endpoint, no frame).
+/// A job never added: the dialer retries until its connect timeout, not counting these
+/// refusals against its connect retries; then its endpoint fails naming the refusal,
+/// every send fails, and the acceptor learned nothing (no endpoint, no frame).
 #[test]
 fn a_job_never_added_fails_the_dial_and_delivers_nothing() {
     let (a, b) = (JobKey::generate().unwrap(), JobKey::generate().unwrap());
@@ -111,7 +112,18 @@ fn a_job_never_added_fails_the_dial_and_delivers_nothing() {
         for _ in 0..3 {
             net.send_random(1, 0).unwrap();
         }
+        let t0 = net.now();
         net.drive();
+        let took = net.now() - t0;
+        let timeout = cfg(1).connect_timeout;
+        assert!(
+            took >= timeout - Duration::from_secs(1),
+            "seed {seed}: gave up after {took:?}"
+        );
+        assert!(
+            net.core(0).counters().refused > 5,
+            "seed {seed}: more refusals than retries"
+        );
         let failed = net.failed_events(1);
         assert_eq!(failed.len(), 1, "seed {seed}: {failed:?}");
         assert!(
