@@ -104,9 +104,11 @@ PY
   [ "${#tests[@]}" -gt 0 ] || { echo "no test left to run" >&2; exit 1; }
   for t in "${tests[@]}"; do names+=(-k "*$t"); done
 fi
-# One line per test: name<TAB>outcome, the worst outcome over the ranks.
+# One line per test: name<TAB>outcome, the worst outcome over the ranks. With a test's
+# name and its run's exit status (--each), a run in which no rank reported the test is
+# that test's "timeout" (stopped by its deadline) or "ERROR" (it ended otherwise).
 parse() {
-  "$py" - "$1" <<'PY'
+  "$py" - "$@" <<'PY'
 import re, sys, glob, os
 rank = {"ok": 0, "skipped": 1, "expected failure": 1, "FAIL": 3, "ERROR": 3,
         "unexpected success": 3, "timeout": 4}
@@ -124,9 +126,8 @@ for f in files:
         o = m.group(3)
         if name not in res or rank[o] > rank[res[name]]:
             res[name] = o
-# A run stopped by its deadline (--each): its test, if no rank said more, timed out.
-if len(sys.argv) > 2 and not res:
-    res[sys.argv[2]] = "timeout"
+if len(sys.argv) > 3 and not res:
+    res[sys.argv[2]] = "timeout" if sys.argv[3] in ("124", "137") else "ERROR"
 for k in sorted(res):
     print(f"{k}\t{res[k]}")
 PY
@@ -153,7 +154,7 @@ for n in $ranks; do
       for t in "${tests[@]}"; do
         run_one "$out.d/$t" "$each" -k "*$t" >>"$out.log" 2>&1
         r=$?; [ "$r" = 0 ] || rc=$r
-        parse "$out.d/$t" "$t" >>"$out.tsv"
+        parse "$out.d/$t" "$t" "$r" >>"$out.tsv"
       done
       sort -o "$out.tsv" "$out.tsv"
     else

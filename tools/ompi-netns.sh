@@ -21,6 +21,9 @@
 #                                        message-spec, request and status tests across the
 #                                        hosts over btl ringbtl and btl tcp, differences
 #                                        listed (tools/ompi-mpi4py.sh; several minutes)
+#        tools/ompi-netns.sh --spawn     also mpi4py's spawn and dynproc tests (other jobs:
+#                                        children placed on the hosts round-robin) across
+#                                        the hosts, 4 ranks, over both BTLs (about 8 min)
 # Prefix: $RINGBTL_OMPI_NETNS_PREFIX, else rbtlompi (not tools/netns.sh's default, which
 # another run may be using).
 #
@@ -31,12 +34,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-mpi4py=0
-case "${1:-}" in
-  --mpi4py) mpi4py=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--mpi4py]" >&2; exit 2 ;;
-esac
+mpi4py=0; spawn=0
+for a in "$@"; do
+  case "$a" in
+    --mpi4py) mpi4py=1 ;;
+    --spawn) spawn=1 ;;
+    *) echo "usage: $0 [--mpi4py] [--spawn]" >&2; exit 2 ;;
+  esac
+done
 
 source tools/ompi-hosts.sh
 ompi_hosts_preflight "Open MPI across namespace hosts"
@@ -339,6 +344,14 @@ if [ $mpi4py = 1 ]; then
   echo "-- mpi4py subset across the hosts, btl ringbtl (on ra) and btl tcp (on ra)"
   tools/ompi-mpi4py.sh --ranks 4 --only "p2p cco comm msgspec request status" --timeout 900 \
     --tag mpi4py-netns --launch "${LAUNCH[*]}" --mpirun-args "${HOSTS[*]}" \
+    --ringbtl-args "--mca btl self,ringbtl --mca btl_ringbtl_if_include ra" \
+    --tcp-args "--mca btl self,tcp --mca btl_tcp_if_include ra"
+fi
+if [ $spawn = 1 ]; then
+  echo "-- mpi4py's spawn and dynproc tests across the hosts, btl ringbtl and btl tcp (on ra)"
+  # One slot a host: the children of a spawn go to the hosts round-robin past the ranks.
+  tools/ompi-mpi4py.sh --spawn --ranks 4 --tag mpi4py-spawn-netns --launch "${LAUNCH[*]}" \
+    --mpirun-args "${HOSTS[*]} --oversubscribe" \
     --ringbtl-args "--mca btl self,ringbtl --mca btl_ringbtl_if_include ra" \
     --tcp-args "--mca btl self,tcp --mca btl_tcp_if_include ra"
 fi
