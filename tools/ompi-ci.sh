@@ -132,3 +132,6 @@ tools/ompi-mpi4py.sh --ranks "2 4" --only "p2p_buf cco_buf msgspec dynproc" --ti
 
 echo "-- mpi4py's spawn and dynproc tests (other jobs) over btl ringbtl and btl tcp"
 tools/ompi-mpi4py.sh --spawn --ranks "2 4"
+echo "-- the same at 2 ranks, btl ringbtl on the epoll backend"
+tools/ompi-mpi4py.sh --spawn --ranks 2 --tag mpi4py-spawn-epoll --ringbtl-args \
+  "--mca btl self,ringbtl --mca btl_ringbtl_if_include lo --mca btl_ringbtl_backend epoll"
