@@ -85,29 +85,13 @@ impl JobKey {
     /// Parses 64 hexadecimal digits (surrounding white space ignored). The error says
     /// what was expected, never what was given.
     pub fn from_hex(text: &str) -> Result<Self, String> {
-        let t = text.trim().as_bytes();
-        if t.len() != 2 * KEY_LEN {
-            return Err(format!(
-                "expected {} hexadecimal digits (a {KEY_LEN}-byte key), got {} characters",
-                2 * KEY_LEN,
-                t.len()
-            ));
-        }
-        let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-        let mut k = [0u8; KEY_LEN];
-        for (i, pair) in t.chunks_exact(2).enumerate() {
-            match (digit(pair[0]), digit(pair[1])) {
-                (Some(h), Some(l)) => k[i] = h << 4 | l,
-                _ => return Err("expected hexadecimal digits only (0-9, a-f)".into()),
-            }
-        }
-        Ok(Self(k))
+        key_from_hex(text).map(Self)
     }
 
     /// The key as 64 lowercase hexadecimal digits, to hand it to a process of the same
     /// job (a launcher's key-value store, a child's environment). Never log it.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        key_to_hex(&self.0)
     }
 
     /// Reads a key file: a regular file owned by this user, with no permission for group
@@ -147,12 +131,6 @@ impl JobKey {
             .map_err(|e| Error::Config(format!("RINGBTL_JOB_KEY_FILE={shown}: {e}")))?;
         Self::from_hex(&text)
             .map_err(|e| Error::Config(format!("RINGBTL_JOB_KEY_FILE={shown}: {e}")))
-    }
-
-    /// The key's bytes (for a [public key](Self::public) read back with
-    /// [`from_hex`](Self::from_hex); never hand out a job key's).
-    pub fn as_bytes(&self) -> &[u8; KEY_LEN] {
-        &self.0
     }
 
     /// The job's public key: the X25519 public key of a secret derived from the job key
@@ -270,6 +248,34 @@ pub fn handshake_mac(key: &JobKey, side: Side, t: &Transcript<'_>) -> [u8; MAC_L
 /// Checks a handshake MAC in constant time.
 pub fn verify_handshake(key: &JobKey, side: Side, t: &Transcript<'_>, mac: &[u8]) -> bool {
     t.with_parts(side, |p| key.verify(p, mac))
+}
+
+/// 64 hexadecimal digits (surrounding white space ignored) as 32 bytes: a job key's text
+/// ([`JobKey::from_hex`]) or a [public key](JobKey::public)'s. The error says what was
+/// expected, never what was given.
+pub fn key_from_hex(text: &str) -> Result<[u8; KEY_LEN], String> {
+    let t = text.trim().as_bytes();
+    if t.len() != 2 * KEY_LEN {
+        return Err(format!(
+            "expected {} hexadecimal digits (a {KEY_LEN}-byte key), got {} characters",
+            2 * KEY_LEN,
+            t.len()
+        ));
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut k = [0u8; KEY_LEN];
+    for (i, pair) in t.chunks_exact(2).enumerate() {
+        match (digit(pair[0]), digit(pair[1])) {
+            (Some(h), Some(l)) => k[i] = h << 4 | l,
+            _ => return Err("expected hexadecimal digits only (0-9, a-f)".into()),
+        }
+    }
+    Ok(k)
+}
+
+/// 32 bytes as 64 lowercase hexadecimal digits (the text [`key_from_hex`] reads).
+pub fn key_to_hex(key: &[u8; KEY_LEN]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The key of the connections between two jobs, derived by each from its own job key and

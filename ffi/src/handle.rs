@@ -498,9 +498,9 @@ pub unsafe extern "C" fn ringbtl_job_public_key(t: *mut Ringbtl, out: *mut c_cha
         if out.is_null() {
             return fail(RINGBTL_ERR_INVALID, "ringbtl_job_public_key: out is NULL");
         }
-        let public = ringbtl::auth::JobKey::from_bytes(h.transport().job_public_key());
+        let hex = ringbtl::auth::key_to_hex(&h.transport().job_public_key());
         // SAFETY: `out` points to 65 writable bytes (the caller's contract).
-        unsafe { write_hex(&public, out) };
+        unsafe { write_hex(&hex, out) };
         RINGBTL_OK
     })
 }
@@ -528,12 +528,12 @@ pub unsafe extern "C" fn ringbtl_add_job(
         let parsed = unsafe { CStr::from_ptr(public_hex) }
             .to_str()
             .map_err(|_| "not UTF-8".to_string())
-            .and_then(ringbtl::auth::JobKey::from_hex);
+            .and_then(ringbtl::auth::key_from_hex);
         let public = match parsed {
             Ok(k) => k,
             Err(e) => return fail(RINGBTL_ERR_INVALID, format!("ringbtl_add_job: {e}")),
         };
-        match h.transport().add_job(job, public.as_bytes()) {
+        match h.transport().add_job(job, &public) {
             Ok(()) => RINGBTL_OK,
             Err(e) => fail(RINGBTL_ERR_INVALID, format!("ringbtl_add_job: {e}")),
         }
@@ -645,17 +645,16 @@ pub unsafe extern "C" fn ringbtl_generate_job_key(out: *mut c_char) -> c_int {
             Err(e) => return fail_with(&e),
         };
         // SAFETY: `out` points to 65 writable bytes (the caller's contract).
-        unsafe { write_hex(&key, out) };
+        unsafe { write_hex(&key.to_hex(), out) };
         RINGBTL_OK
     })
 }
 
-/// Writes `key` as 64 hexadecimal digits and a NUL.
+/// Writes a key's 64 hexadecimal digits and a NUL.
 ///
 /// # Safety
 /// `out` points to 65 writable bytes.
-unsafe fn write_hex(key: &ringbtl::auth::JobKey, out: *mut c_char) {
-    let hex = key.to_hex();
+unsafe fn write_hex(hex: &str, out: *mut c_char) {
     debug_assert_eq!(hex.len(), 64);
     // SAFETY: `out` points to 65 writable bytes (the caller's contract); `hex` holds 64
     // ASCII bytes, then the NUL.

@@ -1085,6 +1085,7 @@ impl Core {
         }
         let c = self.conn_mut(conn).expect("conn exists");
         let peer = c.peer.expect("dialer knows its peer");
+        let (job, pid) = self.wire_name(peer);
         let err = match h.kind {
             HelloKind::Hello
             | HelloKind::Probe
@@ -1095,9 +1096,7 @@ impl Core {
             }),
             // A REJECT is taken for its reason from whichever job it comes (a process
             // of a job that does not know ours refuses it as `UnknownJob`).
-            _ if h.pid != self.wire_name(peer).1
-                || (h.kind == HelloKind::Accept && h.job != self.wire_name(peer).0) =>
-            {
+            _ if h.pid != pid || (h.kind == HelloKind::Accept && h.job != job) => {
                 Some(ProtoError::WrongPeer {
                     expected: peer,
                     got: h.pid,

@@ -48,8 +48,9 @@ impl fmt::Debug for NonceSource {
 pub(super) struct Handshake {
     pub(super) nonce_d: [u8; NONCE_LEN],
     pub(super) nonce_a: [u8; NONCE_LEN],
-    /// The dialer's process id within its job, and its job.
+    /// The dialer's process id within its job.
     pub(super) claimed: PeerId,
+    /// The dialer's job.
     pub(super) job: u64,
     /// The link the dial is to be (from the dialer's HELLO).
     pub(super) link: u8,
@@ -103,14 +104,14 @@ impl Core {
                 )
             }
         }
-        if self.key_of_job(h.job).is_none() {
+        let Some(key) = self.key_of_job(h.job).cloned() else {
             // A job we do not talk to (yet): nothing to prove, nothing to learn.
             return self.refuse_incoming(
                 conn,
                 RejectReason::UnknownJob,
                 ProtoError::Rejected(RejectReason::UnknownJob),
             );
-        }
+        };
         let Some(nonce_a) = self.nonces.next() else {
             // No nonce, no challenge: the dialer retries.
             self.kill_conn(conn);
@@ -125,13 +126,12 @@ impl Core {
             pid_a: self.cfg.pid,
             link: h.link,
         };
-        let key = self.key_of_job(h.job).expect("checked above");
         let mut rec = self.record(HelloKind::Challenge);
         rec.to = h.pid;
         rec.to_job = h.job;
         rec.nonce = nonce_a;
         rec.link = h.link;
-        rec.mac = auth::handshake_mac(key, Side::Acceptor, &t);
+        rec.mac = auth::handshake_mac(&key, Side::Acceptor, &t);
         let Some(c) = self.conn_mut(conn) else { return };
         c.stage = Stage::ExpectAuth;
         c.hs = Some(Box::new(Handshake {
@@ -209,16 +209,16 @@ impl Core {
         let Some(c) = self.conn_mut(conn) else { return };
         let peer = c.peer.expect("dialer knows its peer");
         let hs = c.hs.take();
+        let (job_a, pid_a) = self.wire_name(peer);
         let err = match (h.kind, hs) {
             (HelloKind::Reject(_), _) => return self.on_accept_record(now, conn, h),
-            (HelloKind::Challenge, _) if (h.job, h.pid) != self.wire_name(peer) => {
+            (HelloKind::Challenge, _) if (h.job, h.pid) != (job_a, pid_a) => {
                 ProtoError::WrongPeer {
                     expected: peer,
                     got: h.pid,
                 }
             }
             (HelloKind::Challenge, Some(hs)) => {
-                let (job_a, pid_a) = self.wire_name(peer);
                 let t = Transcript {
                     job_d: self.cfg.token,
                     job_a,

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use super::Transport;
-use crate::auth::{self, KEY_LEN, PUBLIC_KEY};
+use crate::auth::{self, JobKey, KEY_LEN, PUBLIC_KEY};
 use crate::error::Error;
 use crate::wire::{PeerId, MAX_LINKS};
 use crate::wireup::{route, uri};
@@ -20,16 +20,16 @@ impl Transport {
         self.add_uris(id, uris, None)
     }
 
-    /// The public key of this transport's job ([`JobKey::public`](crate::auth::JobKey::public) of its job key; of the
+    /// The public key of this transport's job ([`JobKey::public`] of its job key; of the
     /// [`PUBLIC_KEY`] without one), which another job needs to talk to this one
     /// ([`add_job`](Self::add_job)).
     pub fn job_public_key(&self) -> [u8; KEY_LEN] {
-        self.cfg
-            .core
-            .job_key
-            .as_ref()
-            .unwrap_or(&PUBLIC_KEY)
-            .public()
+        self.job_key().public()
+    }
+
+    /// The job key in force ([`PUBLIC_KEY`] without one).
+    fn job_key(&self) -> &JobKey {
+        self.cfg.core.job_key.as_ref().unwrap_or(&PUBLIC_KEY)
     }
 
     /// Lets the processes of job `job` (its token) connect to this transport, and be
@@ -38,8 +38,7 @@ impl Transport {
     /// [`auth::pair_key`]). Set the job key first. Adding a job again replaces its key
     /// for later handshakes.
     pub fn add_job(&mut self, job: u64, public: &[u8; KEY_LEN]) -> Result<(), Error> {
-        let own = self.cfg.core.job_key.as_ref().unwrap_or(&PUBLIC_KEY);
-        let key = auth::pair_key(own, self.cfg.core.token, public, job)?;
+        let key = auth::pair_key(self.job_key(), self.cfg.core.token, public, job)?;
         self.core.add_job(job, key)
     }
 
