@@ -9,10 +9,12 @@
  * addressed by vpid. With btl_ringbtl_if_modules 1 (a measurement switch: see
  * docs/design/links.md, "One module or one per interface") there is one module per
  * interface instead, as btl tcp does, each with a transport of its own bound to its
- * interface, and ob1 stripes large messages across them. Send (in place) and put: ob1
- * sends eager and rendezvous headers as messages, and moves the body of a large message
- * with puts straight into the receiver's buffer, which it registered with us
- * (ringbtl_register_region); no get.
+ * interface, and ob1 stripes large messages across them. Under MPI_THREAD_MULTIPLE the
+ * peers are shared out among shards, one module (transport and lock) each, so that threads
+ * sending to peers of different shards do not wait for each other. Send (in place), put
+ * and get: ob1 sends eager and rendezvous headers as messages, and moves the body of a
+ * large message with puts straight into the receiver's buffer, which it registered with us
+ * (ringbtl_register_region), or with gets from the sender's.
  */
 #ifndef MCA_BTL_RINGBTL_H
 #define MCA_BTL_RINGBTL_H
@@ -84,8 +86,14 @@ typedef struct {
     mca_btl_base_module_t super;
     ringbtl_t *rt;
     /* Module per interface: this module's place among the component's modules, its
-     * interface and that interface's subnets (nnets 0: the one module, every address). */
+     * interface and that interface's subnets (nnets 0: every address). */
     unsigned index;
+    /* Under MPI_THREAD_MULTIPLE the peers are shared out among `nshards` modules, each
+     * with its transport and its lock, so that threads sending to peers of different
+     * modules do not wait for each other: the pair (me, peer) belongs to module
+     * (me + peer) % min(nshards, the peer's) on both sides (mca_btl_ringbtl_pair_shard).
+     * One module: shard 0 of 1. */
+    unsigned shard, nshards;
     char ifname[32];
     mca_btl_ringbtl_net_t nets[RINGBTL_MAX_NETS];
     unsigned nnets;
@@ -142,6 +150,7 @@ typedef struct {
     unsigned int block_flush_ms;
     mca_btl_ringbtl_setting_t *settings; /* terminated by mca == NULL */
     int if_modules; /* btl_ringbtl_if_modules: one module per interface */
+    int shards;     /* btl_ringbtl_shards: 0 = decided from the CPUs the process may use */
     /* The modules created by btl_init (a finalized one is taken out: NULL). */
     mca_btl_ringbtl_module_t **modules;
     unsigned nmodules;
@@ -178,6 +187,20 @@ OBJ_CLASS_DECLARATION(mca_btl_ringbtl_frag_t);
 /* The addresses a process publishes: its modules' URI lists ("tcp://ip:port;..."), one
  * after the other, separated by this character (one module: no separator). */
 #define RINGBTL_MODULE_SEP '|'
+/* Between the URI lists of shards (MPI_THREAD_MULTIPLE): a process with N shards publishes
+ * N lists, each with every address, separated by this character. */
+#define RINGBTL_SHARD_SEP '#'
+/* At most this many shards (transports, rings, listening sockets) per process. */
+#define RINGBTL_MAX_SHARDS 8
+
+/* The shard of the pair (me, peer) for a process with `mine` shards and a peer that
+ * published `theirs`: the same number on both sides. */
+static inline unsigned mca_btl_ringbtl_pair_shard(uint32_t me, uint32_t peer, unsigned mine,
+                                                  unsigned theirs)
+{
+    const unsigned n = mine < theirs ? mine : theirs;
+    return n > 1 ? (unsigned) (((uint64_t) me + peer) % n) : 0;
+}
 
 /* The address of one URI ("tcp://1.2.3.4:5", "tcp://[::1]:5"; `len` bytes): true and its
  * family and bytes, or false when it is not one. */

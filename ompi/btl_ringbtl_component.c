@@ -2,9 +2,11 @@
  * mca_btl_ringbtl component: MCA parameters, version check, module creation (btl_init),
  * progress.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "btl_ringbtl.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -96,6 +98,7 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
     .block_flush_ms = 2000,
     .settings = ringbtl_settings,
     .if_modules = 0,
+    .shards = 0,
     .progress_thread = 0,
     .progress_thread_us = 500,
     .modules = NULL,
@@ -189,6 +192,17 @@ static int component_register(void)
         "module or one per interface\"), not a site setting",
         MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY,
         &mca_btl_ringbtl_component.if_modules);
+
+    (void) mca_base_component_var_register(
+        c, "shards",
+        "Under MPI_THREAD_MULTIPLE, the peers are shared out among this many modules, each "
+        "with a transport (an io_uring ring or an epoll set, and a listening socket) and a "
+        "lock of its own: threads that send to peers of different modules do not wait for "
+        "each other. 0 (default): one per CPU the process may run on, at most 8 and at most "
+        "one per other process of the job. 1: one module, every thread behind its lock. "
+        "Without MPI_THREAD_MULTIPLE there is one module",
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
+        &mca_btl_ringbtl_component.shards);
 
     (void) mca_base_component_var_register(
         c, "progress_thread",
@@ -478,9 +492,9 @@ static ringbtl_config_t *make_config(opal_process_name_t me, const char *key, co
                                                     "RINGBTL_IF_INCLUDE", only)) {
         goto fail;
     }
-    /* MPI_THREAD_MULTIPLE or the progress thread: several threads may enter the BTL, one
-     * at a time (the module serialises them behind a lock); an io_uring ring is then
-     * built for any thread to drive. */
+    /* MPI_THREAD_MULTIPLE or the progress thread: several threads may enter a module, one
+     * at a time (it serialises them behind its lock); an io_uring ring is then built for
+     * any thread to drive. */
     if (threads && RINGBTL_OK != ringbtl_config_threads(cfg, 1)) {
         opal_output(0, "btl ringbtl: %s; declining", ringbtl_last_error());
         goto fail;
@@ -528,12 +542,42 @@ static void drop_modules(void)
     c->nmodules = 0;
 }
 
+/* How many shards a process under MPI_THREAD_MULTIPLE has: btl_ringbtl_shards when set,
+ * else one per CPU it may run on (threads confined to fewer CPUs do not send at the same
+ * time), at most RINGBTL_MAX_SHARDS and at most one per other process of its job. */
+static unsigned shard_count(void)
+{
+    mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
+    unsigned n = 1;
+    if (c->shards > 0) {
+        n = (unsigned) c->shards;
+    } else {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        if (0 == sched_getaffinity(0, sizeof(set), &set)) {
+            n = (unsigned) CPU_COUNT(&set);
+        }
+    }
+    const uint32_t size = ringbtl_compat_job_size();
+    if (size <= 1) {
+        n = 1;
+    } else if (n > size - 1) {
+        n = size - 1;
+    }
+    if (n > RINGBTL_MAX_SHARDS) {
+        n = RINGBTL_MAX_SHARDS;
+    }
+    return n > 0 ? n : 1;
+}
+
 static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progress_threads,
                                             bool enable_mpi_threads)
 {
     mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
     ringbtl_t *rt = NULL;
     ringbtl_t *per_if[RINGBTL_MAX_IF_MODULES] = {NULL};
+    ringbtl_t *shard_rt[RINGBTL_MAX_SHARDS] = {NULL};
+    unsigned nshards = 1;
     if_group_t groups[RINGBTL_MAX_IF_MODULES];
     unsigned ngroups = 0;
     char key[65];
@@ -548,6 +592,12 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
         return NULL;
     }
 
+    if (c->shards < 0) {
+        opal_output(0, "btl ringbtl: btl_ringbtl_shards=%d rejected: 0 (decided from the "
+                       "CPUs) or a count; the component declines",
+                    c->shards);
+        return NULL;
+    }
     if (0 != c->if_modules && 1 != c->if_modules) {
         opal_output(0, "btl ringbtl: btl_ringbtl_if_modules=%d rejected: 0 (one module) or 1 "
                        "(one per interface); the component declines",
@@ -626,9 +676,28 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
             ngroups = 0;
         }
     }
+    /* Shards (MPI_THREAD_MULTIPLE, one module for every interface): one transport each,
+     * the first the one made above. Any failure keeps the first as the one module. */
+    if (enable_mpi_threads && ngroups <= 1) {
+        nshards = shard_count();
+        shard_rt[0] = rt;
+        for (unsigned i = 1; i < nshards; i++) {
+            shard_rt[i] = make_transport(me, keyp, NULL, threads);
+            if (NULL == shard_rt[i]) {
+                opal_output(0, "btl ringbtl: shard %u of %u not created: one module", i,
+                            nshards);
+                while (--i > 0) {
+                    (void) ringbtl_destroy(shard_rt[i], 0);
+                    shard_rt[i] = NULL;
+                }
+                nshards = 1;
+            }
+        }
+        shard_rt[0] = NULL;
+    }
     memset(key, 0, sizeof(key));
 
-    const unsigned n = ngroups > 1 ? ngroups : 1;
+    const unsigned n = ngroups > 1 ? ngroups : nshards;
     c->modules = calloc(n, sizeof(*c->modules));
     mca_btl_base_module_t **modules = calloc(n, sizeof(*modules));
     if (NULL == c->modules || NULL == modules) {
@@ -636,7 +705,7 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
     }
     for (unsigned i = 0; i < n; i++) {
         mca_btl_ringbtl_module_t *m = &mca_btl_ringbtl_module;
-        if (ngroups > 1) {
+        if (n > 1) {
             /* Each a copy of the module the MCA parameters were registered into (as btl tcp
              * makes its modules). */
             m = malloc(sizeof(*m));
@@ -644,6 +713,19 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
                 goto nomem;
             }
             memcpy(m, &mca_btl_ringbtl_module, sizeof(*m));
+        }
+        m->shard = 0;
+        m->nshards = 1;
+        if (nshards > 1) {
+            m->nnets = 0;
+            m->ifname[0] = '\0';
+            m->shard = i;
+            m->nshards = nshards;
+            if (i > 0) {
+                rt = shard_rt[i];
+                shard_rt[i] = NULL;
+            }
+        } else if (ngroups > 1) {
             m->nnets = groups[i].nnets;
             memcpy(m->nets, groups[i].nets, sizeof(m->nets));
             strcpy(m->ifname, groups[i].name);
@@ -670,7 +752,8 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
         modules[i] = &m->super;
     }
 
-    /* The modules' addresses, one after the other (RINGBTL_MODULE_SEP). */
+    /* The modules' addresses, one after the other (RINGBTL_MODULE_SEP between interfaces,
+     * RINGBTL_SHARD_SEP between shards). */
     size_t len = 1;
     for (unsigned i = 0; i < n; i++) {
         len += strlen(ringbtl_uris(c->modules[i]->rt)) + 1;
@@ -682,7 +765,10 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
     uris[0] = '\0';
     for (unsigned i = 0; i < n; i++) {
         const size_t used = strlen(uris);
-        const char sep[2] = {0 == i ? '\0' : RINGBTL_MODULE_SEP, '\0'};
+        const char sep[2] = {0 == i ? '\0'
+                             : nshards > 1 ? RINGBTL_SHARD_SEP
+                                           : RINGBTL_MODULE_SEP,
+                             '\0'};
         snprintf(uris + used, len - used, "%s%s", sep, ringbtl_uris(c->modules[i]->rt));
     }
     rc = ringbtl_compat_modex_send_uris(&c->super.btl_version, uris);
@@ -695,13 +781,15 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
     for (unsigned i = 0; c->verbose > 0 && i < n; i++) {
         mca_btl_ringbtl_module_t *m = c->modules[i];
         char which[96] = "";
-        if (n > 1) {
+        if (n > 1 && nshards > 1) {
+            snprintf(which, sizeof(which), " module %u of %u (shard)", i, n);
+        } else if (n > 1) {
             snprintf(which, sizeof(which), " module %u of %u (%s)", i, n, m->ifname);
         }
         opal_output(0, "btl ringbtl: rank %u backend %s uris %s max_frame %zu%s%s",
                     (unsigned) me.vpid, ringbtl_backend_name(m->rt), ringbtl_uris(m->rt),
                     ringbtl_max_frame(m->rt), which,
-                    enable_mpi_threads ? " (MPI_THREAD_MULTIPLE: serialised)"
+                    enable_mpi_threads ? " (MPI_THREAD_MULTIPLE)"
                     : 0 != c->progress_thread ? " (progress thread)" : "");
     }
     if (0 != c->progress_thread && !mca_btl_ringbtl_progress_thread_start()) {
@@ -719,6 +807,11 @@ fail:
     for (unsigned i = 0; ngroups > 1 && i < ngroups; i++) {
         if (NULL != per_if[i]) {
             ringbtl_destroy(per_if[i], 0);
+        }
+    }
+    for (unsigned i = 1; i < nshards; i++) {
+        if (NULL != shard_rt[i]) {
+            ringbtl_destroy(shard_rt[i], 0);
         }
     }
     free(modules);

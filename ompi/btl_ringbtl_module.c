@@ -321,22 +321,37 @@ static int ensure_endpoint_slots(mca_btl_ringbtl_module_t *m, uint32_t vpid)
     return OPAL_SUCCESS;
 }
 
-/* The addresses of a peer (its modex entry: its modules' URI lists separated by
- * RINGBTL_MODULE_SEP) that module `m` connects to, as one URI list: all of them for the one
- * module; for a module per interface, those on its interface's subnets, so that each
- * module talks to the peer's module on the same network ("" when there are none, except
- * for the first module, which then takes them all: a peer reached only through a router).
- * NULL when memory ran out. */
-static char *peer_uris(const mca_btl_ringbtl_module_t *m, const char *published)
+/* The addresses of peer `peer` (its modex entry: its shards' URI lists separated by
+ * RINGBTL_SHARD_SEP, or its modules' separated by RINGBTL_MODULE_SEP) that module `m`
+ * connects to, as one URI list. With shards: "" and *elsewhere true when the pair belongs
+ * to another of this process's modules; else the list of the pair's shard. Within it, all
+ * addresses for the one module; for a module per interface, those on its interface's
+ * subnets, so that each module talks to the peer's module on the same network ("" when
+ * there are none, except for the first module, which then takes them all: a peer reached
+ * only through a router). NULL when memory ran out. */
+static char *peer_uris(const mca_btl_ringbtl_module_t *m, const char *published, uint32_t peer,
+                       bool *elsewhere)
 {
-    const size_t len = strlen(published);
+    unsigned theirs = 1;
+    for (const char *q = published; '\0' != *q; q++) {
+        theirs += RINGBTL_SHARD_SEP == *q;
+    }
+    const unsigned shard = mca_btl_ringbtl_pair_shard((uint32_t) ringbtl_compat_my_name().vpid,
+                                                      peer, m->nshards, theirs);
+    *elsewhere = shard != m->shard;
+    for (unsigned k = 0; k < shard; k++) {
+        published = strchr(published, RINGBTL_SHARD_SEP) + 1;
+    }
+    const size_t len =
+        *elsewhere ? 0 : strcspn(published, (const char[]) {RINGBTL_SHARD_SEP, '\0'});
+    const char *end = published + len;
     char *out = malloc(len + 1);
     size_t used = 0;
     if (NULL == out) {
         return NULL;
     }
-    for (const char *p = published; '\0' != *p;) {
-        size_t n = strcspn(p, (const char[]) {';', RINGBTL_MODULE_SEP, '\0'});
+    for (const char *p = published; p < end;) {
+        size_t n = strcspn(p, (const char[]) {';', RINGBTL_MODULE_SEP, RINGBTL_SHARD_SEP, '\0'});
         bool take = 0 == m->nnets;
         int family;
         uint8_t addr[16];
@@ -353,16 +368,17 @@ static char *peer_uris(const mca_btl_ringbtl_module_t *m, const char *published)
             used += n;
         }
         p += n;
-        if ('\0' != *p) {
+        if (p < end) {
             p++;
         }
     }
     out[used] = '\0';
-    if (0 == used && 0 == m->index) {
+    if (0 == used && 0 == m->index && !*elsewhere) {
         /* Routed: every address, one list. */
-        for (size_t i = 0; i <= len; i++) {
+        for (size_t i = 0; i < len; i++) {
             out[i] = RINGBTL_MODULE_SEP == published[i] ? ';' : published[i];
         }
+        out[len] = '\0';
     }
     return out;
 }
@@ -473,14 +489,16 @@ static mca_btl_ringbtl_endpoint_t *add_proc(mca_btl_ringbtl_module_t *m, opal_pr
             free(uris);
             return NULL;
         }
-        char *mine = peer_uris(m, uris);
+        bool elsewhere = false;
+        char *mine = peer_uris(m, uris, (uint32_t) p->proc_name.vpid, &elsewhere);
         if (NULL == mine) {
             free(uris);
             *rc = OPAL_ERR_OUT_OF_RESOURCE;
             return NULL;
         }
         if ('\0' == mine[0]) {
-            if (verbose > 0) {
+            /* A peer of another shard is that module's. */
+            if (verbose > 0 && !elsewhere) {
                 opal_output(0, "btl ringbtl: %s has no address on the subnets of %s: "
                                "unreachable through its module",
                             OPAL_NAME_PRINT(p->proc_name), m->ifname);
@@ -506,7 +524,12 @@ static mca_btl_ringbtl_endpoint_t *add_proc(mca_btl_ringbtl_module_t *m, opal_pr
             return NULL;
         }
         if (verbose > 1) {
-            opal_output(0, "btl ringbtl: peer %s at %s", OPAL_NAME_PRINT(p->proc_name), uris);
+            char shard[48] = "";
+            if (m->nshards > 1) {
+                snprintf(shard, sizeof(shard), " (shard %u of %u)", m->shard, m->nshards);
+            }
+            opal_output(0, "btl ringbtl: peer %s at %s%s", OPAL_NAME_PRINT(p->proc_name), uris,
+                        shard);
         }
         free(uris);
         ep = calloc(1, sizeof(*ep));
