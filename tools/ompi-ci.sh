@@ -100,14 +100,42 @@ for backend in uring epoll; do
   echo "every rank read large messages with gets ($backend)"
 done
 
-# MPI_THREAD_MULTIPLE: four threads per rank exchanging at once (serialised), on each
-# backend; io_uring's ring is then built for any thread to drive.
+# MPI_THREAD_MULTIPLE: four threads per rank, each sending to a peer of its own, on each
+# backend; io_uring's rings are then built for any thread to drive. The peers are shared
+# out among shards (one module, transport and lock each): as many as CPUs the process may
+# use (unbound here), or btl_ringbtl_shards. Every pair (me, peer) must sit on shard
+# (me + peer) % shards on both sides, and a rank bound to one core has one module.
+# shard_check NSHARDS: every rank has NSHARDS modules and its 3 peers where they belong.
+shard_check() {
+  local want="$1"
+  n=$(grep -c "module $((want - 1)) of $want (shard) (MPI_THREAD_MULTIPLE)" <<<"$out" || true)
+  [ "$n" = 4 ] || { echo "$out" >&2; echo "ranks with $want shards: $n of 4" >&2; exit 1; }
+  awk -v k="$want" '
+    match($0, /^\[[^]]*\] btl ringbtl: rank [0-9]+ backend/) {
+      split($1, h, ":"); rank[h[2]] = $5 }
+    match($0, /peer \[\[[0-9]+,[0-9]+\],[0-9]+\] at .*\(shard [0-9]+ of [0-9]+\)/) {
+      split($1, h, ":"); p = $5; gsub(/.*,|\]/, "", p); s = $(NF - 2)
+      peers++; if ((rank[h[2]] + p) % k != s) { print "misplaced: " $0; bad++ } }
+    END { if (peers != 12 || bad) { print "peers placed: " peers " of 12"; exit 1 } }
+  ' <<<"$out" || { echo "$out" >&2; exit 1; }
+  echo "4 ranks x $want shards, every peer on shard (me + peer) % $want"
+}
 for backend in uring epoll; do
   check ringbtl_threads "MPI_THREAD_MULTIPLE, self,ringbtl, 4 ranks, $backend" --mca btl self,ringbtl \
-    --mca btl_ringbtl_backend $backend --mca btl_ringbtl_verbose 1 -np 4
-  n=$(grep -c "backend $backend .*(MPI_THREAD_MULTIPLE: serialised)" <<<"$out" || true)
-  [ "$n" = 4 ] || { echo "$out" >&2; echo "ranks threaded on $backend: $n of 4" >&2; exit 1; }
+    --mca btl_ringbtl_if_include lo --mca btl_ringbtl_backend $backend \
+    --mca btl_ringbtl_verbose 2 --bind-to none -np 4
+  n=$(grep -c "backend $backend .*(MPI_THREAD_MULTIPLE)" <<<"$out" || true)
+  [ "$n" -ge 4 ] || { echo "$out" >&2; echo "ranks threaded on $backend: $n of 4" >&2; exit 1; }
+  cpus=$(nproc); shard_check $((cpus > 3 ? 3 : cpus))
 done
+check ringbtl_threads "MPI_THREAD_MULTIPLE, 3 shards: every peer a module of its own" \
+  --mca btl self,ringbtl --mca btl_ringbtl_if_include lo --mca btl_ringbtl_shards 3 \
+  --mca btl_ringbtl_verbose 2 --bind-to none -np 4
+shard_check 3
+check ringbtl_threads "MPI_THREAD_MULTIPLE, bound to a core: one module" --mca btl self,ringbtl \
+  --mca btl_ringbtl_if_include lo --mca btl_ringbtl_verbose 1 --bind-to core:overload-allowed -np 4
+n=$(grep -c "backend uring .*max_frame [0-9]* (MPI_THREAD_MULTIPLE)" <<<"$out" || true)
+[ "$n" = 4 ] || { echo "$out" >&2; echo "ranks with one module: $n of 4" >&2; exit 1; }
 
 echo "-- a bad setting makes the component decline with a message, not crash"
 out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_max_frame 12 \

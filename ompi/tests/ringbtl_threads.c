@@ -1,7 +1,9 @@
 /*
- * MPI_THREAD_MULTIPLE over a BTL: every rank runs THREADS threads, thread t exchanging
- * checked messages of several sizes with thread t of the next and previous rank (tag t),
- * all threads at once. Exit status 0 and "ringbtl_threads: OK" on success.
+ * MPI_THREAD_MULTIPLE over a BTL: every rank runs THREADS threads, thread t sending checked
+ * messages of several sizes to rank + 1 + t and receiving from rank - 1 - t (tag t, modulo
+ * the job's size), all threads at once: threads x peers x sizes, each thread with peers of
+ * its own where the job has enough ranks (4 ranks: threads 0-2 one peer pair each, thread 3
+ * itself). Exit status 0 and "ringbtl_threads: OK" on success.
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -18,7 +20,7 @@ static void *worker(void *arg)
 {
     const int t = (int) (long) arg;
     static const int sizes[] = {8, 1000, 70000, 300000};
-    const int to = (rank + 1) % size, from = (rank + size - 1) % size;
+    const int to = (rank + 1 + t) % size, from = ((rank - 1 - t) % size + size) % size;
     unsigned char *out = malloc(300000), *in = malloc(300000);
     for (int r = 0; r < ROUNDS; r++) {
         int n = sizes[r % 4];
