@@ -112,6 +112,18 @@ static inline bool ringbtl_compat_inplace(struct opal_convertor_t *conv)
 void ringbtl_compat_wrap_blocking(bool on, void (*flush)(void));
 
 /* ---- fragment pools ------------------------------------------------------------------- */
+/* Under ThreadSanitizer: a fragment passes from the thread that returns it to the thread
+ * that takes it next through Open MPI 4.1's lock-free free list, whose ordering rests on
+ * fences TSan does not model; these tell TSan of the hand-over (no code otherwise). */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#    define RINGBTL_TSAN_ACQUIRE(addr) __tsan_acquire(addr)
+#    define RINGBTL_TSAN_RELEASE(addr) __tsan_release(addr)
+#else
+#    define RINGBTL_TSAN_ACQUIRE(addr) ((void) (addr))
+#    define RINGBTL_TSAN_RELEASE(addr) ((void) (addr))
+#endif
 #if RINGBTL_OMPI5
 typedef struct {
     pthread_mutex_t lock;
@@ -145,10 +157,15 @@ static inline int ringbtl_pool_init(ringbtl_pool_t *p, size_t elem_size, opal_cl
 }
 static inline opal_free_list_item_t *ringbtl_pool_get(ringbtl_pool_t *p)
 {
-    return opal_free_list_get(p);
+    opal_free_list_item_t *item = opal_free_list_get(p);
+    if (NULL != item) {
+        RINGBTL_TSAN_ACQUIRE(item);
+    }
+    return item;
 }
 static inline void ringbtl_pool_return(ringbtl_pool_t *p, opal_free_list_item_t *item)
 {
+    RINGBTL_TSAN_RELEASE(item);
     opal_free_list_return(p, item);
 }
 static inline void ringbtl_pool_destruct(ringbtl_pool_t *p)

@@ -814,6 +814,12 @@ static int btl_send(struct mca_btl_base_module_t *btl,
 
 /* Header and data copied into one fragment the BTL owns, then sent: done for the caller.
  * When no fragment fits, the BTL hands back a descriptor (or none) per the contract. */
+#ifdef RINGBTL_TSAN_PROBE
+/* Built only by tools/ompi-ci.sh's probe of its ThreadSanitizer run: a count every sending
+ * thread bumps without a lock, a race the run must report. */
+unsigned long ringbtl_tsan_probe;
+#endif
+
 static int btl_sendi(struct mca_btl_base_module_t *btl,
                          struct mca_btl_base_endpoint_t *endpoint,
                          struct opal_convertor_t *convertor, void *header, size_t header_size,
@@ -822,6 +828,9 @@ static int btl_sendi(struct mca_btl_base_module_t *btl,
 {
     mca_btl_ringbtl_module_t *m = (mca_btl_ringbtl_module_t *) btl;
     const size_t total = header_size + payload_size;
+#ifdef RINGBTL_TSAN_PROBE
+    ringbtl_tsan_probe++;
+#endif
     mca_btl_ringbtl_frag_t *f;
     int rc;
 

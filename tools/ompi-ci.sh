@@ -137,6 +137,51 @@ check ringbtl_threads "MPI_THREAD_MULTIPLE, bound to a core: one module" --mca b
 n=$(grep -c "backend uring .*max_frame [0-9]* (MPI_THREAD_MULTIPLE)" <<<"$out" || true)
 [ "$n" = 4 ] || { echo "$out" >&2; echo "ranks with one module: $n of 4" >&2; exit 1; }
 
+# MPI_THREAD_MULTIPLE under ThreadSanitizer: the component and ringbtl_threads built with
+# -fsanitize=thread, 3 shards so that every peer has a module and a lock of its own. Open
+# MPI's own libraries are not instrumented; tools/tsan-ompi.supp drops what TSan reports
+# inside them (top frames and Open MPI's own locks only). No report may remain. First a
+# probe: the same build with a race put into btl_sendi (RINGBTL_TSAN_PROBE) must be
+# reported, which shows that the run sees a race in the component's code.
+# tsan_run DIR: runs ringbtl_threads with the component of DIR; sets $out and $rc.
+tsan_run() {
+  local dir="$1"
+  local run=("${MPIRUN[@]}") i
+  for i in "${!run[@]}"; do
+    [ "${run[$i]}" = mca_base_component_path ] \
+      && run[i + 1]="$(ompi_info --path pkglibdir | sed 's/^.*Pkglibdir: *//'):$dir"
+  done
+  rc=0
+  out=$(timeout -k 5 600 "${run[@]}" -x TSAN_OPTIONS="suppressions=$PWD/tools/tsan-ompi.supp" \
+    --mca btl self,ringbtl --mca btl_ringbtl_if_include lo --mca btl_ringbtl_shards 3 \
+    --bind-to none -np 4 "$dir/ringbtl_threads" 2>&1) || rc=$?
+}
+if echo 'int main(void){return 0;}' | cc -fsanitize=thread -x c - -o /tmp/ringbtl-tsan-cc.$$ 2>/dev/null; then
+  rm -f /tmp/ringbtl-tsan-cc.$$
+  for kind in probe real; do
+    dir="$PWD/target/ompi-tsan-$kind"
+    flags="-O1 -g -fsanitize=thread -Wno-tsan"
+    [ $kind = probe ] && flags="$flags -DRINGBTL_TSAN_PROBE"
+    CFLAGS="$flags" make -s -C ompi all OUT="$dir" >/dev/null
+    mpicc -O1 -g -fsanitize=thread -o "$dir/ringbtl_threads" ompi/tests/ringbtl_threads.c
+    echo "-- ringbtl_threads under ThreadSanitizer ($kind build), 4 ranks x 4 threads, 3 shards"
+    tsan_run "$dir"
+    if [ $kind = probe ]; then
+      grep -q "SUMMARY: ThreadSanitizer: data race .*btl_ringbtl_module.c:[0-9]* in btl_sendi" <<<"$out" || {
+        echo "$out" >&2; echo "FAILED: the race put into btl_sendi was not reported" >&2; exit 1; }
+      echo "the probe's race is reported"
+    else
+      n=$(grep -c "WARNING: ThreadSanitizer" <<<"$out" || true)
+      [ "$rc" = 0 ] && [ "$n" = 0 ] && grep -q "ringbtl_threads: OK" <<<"$out" || {
+        echo "$out" >&2; echo "FAILED: ThreadSanitizer run (exit $rc, $n reports)" >&2; exit 1; }
+      echo "no ThreadSanitizer report; every byte checked"
+    fi
+  done
+else
+  echo "ThreadSanitizer run cannot run here: cc cannot build with -fsanitize=thread" >&2
+  [ "${RINGBTL_REQUIRE_ALL:-0}" = 1 ] && exit 1
+fi
+
 echo "-- a bad setting makes the component decline with a message, not crash"
 out=$(timeout -k 5 60 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_max_frame 12 \
   -np 2 "$OMPI_OUT/ringbtl_check" 2>&1) && { echo "$out" >&2; echo "ran with max_frame=12" >&2; exit 1; }
