@@ -224,6 +224,7 @@ tools/threads-doc.sh --runs 1 --out "$doc/threads.md" >"$doc/log" 2>&1 \
   || { cat "$doc/log"; exit 1; }
 for re in '^- date \(UTC\): [0-9-]{10} [0-9:]{5}$' \
   '^\| 4 \| 65536 \| [0-9,]+ \| [0-9,]+ \| [0-9,]+ \| [0-9.]+ \| [0-9.]+ \| [0-9,.]+ \| [0-9,.]+ \|$' \
+  '^\| 2 peers \| 4 \| 65536 \| [0-9,]+ \| [0-9,]+ \| [0-9,]+ \| [0-9.]+ \| [0-9.]+ \| [0-9,.]+ \| [0-9,.]+ \|$' \
   '^\| uring \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9,]+ \| [0-9,]+ \| [0-9.]+ \|$'; do
   grep -qE "$re" "$doc/threads.md" \
     || { echo "tools/threads-doc.sh: no line '$re' in:"; cat "$doc/threads.md"; exit 1; }

@@ -5,10 +5,15 @@
 #      (thread t of rank 0 streams windows of 64 messages to thread t of rank 1, which
 #      checks every byte), 8 B and 64 KiB, 2 ranks on loopback, ranks not bound (the
 #      threads of both ranks share the machine's cores);
-#   2. 8-byte latency and rate (ringbtl_perf 8) with and without
+#   2. the same program with 3 ranks, 2 and 4 threads on rank 0 sending to ranks 1 and 2
+#      (threads to different peers), btl ringbtl with its shards (one module, transport
+#      and lock per CPU, here one per peer) and with one module (btl_ringbtl_shards 1),
+#      and btl tcp;
+#   3. 8-byte latency and rate (ringbtl_perf 8) with and without
 #      btl_ringbtl_progress_thread, on each backend, ranks bound to a core each.
 # Every configuration runs --runs times, alternating; the tables give medians and the
-# ratio to btl tcp (1) or to no thread (2), under the date, commit and machine.
+# ratio to btl tcp (1, 2), to one module (2) or to no thread (3), under the date, commit
+# and machine.
 #
 # Usage: tools/threads-doc.sh [--runs N] [--out FILE]     (default 3, docs/threads.md)
 # Needs Open MPI (mpicc, mpirun); builds the component and the programs.
@@ -29,16 +34,17 @@ source tools/ompi-common.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# One run of ringbtl_mt; appends "btl threads size rate mbs" to $tmp/mt.
-mt() {
-  local name="$1" threads="$2" size="$3"; shift 3
+# One run of ringbtl_mt on NP ranks; appends "btl threads size rate mbs" to $tmp/TABLE.
+mt_np() {
+  local table="$1" np="$2" name="$3" threads="$4" size="$5"; shift 5
   local line
-  line=$(timeout -k 5 300 "${MPIRUN[@]}" -np 2 --bind-to none "$@" \
+  line=$(timeout -k 5 300 "${MPIRUN[@]}" -np "$np" --bind-to none "$@" \
     "$OMPI_OUT/ringbtl_mt" "$threads" "$size" 2>&1) || {
     echo "$line" >&2; echo "threads-doc: ringbtl_mt failed ($name)" >&2; exit 1; }
   grep -q "ringbtl_mt: OK" <<<"$line" || { echo "$line" >&2; exit 1; }
-  awk -v n="$name" '$1 == "mt" { print n, $2, $3, $4, $5 }' <<<"$line" >>"$tmp/mt"
+  awk -v n="$name" '$1 == "mt" { print n, $2, $3, $4, $5 }' <<<"$line" >>"$tmp/$table"
 }
+mt() { mt_np mt 2 "$@"; }
 
 # One run of ringbtl_perf 8; appends "name lat rate" to $tmp/perf.
 perf() {
@@ -59,6 +65,13 @@ for ((r = 1; r <= runs; r++)); do
       mt "tcp" $threads $size "${BTL_tcp[@]}"
     done
   done
+  for threads in 2 4; do
+    for size in 8 65536; do
+      mt_np peers 3 "ringbtl-shards" $threads $size "${BTL_ringbtl[@]}"
+      mt_np peers 3 "ringbtl-one" $threads $size "${BTL_ringbtl[@]}" --mca btl_ringbtl_shards 1
+      mt_np peers 3 "tcp" $threads $size "${BTL_tcp[@]}"
+    done
+  done
   for backend in uring epoll; do
     perf "$backend-0" --mca btl_ringbtl_backend $backend --mca btl_ringbtl_progress_thread 0
     perf "$backend-1" --mca btl_ringbtl_backend $backend --mca btl_ringbtl_progress_thread 1
@@ -70,7 +83,7 @@ table() {
   python3 - "$1" "$tmp/$1" <<'EOF'
 import sys, statistics, collections
 which, path = sys.argv[1], sys.argv[2]
-nkey = 2 if which == "mt" else 0
+nkey = 0 if which == "perf" else 2
 d = collections.defaultdict(list)
 for line in open(path):
     name, *vals = line.split()
@@ -84,6 +97,13 @@ if which == "mt":
             mu, me, mc = med(u, 0), med(e, 0), med(c, 0)
             print(f"| {t} | {s} | {mu:,.0f} | {me:,.0f} | {mc:,.0f} | {mu / mc:.2f} "
                   f"| {me / mc:.2f} | {med(u, 1):,.1f} | {med(c, 1):,.1f} |")
+elif which == "peers":
+    for t in (2, 4):
+        for s in (8, 65536):
+            h, o, c = ((n, t, s) for n in ("ringbtl-shards", "ringbtl-one", "tcp"))
+            mh, mo, mc = med(h, 0), med(o, 0), med(c, 0)
+            print(f"| 2 peers | {t} | {s} | {mh:,.0f} | {mo:,.0f} | {mc:,.0f} | {mh / mo:.2f} "
+                  f"| {mh / mc:.2f} | {med(h, 1):,.1f} | {med(c, 1):,.1f} |")
 else:
     for b in ("uring", "epoll"):
         a, t = (f"{b}-0",), (f"{b}-1",)
@@ -114,6 +134,19 @@ git diff --quiet HEAD -- . ':!docs' || commit="$commit+dirty"
   echo "| threads | size | ringbtl uring (msg/s) | ringbtl epoll (msg/s) | btl tcp (msg/s) | uring / tcp | epoll / tcp | uring MB/s | tcp MB/s |"
   echo "|---|---|---|---|---|---|---|---|---|"
   table mt
+  echo
+  echo "## Threads sending to different peers (ringbtl_mt, 3 ranks)"
+  echo
+  echo "\`mpirun -np 3 --bind-to none --mca btl self,<btl> ringbtl_mt THREADS SIZE\`, loopback:"
+  echo "thread t of rank 0 streams to rank 1 + t % 2, which checks every byte. btl ringbtl"
+  echo "with its shards (under MPI_THREAD_MULTIPLE the peers are shared out among one module,"
+  echo "transport and lock per CPU the process may use: here $(nproc), at most one per peer),"
+  echo "and with one module for every peer (\`--mca btl_ringbtl_shards 1\`); msg/s over all"
+  echo "threads, MB/s of the shards and of btl tcp."
+  echo
+  echo "| peers | threads | size | ringbtl shards (msg/s) | ringbtl one module (msg/s) | btl tcp (msg/s) | shards / one | shards / tcp | shards MB/s | tcp MB/s |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  table peers
   echo
   echo "## The progress thread's price (ringbtl_perf 8)"
   echo
