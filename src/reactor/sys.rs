@@ -129,6 +129,19 @@ pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts, peer: &SocketAddr) -> io
     apply_opts(&socket2::SockRef::from(&bfd), opts, peer)
 }
 
+#[cfg(feature = "uring")]
+/// The pending error of the socket on `fd` (`SO_ERROR`, which reading clears): how a
+/// non-blocking connect ended once the socket polls writable.
+pub(crate) fn socket_error(fd: RawFd) -> io::Result<()> {
+    // SAFETY: the caller keeps `fd` open for the duration of this call; the borrow ends
+    // before we return, and `SockRef` never closes the descriptor.
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    match socket2::SockRef::from(&bfd).take_error()? {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
 /// `ETIMEDOUT` (the OS code) when the connection on `fd` was aborted by
 /// its retransmission or keepalive timer (`TCP_USER_TIMEOUT`, `tcp_retries2`, keepalive
 /// count), else `None` (open, closed by a FIN, or reset).

@@ -81,6 +81,9 @@ pub(crate) struct Uring {
     enters: u64,
     /// Number of sends resubmitted after a short write or the iovec cap.
     resumes: u64,
+    /// Operations submitted again after the kernel ended them with their submitting
+    /// thread (see `submit_again`).
+    resubmits: u64,
     /// SendMsg / SendMsgZc SQEs pushed.
     send_sqes: u64,
     /// Direct non-blocking send calls (before any SQE, for writes at once, and to resume
@@ -133,6 +136,9 @@ struct Io {
     fd: RawFd,
     /// Destination of the connect in flight (read by the kernel until the CQE).
     connect: Option<Box<SockAddr>>,
+    /// The connect in flight is a `PollAdd` for writability that watches the socket's own
+    /// connect, whose `Connect` SQE the kernel ended with its submitting thread.
+    connect_polled: bool,
     /// A multishot `RecvMulti` on the provided buffers is queued or in flight.
     mshot: bool,
     /// The multishot receive stopped because the ring was empty; it is in `starved`.
@@ -161,6 +167,7 @@ impl Io {
         Self {
             fd,
             connect: None,
+            connect_polled: false,
             mshot: false,
             starved: false,
             pausing: false,
@@ -314,6 +321,7 @@ impl Uring {
             shutting_down: false,
             enters: 0,
             resumes: 0,
+            resubmits: 0,
             send_sqes: 0,
             send_direct: SendShared::default(),
             zc_sends: 0,
@@ -465,6 +473,49 @@ impl Uring {
         unsafe { self.push(entry) };
     }
 
+    /// Submits again an operation of slot `idx` that the kernel ended with `ECANCELED`
+    /// though this backend cancelled nothing: its submitting thread exited before it
+    /// completed, and its task work had no task left to run in. With a ring any thread
+    /// may drive (`SockOpts::threads`: MPI_THREAD_MULTIPLE, a progress thread), a thread
+    /// of the program may submit and then end. Such an operation moved nothing (a partial
+    /// transfer is reported as its count), so the receive, the send (from where it
+    /// stood) and the multishot receive are queued again. A connect, which the socket
+    /// carries on by itself, is watched with a `PollAdd` for writability instead, then
+    /// read from `SO_ERROR`.
+    fn submit_again(&mut self, kind: u8, idx: usize) {
+        self.resubmits += 1;
+        tracing::debug!(
+            idx,
+            kind,
+            "operation ended with its submitting thread: again"
+        );
+        let Some(s) = self.slots.get_mut(idx) else {
+            return;
+        };
+        match kind {
+            KIND_RECV => self.arm_recv(idx),
+            KIND_SEND => {
+                s.send.take_polling();
+                self.submit_send(idx);
+            }
+            KIND_CONNECT => {
+                s.io.connect_polled = true;
+                let e = opcode::PollAdd::new(types::Fd(s.io.fd), libc::POLLOUT as u32)
+                    .build()
+                    .user_data(token(KIND_CONNECT, idx, s.gen));
+                // SAFETY: PollAdd carries no user memory. The fd stays open until the
+                // slot's last CQE: `io.connect` is still set, so this poll counts in
+                // `in_flight` and a close cancels it under the connect's token.
+                unsafe { self.push(e) };
+            }
+            KIND_RECV_MULTI => {
+                s.io.mshot = false;
+                self.arm_recv_multi(idx);
+            }
+            _ => {}
+        }
+    }
+
     /// Starts `AsyncCancel` for every op of the slot that is in flight.
     fn cancel_ops(&mut self, idx: usize) {
         let Some(s) = self.slots.get_mut(idx) else {
@@ -614,12 +665,36 @@ impl Uring {
             tracing::debug!(ud, res, "completion for a free or reused slot ignored");
             return;
         };
+        if res == -libc::ECANCELED
+            && !s.closing
+            && !self.shutting_down
+            && !cqueue::more(flags)
+            && !cqueue::notif(flags)
+        {
+            let again = match kind {
+                KIND_RECV => recv_in_flight(s),
+                KIND_SEND => s.send.busy() && s.io.zc_result.is_none(),
+                KIND_CONNECT => s.io.connect.is_some(),
+                KIND_RECV_MULTI => s.io.mshot && !s.io.pausing,
+                _ => false,
+            };
+            if again {
+                return self.submit_again(kind, idx);
+            }
+        }
         let conn = ConnId(idx as u32);
         match kind {
             KIND_RECV_MULTI => return self.complete_recv_multi(idx, res, flags, out),
             KIND_CONNECT => {
                 s.io.connect = None;
-                let result = if res < 0 { Err(errno(res)) } else { Ok(()) };
+                let polled = mem::take(&mut s.io.connect_polled);
+                let result = if res < 0 {
+                    Err(errno(res))
+                } else if polled {
+                    sys::socket_error(s.io.fd)
+                } else {
+                    Ok(())
+                };
                 out.push(Event::Connected { conn, result });
             }
             KIND_RECV => {

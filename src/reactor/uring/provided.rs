@@ -100,7 +100,7 @@ impl Uring {
     }
 
     /// Queues the connection's multishot receive on the provided buffers.
-    fn arm_recv_multi(&mut self, idx: usize) {
+    pub(super) fn arm_recv_multi(&mut self, idx: usize) {
         // Invariant: callers pass an existing, non-closing slot.
         let Some(c) = self.slots.get_mut(idx) else {
             return;

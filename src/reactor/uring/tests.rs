@@ -7,7 +7,11 @@ use crate::reactor::slots::DIRECT_RECV_MAX;
 use crate::reactor::AnyBackend;
 
 pub(super) fn make() -> Option<Uring> {
-    match Uring::new(SockOpts::default()) {
+    make_with(SockOpts::default())
+}
+
+fn make_with(opts: SockOpts) -> Option<Uring> {
+    match Uring::new(opts) {
         Ok(u) => Some(u),
         Err(e) => {
             crate::skip::skip(format_args!("io_uring unavailable here: {e}"));
@@ -417,4 +421,127 @@ fn backlog_when_sq_is_full() {
     });
     assert!(u.slots.is_empty());
     assert!(u.backlog.is_empty());
+}
+
+/// A backend whose ring any thread may drive (`SockOpts::threads`).
+fn make_threaded() -> Option<Uring> {
+    make_with(SockOpts {
+        threads: true,
+        ..SockOpts::default()
+    })
+}
+
+/// The backend handed to one other thread for a while, as the C API's lock hands it.
+struct Lent<'a>(&'a mut Uring);
+// SAFETY: exactly one thread uses the backend at a time: the spawned thread until its
+// scope joins it, then the test's. Nothing of it is shared meanwhile (the `Rc` buffer
+// pool is not made by these tests; the raw pointers are the kernel's view of its own
+// buffers).
+unsafe impl Send for Lent<'_> {}
+
+/// A ring any thread may drive (MPI_THREAD_MULTIPLE): a receive and a send that one
+/// thread submitted and that are still waiting in the kernel when the thread exits end
+/// with `ECANCELED` there (their task work has no task left to run in). The backend
+/// submits them again, and both complete for the thread that drives the ring next.
+#[test]
+fn ops_of_an_exited_thread_are_submitted_again() {
+    use std::io::{Read, Write};
+    let Some(mut u) = make_threaded() else { return };
+    let addr = u.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let (mut peer, server) = std_peer(&mut u, addr);
+    // More than the socket and the peer's receive buffer hold: the send must wait.
+    let big: Vec<u8> = (0..16 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let lent = Lent(&mut u);
+    let payload = bytes::Bytes::from(big.clone());
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let lent = lent;
+            let u = lent.0;
+            u.recv(server, RxBuf::cache(64));
+            let mut b = TxBatch::default();
+            b.push_ext(payload);
+            u.send(server, b);
+            let mut out = Vec::new();
+            // Parks nothing: the waits go to the kernel, submitted by this thread.
+            u.poll(Some(Duration::from_millis(20)), &mut out).unwrap();
+            assert!(out.is_empty(), "{out:?}");
+        });
+    });
+    assert!(
+        u.slots[server.0 as usize].send.busy(),
+        "the send did not wait"
+    );
+    peer.write_all(b"x").unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; 16 << 20];
+        peer.read_exact(&mut got).map(|()| got)
+    });
+    let (mut recvd, mut sent) = (false, false);
+    poll_until(&mut u, false, |ev| {
+        match ev {
+            Event::Recv { rx, result, .. } => {
+                assert_eq!(result.unwrap(), 1);
+                assert_eq!(rx.bytes(0..1), b"x");
+                recvd = true;
+            }
+            Event::Sent { result, .. } => {
+                result.unwrap();
+                sent = true;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        recvd && sent
+    });
+    assert!(
+        reader.join().unwrap().unwrap() == big,
+        "the stream arrived damaged"
+    );
+    assert!(u.resubmits >= 2, "{} resubmissions", u.resubmits);
+}
+
+/// The same for a connect: submitted by a thread that exits while the peer's full accept
+/// queue holds it back, it is watched again and completes once the peer accepts.
+#[test]
+fn connect_of_an_exited_thread_completes() {
+    let Some(mut u) = make_threaded() else { return };
+    // A listener with room for one queued connection, taken by a first client: the next
+    // SYN is dropped and its connect waits for the kernel's retransmission.
+    let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    l.listen(0).unwrap();
+    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    let first = std::net::TcpStream::connect(addr).unwrap();
+    let lent = Lent(&mut u);
+    let conn = std::thread::scope(|s| {
+        s.spawn(move || {
+            let lent = lent;
+            let u = lent.0;
+            let conn = u.connect(addr, None).unwrap();
+            let mut out = Vec::new();
+            u.poll(Some(Duration::from_millis(20)), &mut out).unwrap();
+            assert!(out.is_empty(), "{out:?}");
+            conn
+        })
+        .join()
+        .unwrap()
+    });
+    let (_a, _) = l.accept().unwrap();
+    let (_b, _) = l.accept().unwrap();
+    drop(first);
+    let mut connected = false;
+    poll_until(&mut u, false, |ev| match ev {
+        Event::Connected { conn: c, result } => {
+            assert_eq!(c, conn);
+            result.unwrap();
+            connected = true;
+            true
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    assert!(
+        connected && u.resubmits >= 1,
+        "{} resubmissions",
+        u.resubmits
+    );
 }
