@@ -37,6 +37,9 @@ static unsigned long wakes, away_count, moved_wakes;
 #define RINGBTL_THREAD_WAIT_MS 1
 /* The program is away from MPI when it has not called progress for this long. */
 #define RINGBTL_THREAD_AWAY_NS 100000ULL
+/* One descriptor per module, whether the modules are interfaces' or shards. */
+#define RINGBTL_THREAD_MAX_FDS \
+    (RINGBTL_MAX_IF_MODULES > RINGBTL_MAX_SHARDS ? RINGBTL_MAX_IF_MODULES : RINGBTL_MAX_SHARDS)
 
 static unsigned long progress_calls(void)
 {
@@ -80,10 +83,10 @@ static void sleep_ns(long ns)
 static void away(mca_btl_ringbtl_component_t *c, unsigned long seen, long period_ns)
 {
     while (__atomic_load_n(&progress_running, __ATOMIC_ACQUIRE) && progress_calls() == seen) {
-        struct pollfd fds[RINGBTL_MAX_IF_MODULES];
+        struct pollfd fds[RINGBTL_THREAD_MAX_FDS];
         nfds_t nfds = 0;
         bool now = false;
-        for (unsigned i = 0; i < c->nmodules && nfds < RINGBTL_MAX_IF_MODULES; i++) {
+        for (unsigned i = 0; i < c->nmodules && nfds < RINGBTL_THREAD_MAX_FDS; i++) {
             mca_btl_ringbtl_module_t *m = c->modules[i];
             if (NULL == m || NULL == m->rt || m->closing
                 || __atomic_load_n(&m->key_pending, __ATOMIC_ACQUIRE)) {

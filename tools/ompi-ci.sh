@@ -132,6 +132,12 @@ check ringbtl_threads "MPI_THREAD_MULTIPLE, 3 shards: every peer a module of its
   --mca btl self,ringbtl --mca btl_ringbtl_if_include lo --mca btl_ringbtl_shards 3 \
   --mca btl_ringbtl_verbose 2 --bind-to none -np 4
 shard_check 3
+check ringbtl_threads "MPI_THREAD_MULTIPLE and the progress thread, 3 shards" --mca btl self,ringbtl \
+  --mca btl_ringbtl_if_include lo --mca btl_ringbtl_shards 3 --mca btl_ringbtl_progress_thread 1 \
+  --mca btl_ringbtl_verbose 2 --bind-to none -np 4
+shard_check 3
+n=$(grep -c "btl ringbtl: progress thread: [0-9]* wakes" <<<"$out" || true)
+[ "$n" = 4 ] || { echo "$out" >&2; echo "ranks whose progress thread ran: $n of 4" >&2; exit 1; }
 check ringbtl_threads "MPI_THREAD_MULTIPLE, bound to a core: one module" --mca btl self,ringbtl \
   --mca btl_ringbtl_if_include lo --mca btl_ringbtl_verbose 1 --bind-to core:overload-allowed -np 4
 n=$(grep -c "backend uring .*max_frame [0-9]* (MPI_THREAD_MULTIPLE)" <<<"$out" || true)
