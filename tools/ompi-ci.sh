@@ -214,3 +214,17 @@ tools/ompi-mpi4py.sh --spawn --ranks "2 4"
 echo "-- the same at 2 ranks, btl ringbtl on the epoll backend"
 tools/ompi-mpi4py.sh --spawn --ranks 2 --tag mpi4py-spawn-epoll --ringbtl-args \
   "--mca btl self,ringbtl --mca btl_ringbtl_if_include lo --mca btl_ringbtl_backend epoll"
+echo "-- the same at 4 ranks, unbound: shards in every job of several processes, spawned ones too"
+# mpi4py asks for MPI_THREAD_MULTIPLE: unbound, each process shares its peers, those of
+# other jobs included, among one shard per CPU.
+tools/ompi-mpi4py.sh --spawn --ranks 4 --tag mpi4py-spawn-shards \
+  --mpirun-args "--bind-to none --mca btl_ringbtl_verbose 1"
+if [ "$(nproc)" -ge 2 ]; then
+  n=$(grep -rh "module 1 of [0-9]* (shard)" target/ompi-results/mpi4py-spawn-shards/ringbtl-4.d \
+    | wc -l)
+  [ "$n" -gt 0 ] || { echo "FAILED: no process made shards in the spawn tests" >&2; exit 1; }
+  echo "$n processes ran with shards"
+else
+  echo "one CPU: the spawn tests ran with one module per process (no shards to make)" >&2
+  [ "${RINGBTL_REQUIRE_ALL:-0}" = 1 ] && exit 1
+fi
