@@ -127,6 +127,25 @@ static int pmix_ready(void)
     return OPAL_SUCCESS;
 }
 
+uint32_t ringbtl_compat_world_size(void)
+{
+    if (OPAL_SUCCESS != pmix_ready()) {
+        return 0;
+    }
+    pmix_proc_t all;
+    PMIX_LOAD_PROCID(&all, pmix_me.nspace, PMIX_RANK_WILDCARD);
+    pmix_value_t *v = NULL;
+    uint32_t n = 0;
+    if (PMIX_SUCCESS == PMIx_Get(&all, PMIX_JOB_SIZE, NULL, 0, &v) && NULL != v
+        && PMIX_UINT32 == v->type) {
+        n = v->data.uint32;
+    }
+    if (NULL != v) {
+        PMIX_VALUE_RELEASE(v);
+    }
+    return n;
+}
+
 void ringbtl_compat_fini(void)
 {
     if (pmix_up) {
@@ -373,6 +392,11 @@ uint32_t ringbtl_compat_job_size(void)
     all.vpid = OPAL_VPID_WILDCARD;
     OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, OPAL_PMIX_JOB_SIZE, &all, &np, OPAL_UINT32);
     return OPAL_SUCCESS == rc ? n : 0;
+}
+
+uint32_t ringbtl_compat_world_size(void)
+{
+    return ringbtl_compat_job_size();
 }
 
 void ringbtl_compat_fini(void)

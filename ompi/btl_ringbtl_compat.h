@@ -64,6 +64,9 @@ opal_process_name_t ringbtl_compat_my_name(void);
  * (Open MPI 5: processes of other jobs are then unreachable through the component). */
 uint32_t ringbtl_compat_job_size(void);
 
+/* The number of processes of this job as the launcher tells it, 0 when it does not. */
+uint32_t ringbtl_compat_world_size(void);
+
 /* The modex: this process's addresses, under the component's key, and the job key under
  * `key`. A receive returns OPAL_SUCCESS and a malloc'ed copy (*len bytes for the
  * addresses; a NUL-terminated string for the job key), or an error. */

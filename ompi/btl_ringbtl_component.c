@@ -544,7 +544,8 @@ static void drop_modules(void)
 
 /* How many shards a process under MPI_THREAD_MULTIPLE has: btl_ringbtl_shards when set,
  * else one per CPU it may run on (threads confined to fewer CPUs do not send at the same
- * time), at most RINGBTL_MAX_SHARDS and at most one per other process of its job. */
+ * time), at most RINGBTL_MAX_SHARDS and at most one per other process of its job (when the
+ * launcher tells the job's size). */
 static unsigned shard_count(void)
 {
     mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
@@ -558,10 +559,10 @@ static unsigned shard_count(void)
             n = (unsigned) CPU_COUNT(&set);
         }
     }
-    const uint32_t size = ringbtl_compat_job_size();
-    if (size <= 1) {
+    const uint32_t size = ringbtl_compat_world_size();
+    if (1 == size) {
         n = 1;
-    } else if (n > size - 1) {
+    } else if (size > 1 && n > size - 1) {
         n = size - 1;
     }
     if (n > RINGBTL_MAX_SHARDS) {

@@ -4,8 +4,9 @@
 # through the preloaded list of BTLs. The load-time layout checks against stand-ins
 # (tools/ompi5-layout.sh); ompi_info lists the parameters; every byte checked
 # (ompi/tests/ringbtl_check.c) over self,ringbtl at 2 and 4 ranks on both backends, next to
-# sm, with large messages by put and by get; mpi4py's point-to-point, collective and
-# communicator tests over self,ringbtl beside self,tcp, the same result test by test.
+# sm, with large messages by put and by get; ringbtl_threads under MPI_THREAD_MULTIPLE with
+# shards; mpi4py's point-to-point, collective and communicator tests over self,ringbtl
+# beside self,tcp, the same result test by test.
 # Everything on loopback. About a minute. Prints "ompi5-check: OK" at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +53,21 @@ done
 check "self,sm,ringbtl, 4 ranks" --mca btl self,sm,ringbtl "${LO[@]}" -np 4
 check "self,ringbtl, 4 ranks, progress thread" --mca btl self,ringbtl "${LO[@]}" \
   --mca btl_ringbtl_progress_thread 1 -np 4
+
+echo "-- ringbtl_threads: MPI_THREAD_MULTIPLE, 4 ranks x 4 threads, unbound: shards"
+out=$(timeout -k 5 180 "${MPIRUN5[@]}" --mca btl self,ringbtl "${LO[@]}" --mca btl_ringbtl_verbose 2 \
+  --bind-to none -np 4 "$OMPI5_OUT/ringbtl_threads" 2>&1) && grep -q "ringbtl_threads: OK" <<<"$out" \
+  || { echo "$out" >&2; echo "FAILED: ringbtl_threads under Open MPI 5" >&2; exit 1; }
+if [ "$(nproc)" -ge 2 ]; then
+  n=$(grep -c "module 1 of [0-9]* (shard) (MPI_THREAD_MULTIPLE)" <<<"$out" || true)
+  p=$(grep -c "btl ringbtl: peer .* (shard [0-9]* of [0-9]*)" <<<"$out" || true)
+  [ "$n" = 4 ] && [ "$p" = 12 ] || {
+    echo "$out" >&2; echo "FAILED: $n of 4 ranks with shards, $p of 12 peers placed" >&2; exit 1; }
+  echo "every rank with shards, its 3 peers placed; every byte checked"
+else
+  echo "one CPU: ringbtl_threads ran with one module per rank (no shards to make)" >&2
+  [ "${RINGBTL_REQUIRE_ALL:-0}" = 1 ] && exit 1
+fi
 
 echo "-- the job key from the modex (PMIx); large messages by put, then by get"
 for backend in uring epoll; do
