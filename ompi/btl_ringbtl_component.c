@@ -681,20 +681,18 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
      * the first the one made above. Any failure keeps the first as the one module. */
     if (enable_mpi_threads && ngroups <= 1) {
         nshards = shard_count();
-        shard_rt[0] = rt;
         for (unsigned i = 1; i < nshards; i++) {
             shard_rt[i] = make_transport(me, keyp, NULL, threads);
             if (NULL == shard_rt[i]) {
                 opal_output(0, "btl ringbtl: shard %u of %u not created: one module", i,
                             nshards);
-                while (--i > 0) {
-                    (void) ringbtl_destroy(shard_rt[i], 0);
-                    shard_rt[i] = NULL;
+                for (unsigned j = 1; j < i; j++) {
+                    (void) ringbtl_destroy(shard_rt[j], 0);
+                    shard_rt[j] = NULL;
                 }
                 nshards = 1;
             }
         }
-        shard_rt[0] = NULL;
     }
     memset(key, 0, sizeof(key));
 
@@ -715,27 +713,23 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
             }
             memcpy(m, &mca_btl_ringbtl_module, sizeof(*m));
         }
-        m->shard = 0;
-        m->nshards = 1;
-        if (nshards > 1) {
-            m->nnets = 0;
-            m->ifname[0] = '\0';
-            m->shard = i;
-            m->nshards = nshards;
-            if (i > 0) {
-                rt = shard_rt[i];
-                shard_rt[i] = NULL;
-            }
-        } else if (ngroups > 1) {
+        if (ngroups > 1) {
             m->nnets = groups[i].nnets;
             memcpy(m->nets, groups[i].nets, sizeof(m->nets));
             strcpy(m->ifname, groups[i].name);
             rt = per_if[i];
             per_if[i] = NULL;
         } else {
+            /* The one module, or a shard: every address. */
             m->nnets = 0;
             m->ifname[0] = '\0';
+            if (i > 0) {
+                rt = shard_rt[i];
+                shard_rt[i] = NULL;
+            }
         }
+        m->shard = nshards > 1 ? i : 0;
+        m->nshards = nshards;
         m->index = i;
         m->key_pending = key_pending;
         m->key_failed = false;

@@ -152,11 +152,8 @@ n=$(grep -c "backend uring .*max_frame [0-9]* (MPI_THREAD_MULTIPLE)" <<<"$out" |
 # tsan_run DIR: runs ringbtl_threads with the component of DIR; sets $out and $rc.
 tsan_run() {
   local dir="$1"
-  local run=("${MPIRUN[@]}") i
-  for i in "${!run[@]}"; do
-    [ "${run[$i]}" = mca_base_component_path ] \
-      && run[i + 1]="$(ompi_info --path pkglibdir | sed 's/^.*Pkglibdir: *//'):$dir"
-  done
+  # Open MPI's own components, then those of DIR instead of $OMPI_OUT.
+  local run=("${MPIRUN[@]/"$OMPI_PATH"/"${OMPI_PATH%:*}:$dir"}")
   rc=0
   out=$(timeout -k 5 600 "${run[@]}" -x TSAN_OPTIONS="suppressions=$PWD/tools/tsan-ompi.supp" \
     --mca btl self,ringbtl --mca btl_ringbtl_if_include lo --mca btl_ringbtl_shards 3 \

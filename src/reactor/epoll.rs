@@ -697,10 +697,7 @@ impl Io {
         let Some(fd) = self.fd.as_ref() else {
             return cancelled();
         };
-        match SockRef::from(fd).take_error()? {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        sys::socket_error(fd.as_raw_fd())
     }
 }
 

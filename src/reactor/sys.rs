@@ -129,7 +129,6 @@ pub(crate) fn apply_opts_fd(fd: RawFd, opts: &SockOpts, peer: &SocketAddr) -> io
     apply_opts(&socket2::SockRef::from(&bfd), opts, peer)
 }
 
-#[cfg(feature = "uring")]
 /// The pending error of the socket on `fd` (`SO_ERROR`, which reading clears): how a
 /// non-blocking connect ended once the socket polls writable.
 pub(crate) fn socket_error(fd: RawFd) -> io::Result<()> {
