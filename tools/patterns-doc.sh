@@ -6,7 +6,10 @@
 #      other's) beside a plain socket's exchange in the same two processes, interleaved
 #      in rounds (`ringbtl-bench latency --exchange --baseline`), both backends, on
 #      loopback inside a namespace host whose congestion control is each of --cc, and
-#      from fresh buffers (`--fresh`) under the first of --cc;
+#      from fresh buffers (`--fresh`) under the first of --cc; and at sizes on and off
+#      multiples of the page size beside a plain socket that moves ringbtl's frame (the
+#      payload behind its 8-byte header, `--baseline-framed`) under the first of --cc,
+#      which tells ringbtl's own cost from the kernel's for the header;
 #   2. MPI over btl ringbtl beside btl tcp and pml ucx over UCX's TCP transport
 #      (tools/ompi-compare.sh --patterns --ucx): the
 #      exchange at 2 ranks from reused and from fresh buffers, the halo exchange with 2
@@ -55,10 +58,12 @@ sizes="65536 1000000 1048575 1048576 3145728 4194304"
 # The exchange behind computation (ovl): 64 KiB to 4 MiB.
 ovl_sizes="65536 1048576 4194304"
 bench_sizes="8,65536,1000000,1048575,1048576,3145728,4194304"
+# The framed baseline: page multiples and sizes beside them.
+framed_sizes="8,32768,65536,100000,131072,1048576"
 # RANKS:PATTERNS of the loopback jobs beyond 2 ranks.
 jobs_lo="4:halo2,a2a 5:halo4 8:halo4,a2a"
 if [ "$quick" = 1 ]; then
-  runs=1 sizes="65536 1000000" ovl_sizes=1048576 bench_sizes="8,1000000" jobs_lo=4:halo2,a2a ccs=${ccs%%,*}
+  runs=1 sizes="65536 1000000" ovl_sizes=1048576 bench_sizes="8,1000000" framed_sizes=8,65536 jobs_lo=4:halo2,a2a ccs=${ccs%%,*}
 fi
 
 work=$(mktemp -d /tmp/ringbtl-patterns-doc.XXXXXX)
@@ -92,10 +97,10 @@ section() {
 # 1. The benchmark's exchange beside a plain socket's, per congestion control, and from
 #    fresh buffers under the first.
 bench_exchange() {
-  local cc=$1 what=$2; shift 2
+  local cc=$1 what=$2 sizes=$3; shift 3
   ip netns exec $NET-h0 sysctl -qw net.ipv4.tcp_congestion_control="$cc"
   local args=(latency --exchange --baseline --backend both --pin --rounds $((4 * runs))
-    --sizes "$bench_sizes" --json "$@")
+    --sizes "$sizes" --json "$@")
   [ "$quick" = 0 ] || args+=(--quick)
   section "ringbtl-bench's exchange beside a plain socket's, loopback, $cc$what" \
     ringbtl-bench "${args[@]}"
@@ -111,6 +116,11 @@ print("(higher is better).", end="")
 if rows and rows[0].get("fresh"):
     print(" Fresh buffers: each iteration sends (and the plain socket also receives)")
     print("from another slice of a 64 MiB arena.", end="")
+if rows and rows[0].get("baseline_framed"):
+    print(" Framed: the plain socket moves ringbtl's frame, each payload behind an 8-byte")
+    print("header in the same call, so that both put the same bytes on the wire; a ratio")
+    print("below the unframed table's at a multiple of the page size is the kernel's price")
+    print("for the header (the payload no longer fills its pages exactly), not ringbtl's.", end="")
 print("\n")
 print("| size | backend | ringbtl (us) | plain socket (us) | ringbtl MB/s | plain socket MB/s | ratio |")
 print("|---|---|---|---|---|---|---|")
@@ -122,9 +132,10 @@ PY
 if [[ ",$where," == *",lo,"* ]]; then
   tools/netns.sh up $NET --cc "${ccs%%,*}" >/dev/null
   for cc in ${ccs//,/ }; do
-    bench_exchange "$cc" ""
+    bench_exchange "$cc" "" "$bench_sizes"
   done
-  bench_exchange "${ccs%%,*}" ", fresh buffers" --fresh
+  bench_exchange "${ccs%%,*}" ", fresh buffers" "$bench_sizes" --fresh
+  bench_exchange "${ccs%%,*}" ", framed plain socket" "$framed_sizes" --baseline-framed
   tools/netns.sh down $NET >/dev/null
 fi
 

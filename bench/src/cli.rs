@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ringbtl::{BackendKind, Config, PeerId, ProgressMode, Transport};
 
+use crate::plain::BaseOpts;
 use crate::stream::StreamArgs;
 
 /// Largest message the benchmark accepts (buffers are allocated up front).
@@ -121,6 +122,14 @@ impl LatencyArgs {
             fresh: self.fresh,
         }
     }
+
+    /// How the baseline socket moves messages (`--baseline-no-lowat`, `--baseline-framed`).
+    pub(crate) fn base_opts(&self) -> BaseOpts {
+        BaseOpts {
+            lowat: !self.baseline_no_lowat,
+            framed: self.baseline_framed,
+        }
+    }
 }
 
 /// `--neighbours`: an even count from 2.
@@ -168,6 +177,14 @@ pub(crate) struct LatencyArgs {
     /// once per message).
     #[arg(long)]
     pub(crate) baseline_no_lowat: bool,
+
+    /// The baseline moves ringbtl's frame, not only the payload: each plain message is
+    /// the payload behind a header of ringbtl's length (8 bytes), sent in one call, so that
+    /// both series put the same bytes on the wire per message. Separates ringbtl's own
+    /// cost from the kernel's for its framing (a payload of a multiple of the page size
+    /// fills its pages exactly; with a header it spills into one more).
+    #[arg(long)]
+    pub(crate) baseline_framed: bool,
 
     /// Interleave the series: run each size's iterations in N rounds, every series (each
     /// backend, the baseline) taking its share in turn, each round after a warm-up of its

@@ -78,6 +78,12 @@ fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         }
+    } else if args.baseline_framed && !(args.baseline || args.baseline_only) {
+        Err(
+            "--baseline-framed: frames the plain-socket baseline; add --baseline or \
+             --baseline-only"
+                .to_string(),
+        )
     } else {
         match ranks::launched() {
             Ok(Some(_)) if args.exchange => Err(OWN_PEER_ONLY.replace("{}", "--exchange")),
@@ -157,7 +163,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
             l,
             SETUP_TIMEOUT,
             phase_timeout,
-            !args.baseline_no_lowat,
+            args.base_opts(),
             args.pattern(),
         )?),
         None => None,
@@ -193,6 +199,7 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
         fresh: args.fresh,
         rings: rings.iter().map(|r| r.backend_name().to_string()).collect(),
         baseline: with_socket,
+        framed: args.baseline_framed,
         baseline_how: match (mode, args.baseline_no_lowat) {
             (ProgressMode::Poll, _) if args.exchange => {
                 "TCP_NODELAY, send and recv in one loop, spun with MSG_DONTWAIT"
@@ -331,7 +338,7 @@ fn run_rank1(args: &LatencyArgs, ctl: &mut control::Child) -> Result<(), String>
                 plain = Some(Plain::connect(
                     parse(addr, &line)?,
                     phase_timeout,
-                    !args.baseline_no_lowat,
+                    args.base_opts(),
                     args.pattern(),
                 )?);
             }

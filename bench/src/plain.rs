@@ -23,6 +23,9 @@
 //!
 //! With `--fresh` each iteration sends from and receives into another slice of an arena
 //! on each side ([`cli::fresh_slots`] messages).
+//!
+//! With `--baseline-framed` each message is ringbtl's frame: the payload behind a header of
+//! [`ringbtl::wire::HEADER_LEN`] bytes, moved in the same calls.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -39,6 +42,15 @@ const SPINS_PER_CLOCK: u32 = 4096;
 /// SO_RCVTIMEO / SO_SNDTIMEO of the baseline socket.
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How the baseline socket moves its messages, beside the pattern.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BaseOpts {
+    /// Block mode: SO_RCVLOWAT = message size (not `--baseline-no-lowat`).
+    pub(crate) lowat: bool,
+    /// Each message carries a frame header (`--baseline-framed`).
+    pub(crate) framed: bool,
+}
+
 /// One connected socket and the buffers of the current size.
 pub(crate) struct Plain {
     sock: TcpStream,
@@ -48,6 +60,8 @@ pub(crate) struct Plain {
     exchange: bool,
     /// Iterations cycle through arenas of messages (`--fresh`).
     fresh: bool,
+    /// Bytes moved in front of each payload (`--baseline-framed`: a frame header's).
+    header: usize,
     /// The current size, and the arenas' message count (1 without `--fresh`).
     size: usize,
     slots: usize,
@@ -59,7 +73,7 @@ impl Plain {
     fn setup(
         sock: TcpStream,
         timeout: Duration,
-        lowat: bool,
+        opts: BaseOpts,
         pat: Pattern,
     ) -> Result<Self, String> {
         let Pattern { exchange, fresh } = pat;
@@ -74,9 +88,14 @@ impl Plain {
             .map_err(|e| format!("baseline socket: timeouts: {e}"))?;
         Ok(Self {
             sock,
-            lowat: lowat && !exchange,
+            lowat: opts.lowat && !exchange,
             exchange,
             fresh,
+            header: if opts.framed {
+                ringbtl::wire::HEADER_LEN
+            } else {
+                0
+            },
             size: 0,
             slots: 1,
             tx: Vec::new(),
@@ -88,13 +107,13 @@ impl Plain {
     pub(crate) fn connect(
         addr: SocketAddr,
         timeout: Duration,
-        lowat: bool,
+        opts: BaseOpts,
         pat: Pattern,
     ) -> Result<Self, String> {
         Self::setup(
             control::connect_baseline(addr, timeout)?,
             timeout,
-            lowat,
+            opts,
             pat,
         )
     }
@@ -104,14 +123,19 @@ impl Plain {
         l: &TcpListener,
         wait: Duration,
         timeout: Duration,
-        lowat: bool,
+        opts: BaseOpts,
         pat: Pattern,
     ) -> Result<Self, String> {
-        Self::setup(control::accept_baseline(l, wait)?, timeout, lowat, pat)
+        Self::setup(control::accept_baseline(l, wait)?, timeout, opts, pat)
     }
 
     fn set_size(&mut self, size: usize, mode: ProgressMode) -> Result<(), String> {
-        let n = size.max(1);
+        // TCP has no empty message: an unframed 0-byte size moves 1 byte.
+        let n = if self.header > 0 {
+            size + self.header
+        } else {
+            size.max(1)
+        };
         if mode != ProgressMode::Poll && self.lowat {
             sys::set_rcvlowat(self.sock.as_raw_fd(), n).map_err(|e| format!("SO_RCVLOWAT: {e}"))?;
         }

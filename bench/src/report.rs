@@ -105,6 +105,8 @@ pub(crate) struct RunInfo {
     pub(crate) baseline: bool,
     /// How the baseline sends and receives.
     pub(crate) baseline_how: &'static str,
+    /// `--baseline-framed`: each baseline message carries a frame header.
+    pub(crate) framed: bool,
     /// The rounds each size's iterations were interleaved in (`--rounds`; 1: none).
     pub(crate) rounds: u64,
 }
@@ -182,6 +184,13 @@ impl<'a> Table<'a> {
                 s,
                 "# baseline: plain TCP socket {pattern} ({}), same processes and cores",
                 i.baseline_how
+            );
+        }
+        if i.baseline && i.framed {
+            let _ = writeln!(
+                s,
+                "# framed baseline: each plain message is the payload behind an 8-byte \
+                 header, ringbtl's frame"
             );
         }
         if i.baseline_only() {
@@ -452,6 +461,7 @@ impl RunInfo {
             run_fields: vec![
                 ("rounds".into(), self.rounds.to_string()),
                 ("fresh".into(), self.fresh.to_string()),
+                ("baseline_framed".into(), self.framed.to_string()),
             ],
         }
     }
@@ -485,6 +495,7 @@ mod tests {
             rings: rings.iter().map(|s| s.to_string()).collect(),
             baseline,
             baseline_how: "x",
+            framed: false,
             rounds: 1,
         }
     }

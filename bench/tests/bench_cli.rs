@@ -542,6 +542,64 @@ fn fresh_buffers_json() {
     );
 }
 
+/// `--baseline-framed`: the plain socket moves ringbtl's frame (the payload behind an
+/// 8-byte header) in ping-pongs and exchanges, a 0-byte message included; every object
+/// says so, the table names it, and a run without a baseline to frame is refused.
+#[test]
+fn framed_baseline() {
+    for pattern in [&["--exchange"][..], &[]] {
+        let mut args = vec![
+            "latency",
+            "--baseline",
+            "--baseline-framed",
+            "--iters",
+            "40",
+            "--warmup",
+            "2",
+            "--sizes",
+            "0,8,65536,100000",
+            "--json",
+        ];
+        args.extend_from_slice(pattern);
+        let out = run_ok(&args);
+        let bench = if pattern.is_empty() {
+            "latency"
+        } else {
+            "exchange"
+        };
+        let objs = check_bench_lines(&out, bench, "poll");
+        let sizes: Vec<f64> = objs.iter().map(|o| num(o, "size")).collect();
+        assert_eq!(sizes, [0.0, 8.0, 65536.0, 100000.0], "{out}");
+        for o in &objs {
+            assert_eq!(o.get("baseline_framed"), Some(&Val::Bool(true)), "{o:?}");
+            assert!(num(o, "baseline_p50_us") > 0.0, "{o:?}");
+        }
+    }
+    let out = run_ok(&["latency", "--quick", "--sizes", "8", "--json"]);
+    for o in check_lines(&out, "poll") {
+        assert_eq!(o.get("baseline_framed"), Some(&Val::Bool(false)), "{o:?}");
+    }
+    let table = run_ok(&[
+        "latency",
+        "--baseline-only",
+        "--baseline-framed",
+        "--quick",
+        "--sizes",
+        "8",
+    ]);
+    assert!(
+        table.contains("# framed baseline: each plain message is the payload behind an 8-byte"),
+        "{table}"
+    );
+    let refused = run(&["latency", "--baseline-framed", "--quick", "--sizes", "8"]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("--baseline-framed: frames the plain-socket baseline"),
+        "{err}"
+    );
+}
+
 /// `alltoall --neighbours N`: a halo exchange, each rank with its N ring neighbours only;
 /// every message checked, the count of messages that of the halo (5 ranks with 4
 /// neighbours: 4 each; 4 ranks with 2: 2 each; 3 ranks with 4: the 2 others), with a rate.
