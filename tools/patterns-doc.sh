@@ -11,7 +11,8 @@
 #      payload behind its 8-byte header, `--baseline-framed`) under the first of --cc,
 #      which tells ringbtl's own cost from the kernel's for the header;
 #   2. MPI over btl ringbtl beside btl tcp and pml ucx over UCX's TCP transport
-#      (tools/ompi-compare.sh --patterns --ucx): the
+#      (tools/ompi-compare.sh --patterns --ucx), the 2-rank exchanges also beside the
+#      plain-socket floor of the same exchange in the same runs (--floor): the
 #      exchange at 2 ranks from reused and from fresh buffers, the halo exchange with 2
 #      neighbours and alltoall at 4 ranks, with 4 neighbours at 5 and 8 ranks, alltoall at
 #      8 ranks, on loopback (ranks unbound beyond the cores), under each of --cc;
@@ -161,8 +162,8 @@ mpi() {
 if [[ ",$where," == *",lo,"* ]]; then
   for cc in ${ccs//,/ }; do
     base=(--runs "$runs" --cc "$cc" --sizes "$sizes")
-    mpi "exchange, loopback, $cc" "${base[@]}" --patterns xchg
-    mpi "exchange from fresh buffers, loopback, $cc" "${base[@]}" --patterns xchg --fresh
+    mpi "exchange, loopback, $cc" "${base[@]}" --patterns xchg --floor
+    mpi "exchange from fresh buffers, loopback, $cc" "${base[@]}" --patterns xchg --fresh --floor
     for job in $jobs_lo; do
       np=${job%%:*} pats=${job#*:}
       mpi "$pats at $np ranks, loopback, $cc" "${base[@]}" --np "$np" --patterns "$pats"
@@ -173,7 +174,7 @@ fi
 if [[ ",$where," == *",hosts,"* ]]; then
   cc=${ccs%%,*}
   base=(--hosts --runs "$runs" --cc "$cc" --sizes "$sizes")
-  mpi "exchange, two namespace hosts, $cc" "${base[@]}" --patterns xchg
+  mpi "exchange, two namespace hosts, $cc" "${base[@]}" --patterns xchg --floor
   mpi "halo2,a2a, four namespace hosts, $cc" "${base[@]}" --np 4 --patterns halo2,a2a
   overlap "two namespace hosts" "$cc"
 fi

@@ -152,7 +152,13 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
     for &k in &kinds {
         rings.push(Ring::new(0, k, mode, args.pattern())?);
     }
-    let first = rings.first().map(Ring::local_addr);
+    // The baseline listens where the first transport does; without one (--baseline-only),
+    // at RINGBTL_LISTEN's address when it names one (another host's peer connects there).
+    let first = rings.first().map(Ring::local_addr).or_else(|| {
+        std::env::var("RINGBTL_LISTEN")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    });
     let listener = control::baseline_listener(with_socket, first)?;
 
     let mut peer = PeerProc::spawn(args.run.peer_cmd.as_deref())?;
