@@ -491,22 +491,26 @@ fn exchange_json() {
     );
 }
 
-/// `--fresh`: iterations send from the slices of an arena (ping-pong and exchange, with the
-/// plain socket's baseline cycling its own arenas); every object says so, and a run
-/// without it says it was not.
-#[test]
-fn fresh_buffers_json() {
+/// Runs `flag` with a baseline in ping-pongs and exchanges of `sizes` (`iters` each): every
+/// object has the sizes in order, `key` true and a baseline figure; a run without the flag
+/// has `key` false.
+fn flag_recorded_in_both_patterns(flag: &str, key: &str, iters: &str, sizes: &[usize]) {
+    let list = sizes
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     for pattern in [&["--exchange"][..], &[]] {
         let mut args = vec![
             "latency",
-            "--fresh",
+            flag,
             "--baseline",
             "--iters",
-            "80",
+            iters,
             "--warmup",
             "2",
             "--sizes",
-            "65537,1000000,3145728",
+            &list,
             "--json",
         ];
         args.extend_from_slice(pattern);
@@ -517,17 +521,26 @@ fn fresh_buffers_json() {
             "exchange"
         };
         let objs = check_bench_lines(&out, bench, "poll");
-        let sizes: Vec<f64> = objs.iter().map(|o| num(o, "size")).collect();
-        assert_eq!(sizes, [65537.0, 1e6, 3145728.0], "{out}");
+        let got: Vec<f64> = objs.iter().map(|o| num(o, "size")).collect();
+        let want: Vec<f64> = sizes.iter().map(|&s| s as f64).collect();
+        assert_eq!(got, want, "{out}");
         for o in &objs {
-            assert_eq!(o.get("fresh"), Some(&Val::Bool(true)), "{o:?}");
+            assert_eq!(o.get(key), Some(&Val::Bool(true)), "{o:?}");
             assert!(num(o, "baseline_p50_us") > 0.0, "{o:?}");
         }
     }
     let out = run_ok(&["latency", "--quick", "--sizes", "8", "--json"]);
     for o in check_lines(&out, "poll") {
-        assert_eq!(o.get("fresh"), Some(&Val::Bool(false)), "{o:?}");
+        assert_eq!(o.get(key), Some(&Val::Bool(false)), "{o:?}");
     }
+}
+
+/// `--fresh`: iterations send from the slices of an arena (ping-pong and exchange, with the
+/// plain socket's baseline cycling its own arenas); every object says so, and a run
+/// without it says it was not.
+#[test]
+fn fresh_buffers_json() {
+    flag_recorded_in_both_patterns("--fresh", "fresh", "80", &[65537, 1_000_000, 3_145_728]);
     let table = run_ok(&[
         "latency",
         "--fresh",
@@ -547,38 +560,12 @@ fn fresh_buffers_json() {
 /// says so, the table names it, and a run without a baseline to frame is refused.
 #[test]
 fn framed_baseline() {
-    for pattern in [&["--exchange"][..], &[]] {
-        let mut args = vec![
-            "latency",
-            "--baseline",
-            "--baseline-framed",
-            "--iters",
-            "40",
-            "--warmup",
-            "2",
-            "--sizes",
-            "0,8,65536,100000",
-            "--json",
-        ];
-        args.extend_from_slice(pattern);
-        let out = run_ok(&args);
-        let bench = if pattern.is_empty() {
-            "latency"
-        } else {
-            "exchange"
-        };
-        let objs = check_bench_lines(&out, bench, "poll");
-        let sizes: Vec<f64> = objs.iter().map(|o| num(o, "size")).collect();
-        assert_eq!(sizes, [0.0, 8.0, 65536.0, 100000.0], "{out}");
-        for o in &objs {
-            assert_eq!(o.get("baseline_framed"), Some(&Val::Bool(true)), "{o:?}");
-            assert!(num(o, "baseline_p50_us") > 0.0, "{o:?}");
-        }
-    }
-    let out = run_ok(&["latency", "--quick", "--sizes", "8", "--json"]);
-    for o in check_lines(&out, "poll") {
-        assert_eq!(o.get("baseline_framed"), Some(&Val::Bool(false)), "{o:?}");
-    }
+    flag_recorded_in_both_patterns(
+        "--baseline-framed",
+        "baseline_framed",
+        "40",
+        &[0, 8, 65536, 100_000],
+    );
     let table = run_ok(&[
         "latency",
         "--baseline-only",
