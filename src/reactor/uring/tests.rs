@@ -441,8 +441,9 @@ unsafe impl Send for Lent<'_> {}
 
 /// A ring any thread may drive (MPI_THREAD_MULTIPLE): a receive and a send that one
 /// thread submitted and that are still waiting in the kernel when the thread exits end
-/// with `ECANCELED` there (their task work has no task left to run in). The backend
-/// submits them again, and both complete for the thread that drives the ring next.
+/// with `ECANCELED` there (their task work has no task left to run in), or, for a send
+/// that had moved bytes, with their count. The backend submits them again (or continues
+/// the short send), and both complete for the thread that drives the ring next.
 #[test]
 fn ops_of_an_exited_thread_are_submitted_again() {
     use std::io::{Read, Write};
@@ -496,7 +497,11 @@ fn ops_of_an_exited_thread_are_submitted_again() {
         reader.join().unwrap().unwrap() == big,
         "the stream arrived damaged"
     );
-    assert!(u.resubmits >= 2, "{} resubmissions", u.resubmits);
+    // The receive had moved nothing: it must have come back as ECANCELED and been
+    // submitted again. The send may instead end with the count of the bytes it had moved
+    // before the exit (the kernel reports a partial transfer as such), which the backend
+    // continues as any short send: the intact stream above shows it either way.
+    assert!(u.resubmits >= 1, "{} resubmissions", u.resubmits);
 }
 
 /// The same for a connect: submitted by a thread that exits while the peer's full accept
