@@ -214,13 +214,16 @@ step "patterns doc smoke run (tools/patterns-doc.sh --quick, into a temporary fi
 doc=$(mktemp -d /tmp/ringbtl-ci-patterns-doc.XXXXXX)
 tools/patterns-doc.sh --quick --where lo --out "$doc/patterns.md" >"$doc/log" 2>&1 \
   || { cat "$doc/log"; exit 1; }
-[ "$(grep -cE '^- date \(UTC\): [0-9-]{10} [0-9:]{5}$' "$doc/patterns.md")" = 7 ] \
-  || { echo "tools/patterns-doc.sh: not 7 dated tables in:"; cat "$doc/patterns.md"; exit 1; }
-grep -q "^## ringbtl-bench's exchange beside a plain socket's, loopback, cubic, fresh buffers$" \
-  "$doc/patterns.md" \
-  || { echo "tools/patterns-doc.sh: no fresh-buffer exchange in:"; cat "$doc/patterns.md"; exit 1; }
+[ "$(grep -cE '^- date \(UTC\): [0-9-]{10} [0-9:]{5}$' "$doc/patterns.md")" = 8 ] \
+  || { echo "tools/patterns-doc.sh: not 8 dated tables in:"; cat "$doc/patterns.md"; exit 1; }
+for what in "fresh buffers" "framed plain socket"; do
+  grep -q "^## ringbtl-bench's exchange beside a plain socket's, loopback, cubic, $what$" \
+    "$doc/patterns.md" \
+    || { echo "tools/patterns-doc.sh: no '$what' exchange in:"; cat "$doc/patterns.md"; exit 1; }
+done
 for re in '^\| 1000000 \| uring \| [0-9.]+ \| [0-9.]+ \| [0-9]+ \| [0-9]+ \| [0-9.]+ \|$' \
-  '^\| exchange, both ways at once \(MB/s per rank\) \| 1000000 B \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|' \
+  '^\| exchange, both ways at once \(MB/s per rank\) \| 1000000 B \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|.*\| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$' \
+  '^\| 65536 \| uring \| [0-9.]+ \| [0-9.]+ \| [0-9]+ \| [0-9]+ \| [0-9.]+ \|$' \
   '^\| exchange, both ways at once, fresh buffers \(MB/s per rank\) \| 64 KiB \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|' \
   '^\| halo, 2 neighbours \(MB/s per rank\) \| 1000000 B \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|' \
   '^\| alltoall \(MB/s per rank\) \| 64 KiB \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|' \
