@@ -153,12 +153,12 @@ fn run_rank0(args: &LatencyArgs) -> Result<(), String> {
         rings.push(Ring::new(0, k, mode, args.pattern())?);
     }
     // The baseline listens where the first transport does; without one (--baseline-only),
-    // at RINGBTL_LISTEN's address when it names one (another host's peer connects there).
-    let first = rings.first().map(Ring::local_addr).or_else(|| {
-        std::env::var("RINGBTL_LISTEN")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-    });
+    // at the address RINGBTL_LISTEN names, as parsed for a transport (another host's peer
+    // connects there).
+    let first = match rings.first() {
+        Some(r) => Some(r.local_addr()),
+        None => cli::env_config()?.wireup.listen,
+    };
     let listener = control::baseline_listener(with_socket, first)?;
 
     let mut peer = PeerProc::spawn(args.run.peer_cmd.as_deref())?;
