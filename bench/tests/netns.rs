@@ -1116,11 +1116,22 @@ fn link_down(backend: &str) {
 /// Rank `r` of two, whose peer was lost, failed every pending send, each once (the
 /// benchmark counts the completions of every accepted send), with the kernel's verdict
 /// on the connection: timed out, or on host 1, whose retransmissions found no route,
-/// the error they met.
+/// the error they met. The first failure the rank reports is a failed send's or the
+/// peer's error callback, whichever the transport delivered first.
 fn sends_failed_once(r: usize, d: &Done) {
     let peer = 1 - r;
+    let lost = format!("connection to peer {peer} lost");
+    assert!(
+        [
+            format!("rank {r}: send to peer {peer} failed: {lost}"),
+            format!("rank {r}: peer {peer} failed: {lost}"),
+        ]
+        .iter()
+        .any(|first| d.stderr.contains(first)),
+        "rank {r}: no failure of peer {peer} ({lost}) in: {}",
+        d.stderr
+    );
     for needle in [
-        format!("rank {r}: send to peer {peer} failed: connection to peer {peer} lost"),
         "pending send(s) failed".to_owned(),
         "accepted sends completed exactly once".to_owned(),
     ] {
