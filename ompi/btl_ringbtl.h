@@ -221,18 +221,9 @@ int mca_btl_ringbtl_progress_module(mca_btl_ringbtl_module_t *m);
  * thread could be started. */
 bool mca_btl_ringbtl_progress_thread_start(void);
 void mca_btl_ringbtl_progress_thread_stop(void);
-/* While the progress thread runs: progress calls by Open MPI (the program's threads),
- * and the time of the last (ns, CLOCK_MONOTONIC): the thread stays out while the program
- * calls. */
+/* While the progress thread runs: progress calls by Open MPI (the program's threads);
+ * the thread stays out while the count moves. */
 extern volatile unsigned long mca_btl_ringbtl_progress_calls;
-extern volatile uint64_t mca_btl_ringbtl_progress_last_ns;
-
-static inline uint64_t mca_btl_ringbtl_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
-}
 int mca_btl_ringbtl_ensure_key(mca_btl_ringbtl_module_t *m);
 
 #define RINGBTL_LOCK(m)                                                                  \

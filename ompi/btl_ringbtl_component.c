@@ -863,8 +863,6 @@ int mca_btl_ringbtl_progress(void)
         __atomic_store_n(&mca_btl_ringbtl_progress_calls,
                          __atomic_load_n(&mca_btl_ringbtl_progress_calls, __ATOMIC_RELAXED) + 1,
                          __ATOMIC_RELAXED);
-        __atomic_store_n(&mca_btl_ringbtl_progress_last_ns, mca_btl_ringbtl_now_ns(),
-                         __ATOMIC_RELAXED);
     }
     for (unsigned i = 0; i < c->nmodules; i++) {
         n += mca_btl_ringbtl_progress_module(c->modules[i]);

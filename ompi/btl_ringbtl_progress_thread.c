@@ -3,15 +3,19 @@
  *
  * While a program computes outside MPI, nobody calls opal_progress: ob1's protocols stand
  * still (a rendezvous needs a call at each step: RNDV, the receiver's put request, the
- * puts, FIN), although the kernel could move their bytes meanwhile. The thread sleeps
- * btl_ringbtl_progress_thread_us at a time. When the program called the component's
- * progress within the last RINGBTL_THREAD_AWAY_NS, it is inside MPI and progresses by
- * itself: the thread sleeps again, having touched no lock. Otherwise, until the program
- * calls again, it waits for the transports' descriptors (ringbtl_wait_fd) and progresses
- * them whenever they have work, each under its module's lock taken with trylock (a
- * program thread that holds it goes first). ob1 is then entered from two threads; as btl
- * tcp does for its own progress thread, the component tells Open MPI so
- * (opal_using_threads), and its modules serialise their entry points.
+ * puts, FIN), although the kernel could move their bytes meanwhile. The program's
+ * progress calls count themselves (one relaxed store; no clock is read on the program's
+ * path). The thread sleeps btl_ringbtl_progress_thread_us, and twice as long each time
+ * it finds the program inside MPI (at most RINGBTL_THREAD_BACKOFF times: each wake takes
+ * the core from a rank that spins in MPI). On a wake, the program is away when it made no
+ * call since the last look, or none during a further RINGBTL_THREAD_PROBE_NS; otherwise
+ * it progresses by itself and the thread sleeps again, having touched no lock. While the
+ * program is away, until it calls again, the thread waits for the transports'
+ * descriptors (ringbtl_wait_fd) and progresses them whenever they have work, each under
+ * its module's lock taken with trylock (a program thread that holds it goes first). ob1
+ * is then entered from two threads; as btl tcp does for its own progress thread, the
+ * component tells Open MPI so (opal_using_threads), and its modules serialise their
+ * entry points.
  */
 #include "btl_ringbtl.h"
 
@@ -22,21 +26,25 @@
 #include <time.h>
 
 volatile unsigned long mca_btl_ringbtl_progress_calls;
-volatile uint64_t mca_btl_ringbtl_progress_last_ns;
 
 static pthread_t progress_thread;
 static int progress_running; /* read and written with __atomic builtins */
 static bool progress_started;
-/* Wakes of the thread, those that found the program away, and those that moved something
- * (btl_ringbtl_verbose). */
+/* Wakes of the thread from its sleeps and probes, those that found the program away, and
+ * those that moved something (btl_ringbtl_verbose). Written by the thread only, read after it was joined. */
 static unsigned long wakes, away_count, moved_wakes;
+/* The longest sleep the thread took (ns; btl_ringbtl_verbose). */
+static long longest_sleep;
 
 /* Passes in a row the thread makes while they move something, before it sleeps again. */
 #define RINGBTL_THREAD_PASSES 64
 /* Longest wait in poll(2) while the program is away (the transports' timers). */
 #define RINGBTL_THREAD_WAIT_MS 1
 /* The program is away from MPI when it has not called progress for this long. */
-#define RINGBTL_THREAD_AWAY_NS 100000ULL
+#define RINGBTL_THREAD_PROBE_NS 100000L
+/* The longest sleep while the program stays inside MPI, in sleeps of
+ * btl_ringbtl_progress_thread_us; the first after the program was away is one. */
+#define RINGBTL_THREAD_BACKOFF 16
 /* One descriptor per module, whether the modules are interfaces' or shards. */
 #define RINGBTL_THREAD_MAX_FDS \
     (RINGBTL_MAX_IF_MODULES > RINGBTL_MAX_SHARDS ? RINGBTL_MAX_IF_MODULES : RINGBTL_MAX_SHARDS)
@@ -126,23 +134,37 @@ static void *progress_main(void *arg)
 {
     mca_btl_ringbtl_component_t *c = &mca_btl_ringbtl_component;
     const long period_ns = (long) c->progress_thread_us * 1000L;
-    unsigned long seen;
+    long sleep_for = period_ns;
+    unsigned long looked = progress_calls();
 
     (void) arg;
     /* The default timer slack (50 us) would stretch short sleeps. */
     (void) prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
     while (__atomic_load_n(&progress_running, __ATOMIC_ACQUIRE)) {
-        sleep_ns(period_ns);
+        sleep_ns(sleep_for);
         wakes++;
-        const uint64_t last =
-            __atomic_load_n(&mca_btl_ringbtl_progress_last_ns, __ATOMIC_RELAXED);
-        if (mca_btl_ringbtl_now_ns() - last < RINGBTL_THREAD_AWAY_NS) {
-            /* The program is in MPI: it progresses by itself. */
-            continue;
+        if (sleep_for > longest_sleep) {
+            longest_sleep = sleep_for;
+        }
+        unsigned long seen = progress_calls();
+        if (seen != looked) {
+            /* It called during the sleep: is it still calling? */
+            sleep_ns(RINGBTL_THREAD_PROBE_NS);
+            wakes++;
+            looked = progress_calls();
+            if (looked != seen) {
+                /* The program is in MPI: it progresses by itself. */
+                if (sleep_for < period_ns * RINGBTL_THREAD_BACKOFF) {
+                    sleep_for *= 2;
+                }
+                continue;
+            }
         }
         away_count++;
-        seen = progress_calls();
         away(c, seen, period_ns);
+        looked = progress_calls();
+        /* A program that computed once computes again soon (an iteration's next step). */
+        sleep_for = period_ns;
     }
     return NULL;
 }
@@ -155,8 +177,6 @@ bool mca_btl_ringbtl_progress_thread_start(void)
     /* ob1 (and the rest of Open MPI) is entered from the thread too: said before it runs.
      * Were it not started, Open MPI would only lock more than it needs. */
     ringbtl_compat_set_using_threads();
-    __atomic_store_n(&mca_btl_ringbtl_progress_last_ns, mca_btl_ringbtl_now_ns(),
-                     __ATOMIC_RELAXED);
     __atomic_store_n(&progress_running, 1, __ATOMIC_RELEASE);
     const int rc = pthread_create(&progress_thread, NULL, progress_main, NULL);
     if (0 != rc) {
@@ -177,8 +197,8 @@ void mca_btl_ringbtl_progress_thread_stop(void)
     (void) pthread_join(progress_thread, NULL);
     progress_started = false;
     if (mca_btl_ringbtl_component.verbose > 0) {
-        opal_output(0, "btl ringbtl: progress thread: %lu wakes, %lu with the program away, "
-                       "%lu of them moved something",
-                    wakes, away_count, moved_wakes);
+        opal_output(0, "btl ringbtl: progress thread: %lu wakes, longest sleep %ld us, %lu "
+                       "with the program away, %lu of them moved something",
+                    wakes, longest_sleep / 1000L, away_count, moved_wakes);
     }
 }

@@ -74,6 +74,24 @@ for size in 1048576 4194304; do
   done
 done
 
+# While the program stays in MPI the thread sleeps twice as long at each look, up to
+# 16 x 500 us (each look a wake and a 100 us probe): at most 250 wakes a second, where a
+# fixed 500 us sleep woke up to 2,000 times and cost 8-byte latency. ringbtl_perf spins
+# in MPI throughout.
+echo "-- the progress thread keeps out of a program that stays in MPI"
+start=$(date +%s%N)
+out=$(timeout -k 5 180 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_if_include lo \
+  --mca btl_ringbtl_progress_thread 1 --mca btl_ringbtl_verbose 1 --bind-to core -np 2 \
+  "$OMPI_OUT/ringbtl_perf" 8 2>&1) || { echo "$out" >&2; echo "FAILED: ringbtl_perf, thread" >&2; exit 1; }
+ms=$((($(date +%s%N) - start) / 1000000))
+looks=$(sed -n 's/.*progress thread: \([0-9]*\) wakes, longest sleep \([0-9]*\) us.*/\1 \2/p' <<<"$out")
+[ "$(wc -l <<<"$looks")" = 2 ] || { echo "$out" >&2; echo "no wake counts from both ranks" >&2; exit 1; }
+while read -r w longest; do
+  echo "$w wakes in $ms ms, longest sleep $longest us"
+  [ "$longest" = 8000 ] || { echo "$out" >&2; echo "longest sleep $longest us, not 8000" >&2; exit 1; }
+  [ "$w" -le $((ms / 4)) ] || { echo "$out" >&2; echo "$w wakes in $ms ms: more than 250 a second" >&2; exit 1; }
+done <<<"$looks"
+
 echo "-- the job key: rank 0 draws it, the others read it from the modex"
 out=$(timeout -k 5 180 "${MPIRUN[@]}" --mca btl self,ringbtl --mca btl_ringbtl_verbose 1 -np 4 \
   "$OMPI_OUT/ringbtl_check" 2>&1) || { echo "$out" >&2; echo "FAILED: job key" >&2; exit 1; }

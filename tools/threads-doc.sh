@@ -10,7 +10,9 @@
 #      and lock per CPU, here one per peer) and with one module (btl_ringbtl_shards 1),
 #      and btl tcp;
 #   3. 8-byte latency and rate (ringbtl_perf 8) with and without
-#      btl_ringbtl_progress_thread, on each backend, ranks bound to a core each.
+#      btl_ringbtl_progress_thread, on each backend, ranks bound to a core each; and with
+#      vader carrying the node's peers (self,vader,ringbtl: what the thread's
+#      opal_using_threads costs traffic that never touches ringbtl).
 # Every configuration runs --runs times, alternating; the tables give medians and the
 # ratio to btl tcp (1, 2), to one module (2) or to no thread (3), under the date, commit
 # and machine.
@@ -46,11 +48,12 @@ mt_np() {
 }
 mt() { mt_np mt 2 "$@"; }
 
-# One run of ringbtl_perf 8; appends "name lat rate" to $tmp/perf.
+# One run of ringbtl_perf 8 over BTLS; appends "name lat rate" to $tmp/perf.
 perf() {
-  local name="$1"; shift
+  local name="$1" btls="$2"; shift 2
   local o
-  o=$(timeout -k 5 300 "${MPIRUN[@]}" -np 2 --bind-to core "${BTL_ringbtl[@]}" "$@" \
+  o=$(timeout -k 5 300 "${MPIRUN[@]}" -np 2 --bind-to core --mca btl "$btls" \
+    --mca btl_ringbtl_if_include lo "$@" \
     "$OMPI_OUT/ringbtl_perf" 8 2>&1) || { echo "$o" >&2; exit 1; }
   awk -v n="$name" '$1 == "lat" { l = $3 } $1 == "rate" { r = $3 } END { print n, l, r }' \
     <<<"$o" >>"$tmp/perf"
@@ -73,8 +76,13 @@ for ((r = 1; r <= runs; r++)); do
     done
   done
   for backend in uring epoll; do
-    perf "$backend-0" --mca btl_ringbtl_backend $backend --mca btl_ringbtl_progress_thread 0
-    perf "$backend-1" --mca btl_ringbtl_backend $backend --mca btl_ringbtl_progress_thread 1
+    for t in 0 1; do
+      perf "$backend-$t" self,ringbtl --mca btl_ringbtl_backend $backend \
+        --mca btl_ringbtl_progress_thread $t
+    done
+  done
+  for t in 0 1; do
+    perf "vader-$t" self,vader,ringbtl --mca btl_ringbtl_progress_thread $t
   done
 done
 
@@ -105,9 +113,10 @@ elif which == "peers":
             print(f"| 2 peers | {t} | {s} | {mh:,.0f} | {mo:,.0f} | {mc:,.0f} | {mh / mo:.2f} "
                   f"| {mh / mc:.2f} | {med(h, 1):,.1f} | {med(c, 1):,.1f} |")
 else:
-    for b in ("uring", "epoll"):
+    for b in ("uring", "epoll", "vader"):
         a, t = (f"{b}-0",), (f"{b}-1",)
-        print(f"| {b} | {med(a, 0):.2f} | {med(t, 0):.2f} | {med(t, 0) / med(a, 0):.2f} "
+        label = "self,vader,ringbtl (uring)" if b == "vader" else f"self,ringbtl ({b})"
+        print(f"| {label} | {med(a, 0):.2f} | {med(t, 0):.2f} | {med(t, 0) / med(a, 0):.2f} "
               f"| {med(a, 1):,.0f} | {med(t, 1):,.0f} | {med(t, 1) / med(a, 1):.2f} |")
 EOF
 }
@@ -151,9 +160,12 @@ git diff --quiet HEAD -- . ':!docs' || commit="$commit+dirty"
   echo "## The progress thread's price (ringbtl_perf 8)"
   echo
   echo "\`mpirun -np 2 --bind-to core --mca btl self,ringbtl --mca btl_ringbtl_if_include lo"
-  echo "--mca btl_ringbtl_backend B --mca btl_ringbtl_progress_thread 0|1 ringbtl_perf 8\`."
+  echo "--mca btl_ringbtl_backend B --mca btl_ringbtl_progress_thread 0|1 ringbtl_perf 8\`;"
+  echo "last row: \`--mca btl self,vader,ringbtl\`, the two ranks' messages carried by vader"
+  echo "(shared memory), which the thread never touches: what Open MPI's thread mode"
+  echo "(opal_using_threads, which the thread must set) costs every on-node message."
   echo
-  echo "| backend | 8 B latency, no thread (us) | with the thread (us) | ratio | 8 B rate, no thread (msg/s) | with the thread | ratio |"
+  echo "| BTLs | 8 B latency, no thread (us) | with the thread (us) | ratio | 8 B rate, no thread (msg/s) | with the thread | ratio |"
   echo "|---|---|---|---|---|---|---|"
   table perf
 } >"$out.tmp"
