@@ -22,7 +22,6 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "btl_ringbtl_compat.h"
 

@@ -31,7 +31,8 @@ static pthread_t progress_thread;
 static int progress_running; /* read and written with __atomic builtins */
 static bool progress_started;
 /* Wakes of the thread from its sleeps and probes, those that found the program away, and
- * those that moved something (btl_ringbtl_verbose). Written by the thread only, read after it was joined. */
+ * those that moved something (btl_ringbtl_verbose). Written by the thread only, read
+ * after it was joined. */
 static unsigned long wakes, away_count, moved_wakes;
 /* The longest sleep the thread took (ns; btl_ringbtl_verbose). */
 static long longest_sleep;
