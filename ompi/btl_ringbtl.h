@@ -11,10 +11,10 @@
  * interface instead, as btl tcp does, each with a transport of its own bound to its
  * interface, and ob1 stripes large messages across them. Under MPI_THREAD_MULTIPLE the
  * peers are shared out among shards, one module (transport and lock) each, so that threads
- * sending to peers of different shards do not wait for each other. Send (in place), put
- * and get: ob1 sends eager and rendezvous headers as messages, and moves the body of a
- * large message with puts straight into the receiver's buffer, which it registered with us
- * (ringbtl_register_region), or with gets from the sender's.
+ * sending to peers of different shards do not wait for each other. Send (in place), get
+ * and put: ob1 sends eager and rendezvous headers as messages, and moves the body of a
+ * large message with gets straight from the sender's buffer, which it registered with us
+ * (ringbtl_register_region), or, with get not offered, with puts into the receiver's.
  */
 #ifndef MCA_BTL_RINGBTL_H
 #define MCA_BTL_RINGBTL_H

@@ -121,6 +121,8 @@ mca_btl_ringbtl_component_t mca_btl_ringbtl_component = {
  * (113 before the library cut them), the same as with 2 MiB puts (171). */
 #define RINGBTL_DEFAULT_PIPELINE_SEND (128 * 1024)
 #define RINGBTL_DEFAULT_PUT_FRAG (4 * 1024 * 1024)
+/* The transport's piece of a put spread over links (1 MiB, src/proto/endpoint.rs). */
+#define RINGBTL_SPREAD_PIECE (1024 * 1024)
 #define RINGBTL_DEFAULT_LATENCY 90
 #define RINGBTL_DEFAULT_BANDWIDTH 10000
 
@@ -237,9 +239,13 @@ static int component_register(void)
     b->btl_rdma_pipeline_send_length = RINGBTL_DEFAULT_PIPELINE_SEND;
     b->btl_rdma_pipeline_frag_size = RINGBTL_DEFAULT_PUT_FRAG;
     b->btl_min_rdma_pipeline_size = 0;
-    /* btl_get is there (btl_ringbtl_flags send,put,get,inplace); ob1 reads large messages
-     * with it when offered, which measured no better than put (docs/design/large-messages.md). */
-    b->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE | MCA_BTL_FLAGS_PUT;
+    /* Get offered: ob1 then reads a large message's body from the sender's buffer (RGET)
+     * rather than have the sender write it (put, still taken where get cannot serve, and
+     * alone with btl_ringbtl_flags send,put,inplace). Exchanges of 2-4 MiB both ways at
+     * once on one node ran 1.2-1.4 times as fast; one-way streams, ping-pongs and 1 MB
+     * exchanges were unchanged (docs/design/large-messages.md). */
+    b->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE | MCA_BTL_FLAGS_PUT
+                   | MCA_BTL_FLAGS_GET;
     b->btl_registration_handle_size = sizeof(mca_btl_base_registration_handle_t);
     b->btl_put_limit = SIZE_MAX;     /* lowered to ringbtl's max frame at init */
     b->btl_get_limit = SIZE_MAX;     /* likewise */
@@ -369,13 +375,16 @@ typedef struct {
 } if_group_t;
 
 /* The interfaces the addresses `uris` (a transport's) lie on, in their order: the number
- * of groups filled, 0 when an address is on no interface (then there is nothing to split). */
-static unsigned if_groups(const char *uris, if_group_t *g, unsigned max)
+ * of groups filled, 0 when an address is on no interface (then there is nothing to split),
+ * said unless `quiet`. */
+static unsigned if_groups(const char *uris, if_group_t *g, unsigned max, bool quiet)
 {
     struct ifaddrs *all = NULL;
     unsigned n = 0;
     if (0 != getifaddrs(&all)) {
-        opal_output(0, "btl ringbtl: getifaddrs: %s: one module", strerror(errno));
+        if (!quiet) {
+            opal_output(0, "btl ringbtl: getifaddrs: %s: one module", strerror(errno));
+        }
         return 0;
     }
     for (const char *p = uris; '\0' != *p;) {
@@ -399,8 +408,10 @@ static unsigned if_groups(const char *uris, if_group_t *g, unsigned max)
             }
         }
         if (NULL == found || strlen(found->ifa_name) >= sizeof(g->name)) {
-            opal_output(0, "btl ringbtl: address %.*s on no interface found: one module",
-                        (int) len, p);
+            if (!quiet) {
+                opal_output(0, "btl ringbtl: address %.*s on no interface found: one module",
+                            (int) len, p);
+            }
             freeifaddrs(all);
             return 0;
         }
@@ -410,7 +421,9 @@ static unsigned if_groups(const char *uris, if_group_t *g, unsigned max)
         }
         if (k == n) {
             if (n == max) {
-                opal_output(0, "btl ringbtl: more than %u interfaces: one module", max);
+                if (!quiet) {
+                    opal_output(0, "btl ringbtl: more than %u interfaces: one module", max);
+                }
                 freeifaddrs(all);
                 return 0;
             }
@@ -652,7 +665,7 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
      * limited to that interface's addresses; the first is closed once they all exist. Any
      * failure keeps the first as the one module. */
     if (c->if_modules) {
-        ngroups = if_groups(ringbtl_uris(rt), groups, RINGBTL_MAX_IF_MODULES);
+        ngroups = if_groups(ringbtl_uris(rt), groups, RINGBTL_MAX_IF_MODULES, false);
         for (unsigned i = 0; ngroups > 1 && i < ngroups; i++) {
             per_if[i] = make_transport(me, keyp, groups[i].include, threads);
             if (NULL == per_if[i]) {
@@ -697,6 +710,12 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
     memset(key, 0, sizeof(key));
 
     const unsigned n = ngroups > 1 ? ngroups : nshards;
+    /* A get's reply is one frame, and a frame never spreads over links (puts are cut into
+     * pieces that do): a module over several interfaces has ob1 read a large message in
+     * gets of RINGBTL_SPREAD_PIECE, each free to take its own link. */
+    const bool spreads = ngroups <= 1
+                         && 1 != if_groups(ringbtl_uris(rt), groups, RINGBTL_MAX_IF_MODULES,
+                                           true);
     c->modules = calloc(n, sizeof(*c->modules));
     mca_btl_base_module_t **modules = calloc(n, sizeof(*modules));
     if (NULL == c->modules || NULL == modules) {
@@ -742,6 +761,9 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
             goto fail;
         }
         rt = NULL;
+        if (spreads && m->super.btl_get_limit > RINGBTL_SPREAD_PIECE) {
+            m->super.btl_get_limit = RINGBTL_SPREAD_PIECE;
+        }
         c->modules[i] = m;
         c->nmodules = i + 1;
         modules[i] = &m->super;
@@ -781,9 +803,9 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
         } else if (n > 1) {
             snprintf(which, sizeof(which), " module %u of %u (%s)", i, n, m->ifname);
         }
-        opal_output(0, "btl ringbtl: rank %u backend %s uris %s max_frame %zu%s%s",
+        opal_output(0, "btl ringbtl: rank %u backend %s uris %s max_frame %zu get_limit %zu%s%s",
                     (unsigned) me.vpid, ringbtl_backend_name(m->rt), ringbtl_uris(m->rt),
-                    ringbtl_max_frame(m->rt), which,
+                    ringbtl_max_frame(m->rt), m->super.btl_get_limit, which,
                     enable_mpi_threads ? " (MPI_THREAD_MULTIPLE)"
                     : 0 != c->progress_thread ? " (progress thread)" : "");
     }

@@ -8,6 +8,10 @@
 #          [--ringbtl-mca "NAME VALUE ..."]   extra MCA settings for the ringbtl runs (the
 #                                             measurements behind the component's defaults)
 #          [--tcp-mca "NAME VALUE ..."]       the same for the tcp runs
+#          [--alt "NAME VALUE ..."]   also btl ringbtl with these MCA settings instead of
+#                                     --ringbtl-mca's, in the same alternating runs: a
+#                                     column and the ratio ringbtl / alt, the median of each
+#                                     run's own (a default against another setting)
 #          [--ringbtl-env "VAR=VALUE ..."]    environment of the ringbtl runs' ranks
 #                                             (`mpirun -x`: RINGBTL_* settings)
 #          [--only ringbtl|tcp] [--name NAME]   (output files NAME.*, default compare)
@@ -45,7 +49,7 @@ source tools/ompi-common.sh
 export LC_ALL=C
 
 runs=5; sizes="8 65536 1048576 4194304"; plot=0; extra=(); tcp_extra=(); only=""; name=compare
-ucx=0 floor=0
+ucx=0 floor=0 alt=() alt_label=""
 hosts=0; cc=""; where=loopback; link=lo; patterns=""; np=2; fresh=(); compute=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -56,6 +60,8 @@ while [ $# -gt 0 ]; do
         extra+=(--mca "${kv[i]}" "${kv[i+1]}"); done; shift ;;
     --tcp-mca) read -ra kv <<<"$2"; for ((i = 0; i + 1 < ${#kv[@]}; i += 2)); do
         tcp_extra+=(--mca "${kv[i]}" "${kv[i+1]}"); done; shift ;;
+    --alt) alt_label="$2"; read -ra kv <<<"$2"; for ((i = 0; i + 1 < ${#kv[@]}; i += 2)); do
+        alt+=(--mca "${kv[i]}" "${kv[i+1]}"); done; shift ;;
     --ringbtl-env) read -ra kv <<<"$2"; for v in "${kv[@]}"; do extra+=(-x "$v"); done; shift ;;
     --hosts) hosts=1 ;;
     --cc) cc="$2"; shift ;;
@@ -161,6 +167,7 @@ for r in $(seq 1 "$runs"); do
   # Alternate which transport goes first, so a drift in the machine's load hits both.
   systems=(ringbtl tcp)
   [ "$ucx" = 0 ] || systems+=(ucx)
+  [ "${#alt[@]}" = 0 ] || systems+=(alt)
   [ "$floor" = 0 ] || systems+=(floor)
   # Rotate the order run by run, so a drift in the machine's load hits every system.
   k=$(((r - 1) % ${#systems[@]}))
@@ -187,6 +194,7 @@ for line in sys.stdin:
     run=("${MPIRUN[@]}")
     case $btl in
       ringbtl) args=("${BTL_ringbtl[@]}" "${extra[@]}") ;;
+      alt) args=("${BTL_ringbtl[@]}" "${alt[@]}") ;;
       tcp) args=("${BTL_tcp[@]}" "${tcp_extra[@]}") ;;
       ucx)
         # Open MPI 4.1's pml ucx takes only the transports of pml_ucx_tls (InfiniBand's by
@@ -203,7 +211,7 @@ for line in sys.stdin:
     fi
     # shellcheck disable=SC2086 # one size per word
     "${run[@]}" "${args[@]}" -np "$np" "${place[@]}" "${prog[@]}" $sizes \
-      | awk -v sys="$btl" -v run="$r" -v tcpname="btl tcp ($link)" '
+      | awk -v sys="$btl" -v run="$r" -v tcpname="btl tcp ($link)" -v alt="$alt_label" '
           $1 == "lat"  { m = "lat_us"; b = "latency" }
           $1 == "bw"   { m = "bw_mb_s"; b = "bw" }
           $1 == "rate" { m = "rate_msg_s"; b = "rate" }
@@ -211,23 +219,25 @@ for line in sys.stdin:
           $1 == "ovl"  { m = "overlap_pct"; b = "ovl" }
           $1 == "ovl-time" { m = "time_us"; b = "ovl-time" }
           NF == 3 && m != "" {
-            name = (sys == "ringbtl") ? "ringbtl (btl ringbtl)" : (sys == "ucx") ? "ucx (pml ucx, tcp)" : tcpname
+            name = (sys == "ringbtl") ? "ringbtl (btl ringbtl)" : (sys == "ucx") ? "ucx (pml ucx, tcp)" : (sys == "alt") ? "alt (btl ringbtl, " alt ")" : tcpname
             printf "{\"system\": \"%s\", \"bench\": \"%s\", \"metric\": \"%s\", \"size\": %d, \"run\": %d, \"value\": %s}\n", name, b, m, $2, run, $3
             m = "" }' >>"$jsonl"
     echo "run $r $btl done" >&2
   done
 done
 
-python3 - "$jsonl" "$runs" "$where" "$np" <<'PY' | tee "$res/$name.md"
+python3 - "$jsonl" "$runs" "$where" "$np" "$alt_label" <<'PY' | tee "$res/$name.md"
 import json, statistics, sys
 from collections import defaultdict
 vals = defaultdict(list)
+byrun = defaultdict(dict)
 benches = []
 for line in open(sys.argv[1]):
     o = json.loads(line)
     if o["bench"] not in benches:
         benches.append(o["bench"])
     vals[(o["bench"], o["size"], o["system"].split()[0])].append(o["value"])
+    byrun[(o["bench"], o["size"], o["system"].split()[0])][o["run"]] = o["value"]
 def fmt_size(n):
     for unit, name in ((1048576, "MiB"), (1024, "KiB")):
         if n >= unit and n % unit == 0:
@@ -257,11 +267,16 @@ print(f"Medians of {sys.argv[2]} alternating runs, pml ob1, {sys.argv[4]} ranks,
 # pml ucx (--ucx): two columns more, its figure and ringbtl / ucx.
 has_ucx = any(k[2] == "ucx" for k in vals)
 more = " pml ucx (tcp) | ringbtl / ucx |" if has_ucx else ""
+# --alt: two columns more, btl ringbtl with the other settings and ringbtl / alt, the
+# median of the runs' own ratios (the two measured a few seconds apart in each run, so a
+# machine that changes speed between runs moves both).
+has_alt = any(k[2] == "alt" for k in vals)
+more += f" ringbtl, {sys.argv[5]} | ringbtl / that, per run |" if has_alt else ""
 # The plain-socket floor (--floor): three columns more, its figure and both BTLs' share.
 has_floor = any(k[2] == "plain" for k in vals)
 more += " plain socket | ringbtl / socket | tcp / socket |" if has_floor else ""
 print(f"| measure | size | btl ringbtl | btl tcp | ringbtl / tcp | target | met |{more}")
-print("|---|---|---|---|---|---|---|" + ("---|---|" if has_ucx else "")
+print("|---|---|---|---|---|---|---|" + ("---|---|" if has_ucx else "") + ("---|---|" if has_alt else "")
       + ("---|---|---|" if has_floor else ""))
 for bench in benches:
     higher = kinds.get(bench, ("", True))[1]
@@ -275,6 +290,12 @@ for bench in benches:
         if has_ucx:
             mu = statistics.median(u) if u else None
             tail = (f" {mu:.{prec}f} | {ma / mu:.2f} |" if mu else " - | - |")
+        if has_alt:
+            v = vals.get((bench, s, "alt"))
+            mv = statistics.median(v) if v else None
+            mine, theirs = byrun[(bench, s, "ringbtl")], byrun[(bench, s, "alt")]
+            rr = [mine[r] / theirs[r] for r in mine if theirs.get(r)]
+            tail += (f" {mv:.{prec}f} | {statistics.median(rr):.2f} |" if mv and rr else " - | - |")
         f, at_floor = vals.get((bench, s, "plain")), False
         if has_floor:
             mf = statistics.median(f) if f else None
