@@ -110,12 +110,17 @@ grep -q "two namespace hosts (veth)" <<<"$out" || { echo "$out"; exit 1; }
 
 # The MPI exchange beside the plain-socket floor of the same exchange, as a smoke run: the
 # floor's column and both ratios to it must be there, for a power of two and for a size
-# off them.
+# off them. The alt column: puts, from a copy of the component in a directory of its own
+# (as a parent commit's build would be).
 step "MPI exchange beside its floor and puts (tools/ompi-compare.sh --floor --alt, smoke run)"
+alt_dir=$(mktemp -d /tmp/ringbtl-alt.XXXXXX)
+cp target/ompi/mca_btl_ringbtl.so "$alt_dir/"
 out=$(tools/ompi-compare.sh --runs 1 --sizes "65536 1000000" --patterns xchg --floor \
-  --alt "btl_ringbtl_flags send,put,inplace" --name ci-floor 2>&1) || { echo "$out"; exit 1; }
-grep -qF "| ringbtl, btl_ringbtl_flags send,put,inplace | ringbtl / that, per run |" <<<"$out" \
-  || { echo "no --alt columns in:"; echo "$out"; exit 1; }
+  --alt "btl_ringbtl_flags send,put,inplace" --alt-build "$alt_dir" --name ci-floor 2>&1) \
+  || { echo "$out"; exit 1; }
+rm -rf "$alt_dir"
+grep -qF "| ringbtl, build $alt_dir, btl_ringbtl_flags send,put,inplace | ringbtl / that |" \
+  <<<"$out" || { echo "no --alt columns in:"; echo "$out"; exit 1; }
 for size in "64 KiB" "1000000 B"; do
   grep -F "| exchange, both ways at once (MB/s per rank) | $size | " <<<"$out" \
     | grep -qE "\| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [^|]+ \| [^|]+ \|( [0-9.]+ \|){5}$" \

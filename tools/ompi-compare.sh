@@ -12,6 +12,10 @@
 #                                     --ringbtl-mca's, in the same alternating runs: a
 #                                     column and the ratio ringbtl / alt, the median of each
 #                                     run's own (a default against another setting)
+#          [--alt-build DIR]  the alt column's btl ringbtl is the component in DIR (another
+#                             build's target/ompi, e.g. the previous commit's, copied
+#                             aside), with --alt's settings if any: a change against
+#                             its parent in the same alternating runs
 #          [--ringbtl-env "VAR=VALUE ..."]    environment of the ringbtl runs' ranks
 #                                             (`mpirun -x`: RINGBTL_* settings)
 #          [--only ringbtl|tcp] [--name NAME]   (output files NAME.*, default compare)
@@ -49,7 +53,7 @@ source tools/ompi-common.sh
 export LC_ALL=C
 
 runs=5; sizes="8 65536 1048576 4194304"; plot=0; extra=(); tcp_extra=(); only=""; name=compare
-ucx=0 floor=0 alt=() alt_label=""
+ucx=0 floor=0 alt=() alt_label="" alt_build=""
 hosts=0; cc=""; where=loopback; link=lo; patterns=""; np=2; fresh=(); compute=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -62,6 +66,8 @@ while [ $# -gt 0 ]; do
         tcp_extra+=(--mca "${kv[i]}" "${kv[i+1]}"); done; shift ;;
     --alt) alt_label="$2"; read -ra kv <<<"$2"; for ((i = 0; i + 1 < ${#kv[@]}; i += 2)); do
         alt+=(--mca "${kv[i]}" "${kv[i+1]}"); done; shift ;;
+    --alt-build) alt_build=$(realpath "$2"); shift
+      [ -e "$alt_build/mca_btl_ringbtl.so" ] || { echo "--alt-build: no mca_btl_ringbtl.so in $2" >&2; exit 2; } ;;
     --ringbtl-env) read -ra kv <<<"$2"; for v in "${kv[@]}"; do extra+=(-x "$v"); done; shift ;;
     --hosts) hosts=1 ;;
     --cc) cc="$2"; shift ;;
@@ -77,6 +83,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+[ -z "$alt_build" ] || alt_label="build $alt_build${alt_label:+, $alt_label}"
 # Always through make: a component left from an older tree would be measured otherwise.
 tools/build-ompi.sh >/dev/null
 
@@ -167,7 +174,7 @@ for r in $(seq 1 "$runs"); do
   # Alternate which transport goes first, so a drift in the machine's load hits both.
   systems=(ringbtl tcp)
   [ "$ucx" = 0 ] || systems+=(ucx)
-  [ "${#alt[@]}" = 0 ] || systems+=(alt)
+  [ "${#alt[@]}" = 0 ] && [ -z "$alt_build" ] || systems+=(alt)
   [ "$floor" = 0 ] || systems+=(floor)
   # Rotate the order run by run, so a drift in the machine's load hits every system.
   k=$(((r - 1) % ${#systems[@]}))
@@ -194,7 +201,9 @@ for line in sys.stdin:
     run=("${MPIRUN[@]}")
     case $btl in
       ringbtl) args=("${BTL_ringbtl[@]}" "${extra[@]}") ;;
-      alt) args=("${BTL_ringbtl[@]}" "${alt[@]}") ;;
+      alt) args=("${BTL_ringbtl[@]}" "${alt[@]}")
+        # Another build: its directory in the component path in place of this one's.
+        [ -z "$alt_build" ] || run=("${MPIRUN[@]/"$OMPI_OUT"/"$alt_build"}") ;;
       tcp) args=("${BTL_tcp[@]}" "${tcp_extra[@]}") ;;
       ucx)
         # Open MPI 4.1's pml ucx takes only the transports of pml_ucx_tls (InfiniBand's by
@@ -263,15 +272,20 @@ def target(bench, size):
     base = bench.removesuffix("-fresh")
     # Exchanges both ways, 64 KiB to 4 MiB: 1.2; every other pattern and size: 1.0.
     return 1.2 if base in ("xchg", "halo2", "halo4") and 65536 <= size <= 4194304 else 1.0
-print(f"Medians of {sys.argv[2]} alternating runs, pml ob1, {sys.argv[4]} ranks, {sys.argv[3]}.\n")
+def per_run(bench, s, x, y):
+    """The median of each run's own ratio x / y (the two measured seconds apart in one
+    run, so a machine that changes speed between runs moves both), None without a pair."""
+    mine, theirs = byrun.get((bench, s, x), {}), byrun.get((bench, s, y), {})
+    rr = [mine[r] / theirs[r] for r in mine if theirs.get(r)]
+    return statistics.median(rr) if rr else None
+print(f"Medians of {sys.argv[2]} alternating runs, pml ob1, {sys.argv[4]} ranks, {sys.argv[3]};"
+      " each ratio is the median of the runs' own ratios.\n")
 # pml ucx (--ucx): two columns more, its figure and ringbtl / ucx.
 has_ucx = any(k[2] == "ucx" for k in vals)
 more = " pml ucx (tcp) | ringbtl / ucx |" if has_ucx else ""
-# --alt: two columns more, btl ringbtl with the other settings and ringbtl / alt, the
-# median of the runs' own ratios (the two measured a few seconds apart in each run, so a
-# machine that changes speed between runs moves both).
+# --alt: two columns more, btl ringbtl with the other settings (or build) and ringbtl / alt.
 has_alt = any(k[2] == "alt" for k in vals)
-more += f" ringbtl, {sys.argv[5]} | ringbtl / that, per run |" if has_alt else ""
+more += f" ringbtl, {sys.argv[5]} | ringbtl / that |" if has_alt else ""
 # The plain-socket floor (--floor): three columns more, its figure and both BTLs' share.
 has_floor = any(k[2] == "plain" for k in vals)
 more += " plain socket | ringbtl / socket | tcp / socket |" if has_floor else ""
@@ -288,20 +302,19 @@ for bench in benches:
         prec = 2 if bench == "latency" else (0 if bench == "rate" else 1)
         u, tail = vals.get((bench, s, "ucx")), ""
         if has_ucx:
-            mu = statistics.median(u) if u else None
-            tail = (f" {mu:.{prec}f} | {ma / mu:.2f} |" if mu else " - | - |")
+            mu, ru = (statistics.median(u) if u else None), per_run(bench, s, "ringbtl", "ucx")
+            tail = (f" {mu:.{prec}f} | {ru:.2f} |" if mu and ru else " - | - |")
         if has_alt:
             v = vals.get((bench, s, "alt"))
-            mv = statistics.median(v) if v else None
-            mine, theirs = byrun[(bench, s, "ringbtl")], byrun[(bench, s, "alt")]
-            rr = [mine[r] / theirs[r] for r in mine if theirs.get(r)]
-            tail += (f" {mv:.{prec}f} | {statistics.median(rr):.2f} |" if mv and rr else " - | - |")
+            mv, rv = (statistics.median(v) if v else None), per_run(bench, s, "ringbtl", "alt")
+            tail += (f" {mv:.{prec}f} | {rv:.2f} |" if mv and rv else " - | - |")
         f, at_floor = vals.get((bench, s, "plain")), False
         if has_floor:
             mf = statistics.median(f) if f else None
-            tail += (f" {mf:.1f} | {ma / mf:.2f} | {mb / mf:.2f} |" if mf else " - | - | - |")
+            rf, tf = per_run(bench, s, "ringbtl", "plain"), per_run(bench, s, "btl", "plain")
+            tail += (f" {mf:.1f} | {rf:.2f} | {tf:.2f} |" if mf and rf and tf else " - | - | - |")
             # At the floor: within 2 % of the plain socket's exchange in the same runs.
-            at_floor = bool(mf) and ma / mf >= 0.98
+            at_floor = bool(rf) and rf >= 0.98
         # Overlap: the target is the share itself, 90 % from 1 MiB (not a ratio).
         own = ("ringbtl >= 90 %", "yes" if ma >= 90 else "no") if bench == "ovl" and s >= 1048576 else None
         if mb == 0:
@@ -310,7 +323,7 @@ for bench in benches:
             tt, met = own or ("", "")
             print(f"| {label(bench)} | {fmt_size(s)} | {ma:.{prec}f} | {mb:.{prec}f} | n/a | {tt} | {met} |{tail}")
             continue
-        ratio = ma / mb
+        ratio = per_run(bench, s, "ringbtl", "btl") or ma / mb
         t = target(bench, s)
         op = ">=" if higher else "<="
         met = "" if t is None else ("yes" if (ratio >= t if higher else ratio <= t) else "no")
